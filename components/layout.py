@@ -1,0 +1,146 @@
+"""On-disk layout of a materialized run: the contract between the Beam stage and the readers.
+
+One run writes one directory (any `tf.io.gfile` path)::
+
+    <output_dir>/
+      summary.json                       counts per record set and class, pair degrees, rejects
+      rejects.jsonl                      one {"source": ..., "reason": ...} per rejected input
+      examples/Split-<record_set>/data-SSSSS-of-NNNNN.tfrecord
+                                         uncompressed TFRecord shards of tf.train.Example
+      index/<record_set>/offsets.npy     int64 [N, 3]: (shard, frame offset, payload length)
+      index/<record_set>/shards.json     {"record_set", "num_records", "shards": [paths]}
+      index/<record_set>/ids.txt         the source id of each record, in record order
+      index/<record_set>/classes.txt     class vocabulary (labelled record sets only)
+      index/<record_set>/class_ids.npy   int64 [N]: class id of each record
+      index/<record_set>/class_records/{row_splits,values}.npy
+                                         CSR: the record numbers of each class, ascending
+      index/pairs/{row_splits,values}.npy
+                                         CSR over the records of `x`: the valid `y` record numbers
+
+Index files live outside the `Split-*` folders because tfx-bsl rejects a split folder that mixes
+file kinds; the `examples/` folder is therefore a valid TFX `Examples` artifact URI as it stands.
+
+Shard paths in `shards.json` are relative to the run directory, so a run can be moved or copied.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+
+SUMMARY_FILE = "summary.json"
+REJECTS_FILE = "rejects.jsonl"
+EXAMPLES_DIR = "examples"
+INDEX_DIR = "index"
+PAIRS_INDEX = "pairs"
+OFFSETS_FILE = "offsets.npy"
+SHARDS_FILE = "shards.json"
+IDS_FILE = "ids.txt"
+CLASSES_FILE = "classes.txt"
+CLASS_IDS_FILE = "class_ids.npy"
+CLASS_RECORDS_INDEX = "class_records"
+ROW_SPLITS_FILE = "row_splits.npy"
+VALUES_FILE = "values.npy"
+
+# TFRecord framing: uint64 length, uint32 masked crc of the length, payload, uint32 masked crc
+# of the payload. Offsets in `offsets.npy` point at the start of the frame.
+FRAME_HEADER_BYTES = 12
+FRAME_FOOTER_BYTES = 4
+FRAME_OVERHEAD_BYTES = FRAME_HEADER_BYTES + FRAME_FOOTER_BYTES
+
+# Feature keys of the two record kinds (see schemas/*.pbtxt).
+ID_KEY = "id"
+IMAGE_KEY = "image"
+IMAGE_FORMAT_KEY = "image_format"  # b"png", b"jpeg" (encoded bytes) or b"raw" (uint8 pixels)
+HEIGHT_KEY = "height"
+WIDTH_KEY = "width"
+CHANNELS_KEY = "channels"
+AUDIO_KEY = "audio"  # little-endian int16 PCM, mono
+NUM_SAMPLES_KEY = "num_samples"
+SAMPLE_RATE_KEY = "sample_rate"
+LABEL_KEY = "label"  # int64 class id within the record set's vocabulary
+SPEAKER_KEY = "speaker"  # class name
+
+
+def examples_dir(output_dir: str, record_set: str) -> str:
+    return os.path.join(output_dir, EXAMPLES_DIR, f"Split-{record_set}")
+
+
+def index_dir(output_dir: str, record_set: str) -> str:
+    return os.path.join(output_dir, INDEX_DIR, record_set)
+
+
+def pairs_index_dir(output_dir: str) -> str:
+    return os.path.join(output_dir, INDEX_DIR, PAIRS_INDEX)
+
+
+def class_records_dir(output_dir: str, record_set: str) -> str:
+    return os.path.join(index_dir(output_dir, record_set), CLASS_RECORDS_INDEX)
+
+
+def shard_name(shard: int, num_shards: int) -> str:
+    return f"data-{shard:05d}-of-{num_shards:05d}.tfrecord"
+
+
+def save_npy(path: str, array: np.ndarray) -> None:
+    """Writes `array` as .npy to any gfile path."""
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    with tf.io.gfile.GFile(path, "wb") as f:
+        f.write(buffer.getvalue())
+
+
+def load_npy(path: str, mmap: bool = True) -> np.ndarray:
+    """Loads a .npy file; local files are memory-mapped so memory does not grow with N.
+
+    Remote files (gs://, s3://, ...) are copied once to a local temporary file first.
+    """
+    if "://" in path:
+        fd, local = tempfile.mkstemp(suffix=".npy")
+        os.close(fd)
+        tf.io.gfile.copy(path, local, overwrite=True)
+        path = local
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"index file not found: {path}")
+    return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+
+
+def save_csr(directory: str, row_splits: np.ndarray, values: np.ndarray) -> None:
+    save_npy(os.path.join(directory, ROW_SPLITS_FILE), np.asarray(row_splits, np.int64))
+    save_npy(os.path.join(directory, VALUES_FILE), np.asarray(values, np.int64))
+
+
+def load_csr(directory: str, mmap: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Returns `(row_splits, values)`, int64; `tf.RaggedTensor.from_row_splits` takes them."""
+    return (
+        load_npy(os.path.join(directory, ROW_SPLITS_FILE), mmap),
+        load_npy(os.path.join(directory, VALUES_FILE), mmap),
+    )
+
+
+def save_json(path: str, obj: object) -> None:
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    with tf.io.gfile.GFile(path, "w") as f:
+        f.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def load_json(path: str) -> object:
+    with tf.io.gfile.GFile(path) as f:
+        return json.loads(f.read())
+
+
+def save_lines(path: str, lines: list[str]) -> None:
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    with tf.io.gfile.GFile(path, "w") as f:
+        f.write("".join(f"{line}\n" for line in lines))
+
+
+def load_lines(path: str) -> list[str]:
+    with tf.io.gfile.GFile(path) as f:
+        return f.read().splitlines()
