@@ -87,6 +87,50 @@ def shard_name(shard: int, num_shards: int) -> str:
     return f"data-{shard:05d}-of-{num_shards:05d}.tfrecord"
 
 
+def write_shard(path: str, records: list[bytes]) -> np.ndarray:
+    """Writes serialized records to one uncompressed TFRecord shard at any gfile path.
+
+    Returns int64 [n, 2]: the frame offset and payload length of each record, in order. Offsets
+    follow from the lengths (every frame is payload + 16 bytes), so nothing is read back. The
+    shard is written to a temporary name and renamed, so a reader never sees half a shard.
+    """
+    lengths = np.fromiter((len(r) for r in records), dtype=np.int64, count=len(records))
+    frame_ends = np.cumsum(lengths + FRAME_OVERHEAD_BYTES)
+    offsets = frame_ends - (lengths + FRAME_OVERHEAD_BYTES)
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with tf.io.TFRecordWriter(temporary) as writer:
+        for record in records:
+            writer.write(record)
+    tf.io.gfile.rename(temporary, path, overwrite=True)
+    return np.stack([offsets, lengths], axis=1)
+
+
+def save_record_set_index(
+    output_dir: str,
+    record_set: str,
+    shard_paths: list[str],
+    offsets: np.ndarray,
+    ids: list[str],
+) -> None:
+    """Writes `offsets.npy`, `shards.json` and `ids.txt` of a record set.
+
+    `offsets` is int64 [N, 3] (shard, frame offset, payload length) in record order; shard paths
+    are stored relative to `output_dir`.
+    """
+    directory = index_dir(output_dir, record_set)
+    save_npy(os.path.join(directory, OFFSETS_FILE), np.asarray(offsets, np.int64).reshape(-1, 3))
+    save_json(
+        os.path.join(directory, SHARDS_FILE),
+        {
+            "record_set": record_set,
+            "num_records": int(len(ids)),
+            "shards": [os.path.relpath(p, output_dir) for p in shard_paths],
+        },
+    )
+    save_lines(os.path.join(directory, IDS_FILE), ids)
+
+
 def save_npy(path: str, array: np.ndarray) -> None:
     """Writes `array` as .npy to any gfile path."""
     buffer = io.BytesIO()
