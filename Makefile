@@ -1,0 +1,64 @@
+# Two commands on a fresh machine: `make demo` and `make test` (each sets up first).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+BENCH_ARGS ?= --quick
+PYTEST_ARGS ?=
+
+# python3.10: $(PYTHON310) if given, else the first interpreter that really runs (a pyenv shim
+# may exist without a 3.10 selected).
+FIND_PY310 = for p in "$(PYTHON310)" python3.10 $$HOME/.pyenv/versions/3.10*/bin/python3.10 \
+	/usr/local/bin/python3.10 /usr/bin/python3.10; do \
+	  [ -n "$$p" ] && "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 10)' 2>/dev/null \
+	  && { command -v "$$p" || echo "$$p"; } && break; done
+
+.PHONY: help setup demo test lint bench kubeflow lock clean
+
+help:
+	@echo "make demo      set up, then run both pipelines on the bundled sample data"
+	@echo "make test      set up, then run the test suite"
+	@echo "make setup     create .venv (python3.10) from requirements.lock (idempotent)"
+	@echo "make lint      ruff"
+	@echo "make bench     run every benchmark under bench/ (BENCH_ARGS=$(BENCH_ARGS))"
+	@echo "make kubeflow  compile both pipelines to KFP v2 JSON under kubeflow/"
+	@echo "make lock      regenerate requirements.lock from pyproject.toml (needs uv)"
+
+setup: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	@py=$$($(FIND_PY310) | head -n 1); \
+	if [ -z "$$py" ]; then \
+	  echo "error: python3.10 not found. TFX 1.16 needs Python 3.10: install it (e.g. 'pyenv install 3.10') or pass PYTHON310=/path/to/python3.10." >&2; \
+	  exit 1; fi; \
+	if [ ! -x $(PY) ] || ! $(PY) -c 'import sys; assert sys.version_info[:2] == (3, 10)' 2>/dev/null; then \
+	  echo "creating $(VENV) with $$py"; rm -rf $(VENV); "$$py" -m venv $(VENV); fi
+	$(PY) -m pip install --quiet --disable-pip-version-check "uv>=0.4"
+	$(VENV)/bin/uv pip sync --python $(PY) requirements.lock
+	$(VENV)/bin/uv pip install --python $(PY) --no-deps -e .
+	@touch $(STAMP)
+
+demo: setup
+	$(PY) -m pipeline.demo
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+bench: setup
+	@set -e; for script in bench/bench_*.py; do \
+	  echo "== $$script"; $(PY) $$script $(BENCH_ARGS); done
+
+kubeflow: setup
+	$(PY) -m kubeflow.runner
+
+lock:
+	uv pip compile pyproject.toml --extra dev --python-version 3.10 \
+	  --python-platform x86_64-unknown-linux-gnu -o requirements.lock
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache
