@@ -1,0 +1,190 @@
+"""Stateless, vectorized per-epoch plans and the dataset that re-plans every epoch.
+
+A sampler describes one epoch as a *plan*: int64 tensors whose leading dimension is the number of
+global batches, one row per batch (for example the x and y record numbers of each pair). The plan
+is a pure function of `(seed, epoch)` and, for stateful strategies, of a checkpointable state, so
+that
+
+* every worker computes the same global plan and keeps a disjoint set of whole batches;
+* resuming at `(epoch, step)` recomputes the plan and skips `step` batches, with no tf.data
+  iterator state to save.
+
+`epoch_dataset` turns a plan function into a `tf.data.Dataset` whose every iteration is the next
+epoch, which is what `keras.Model.fit(ds, epochs=N)` needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import tensorflow as tf
+
+# Salts separate the random streams drawn for different purposes within one (seed, epoch).
+SALT_ORDER = 0
+SALT_CHOICE = 1
+SALT_TIE_BREAK = 2
+
+
+class EpochState(tf.Module):
+    """Checkpointable sampler state.
+
+    `epoch` (int64 scalar variable) is the next epoch to plan. A dataset built by `epoch_dataset`
+    increments it when an iteration starts, so a checkpoint written during epoch `e` holds
+    `e + 1`; resuming with `initial_step > 0` re-plans epoch `epoch - 1`, the one in progress.
+    Track it with `tf.train.Checkpoint(sampler=state, ...)`.
+    """
+
+    def __init__(self, initial_epoch: int = 0, name: str | None = None):
+        super().__init__(name=name)
+        if initial_epoch < 0:
+            raise ValueError(f"initial_epoch must be >= 0, got {initial_epoch}")
+        self.epoch = tf.Variable(initial_epoch, dtype=tf.int64, trainable=False, name="epoch")
+
+
+def epoch_seed(seed: int, epoch, salt: int = 0) -> tf.Tensor:
+    """Returns the int64 [2] seed of the random stream `(seed, epoch, salt)`.
+
+    Use it with `tf.random.stateless_*`. Streams of different `(seed, epoch, salt)` are distinct
+    (each argument is folded in with a counter-based hash).
+    """
+    base = tf.constant([seed, 0], dtype=tf.int64)
+    with_salt = tf.random.experimental.stateless_fold_in(base, tf.constant(salt, tf.int64))
+    return tf.random.experimental.stateless_fold_in(with_salt, tf.cast(epoch, tf.int64))
+
+
+def stateless_permutation(n, seed) -> tf.Tensor:
+    """Returns int64 [n]: a random permutation of `0..n-1`, a pure function of `seed`."""
+    return tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64), seed=seed)
+
+
+def shuffle_within_rows(row_splits, seed) -> tf.Tensor:
+    """Returns int64 [nnz]: positions of the CSR `values`, randomly permuted inside each row.
+
+    Element `j` of the result, for `j` in row `r` (`row_splits[r] <= j < row_splits[r + 1]`), is
+    again a position in row `r`; each row's positions are a uniform random permutation. Built by
+    one sort on the key `(row, random)`, so it is vectorized over all rows.
+    """
+    row_splits = tf.convert_to_tensor(row_splits, tf.int64)
+    nnz = row_splits[-1]
+    row_ids = tf.ragged.row_splits_to_segment_ids(row_splits, out_type=tf.int64)
+    # 31 random bits below the row id keep the key inside int64 for up to 2**32 rows.
+    random_bits = tf.random.stateless_uniform(
+        [nnz], seed=seed, minval=0, maxval=1 << 31, dtype=tf.int64
+    )
+    keys = tf.bitwise.bitwise_or(tf.bitwise.left_shift(row_ids, 31), random_bits)
+    # tf.argsort returns int32 positions, which bounds nnz by 2**31 here.
+    return tf.cast(tf.argsort(keys, stable=True), tf.int64)
+
+
+def worker_slice(
+    input_context: tf.distribute.InputContext | None = None,
+    *,
+    worker_index: int | None = None,
+    num_workers: int | None = None,
+) -> tuple[int, int]:
+    """Returns `(worker_index, num_workers)` from an input context or explicit values.
+
+    With neither, the input is not distributed: `(0, 1)`.
+    """
+    if input_context is not None:
+        if worker_index is not None or num_workers is not None:
+            raise ValueError("pass either input_context or worker_index/num_workers, not both")
+        worker_index = input_context.input_pipeline_id
+        num_workers = input_context.num_input_pipelines
+    if worker_index is None and num_workers is None:
+        return 0, 1
+    if worker_index is None or num_workers is None:
+        raise ValueError("worker_index and num_workers must be given together")
+    if num_workers < 1 or not 0 <= worker_index < num_workers:
+        raise ValueError(
+            f"need 0 <= worker_index < num_workers, got worker_index={worker_index}, "
+            f"num_workers={num_workers}"
+        )
+    return int(worker_index), int(num_workers)
+
+
+def epoch_dataset(
+    plan_fn: Callable[[tf.Tensor], object],
+    *,
+    num_batches: int,
+    state: EpochState,
+    num_workers: int = 1,
+    worker_index: int = 0,
+    initial_step: int = 0,
+) -> tf.data.Dataset:
+    """A dataset whose every iteration is the next epoch's plan, one batch row per element.
+
+    Args:
+      plan_fn: `plan_fn(epoch)` (int64 scalar tensor) returns a structure of int64 tensors, each
+        with leading dimension `num_batches`: the global plan of that epoch. It is traced once
+        and runs inside the tf.data graph.
+      num_batches: global batches per epoch; a multiple of `num_workers`.
+      state: the `EpochState` whose `epoch` picks (and is advanced by) each iteration.
+      num_workers, worker_index: this worker keeps batch rows `b` with
+        `b % num_workers == worker_index`, so workers hold disjoint whole batches whose union is
+        the plan.
+      initial_step: resume point, in this worker's batches. When positive, the first iteration
+        re-plans the epoch in progress (`state.epoch - 1`, as restored from a checkpoint written
+        during that epoch) and skips its first `initial_step` batches; later iterations are
+        whole epochs.
+
+    Returns:
+      A dataset of plan rows (the structure of `plan_fn`'s result, leading dimension removed).
+      Its cardinality is `num_batches // num_workers` when `initial_step == 0`.
+    """
+    if num_batches < 1:
+        raise ValueError(f"num_batches must be >= 1, got {num_batches}")
+    if num_workers < 1 or not 0 <= worker_index < num_workers:
+        raise ValueError(f"need 0 <= worker_index < num_workers, got {worker_index}, {num_workers}")
+    if num_batches % num_workers:
+        raise ValueError(
+            f"num_batches ({num_batches}) must be a multiple of num_workers ({num_workers})"
+        )
+    batches_per_worker = num_batches // num_workers
+    if not 0 <= initial_step < batches_per_worker:
+        raise ValueError(
+            f"initial_step must be in [0, {batches_per_worker}) (batches per worker per epoch), "
+            f"got {initial_step}"
+        )
+    # One-shot: only the first iteration resumes mid-epoch.
+    steps_to_skip = tf.Variable(initial_step, dtype=tf.int64, trainable=False)
+
+    def one_epoch(_):
+        skip = steps_to_skip.value()
+        resuming = skip > 0
+        with tf.control_dependencies([skip]):
+            steps_to_skip.assign(0)
+        epoch = tf.cond(
+            resuming,
+            lambda: _epoch_in_progress(state.epoch),
+            lambda: state.epoch.assign_add(1, read_value=True) - 1,
+        )
+        plan = plan_fn(epoch)
+        mine = tf.nest.map_structure(lambda rows: _check_rows(rows, num_batches), plan)
+        mine = tf.nest.map_structure(lambda rows: rows[worker_index::num_workers], mine)
+        return tf.data.Dataset.from_tensor_slices(mine).skip(skip)
+
+    dataset = tf.data.Dataset.range(1).flat_map(one_epoch)
+    if initial_step == 0:
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches_per_worker))
+    return dataset
+
+
+def _epoch_in_progress(next_epoch: tf.Variable) -> tf.Tensor:
+    check = tf.debugging.assert_positive(
+        next_epoch.value(),
+        message="initial_step > 0 resumes the epoch in progress, state.epoch - 1; restore the "
+        "sampler state from a checkpoint written during that epoch first",
+    )
+    with tf.control_dependencies([check]):
+        return next_epoch.value() - 1
+
+
+def _check_rows(rows: tf.Tensor, num_batches: int) -> tf.Tensor:
+    check = tf.debugging.assert_equal(
+        tf.shape(rows, out_type=tf.int64)[0],
+        tf.constant(num_batches, tf.int64),
+        message="plan_fn returned a plan whose leading dimension is not num_batches",
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(rows)

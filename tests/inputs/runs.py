@@ -1,0 +1,64 @@
+"""Writes small materialized runs (the layout the Beam stage writes) for the input tests."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from components import layout
+
+
+def image_example(record_id: str, pixels: np.ndarray, label: int | None = None) -> bytes:
+    """A raw-image `tf.train.Example` as the Beam stage writes it."""
+    height, width, channels = pixels.shape
+    feature = {
+        layout.ID_KEY: _bytes(record_id.encode()),
+        layout.IMAGE_KEY: _bytes(pixels.astype(np.uint8).tobytes()),
+        layout.IMAGE_FORMAT_KEY: _bytes(b"raw"),
+        layout.HEIGHT_KEY: _int(height),
+        layout.WIDTH_KEY: _int(width),
+        layout.CHANNELS_KEY: _int(channels),
+    }
+    if label is not None:
+        feature[layout.LABEL_KEY] = _int(label)
+    example = tf.train.Example(features=tf.train.Features(feature=feature))
+    return example.SerializeToString()
+
+
+def write_record_set(
+    output_dir: str, record_set: str, records: list[bytes], num_shards: int = 3
+) -> list[str]:
+    """Writes `records` in order to `num_shards` shards plus the offset index; returns paths."""
+    bounds = np.linspace(0, len(records), num_shards + 1).astype(int)
+    directory = layout.examples_dir(output_dir, record_set)
+    paths, rows = [], []
+    for shard in range(num_shards):
+        path = os.path.join(directory, layout.shard_name(shard, num_shards))
+        offsets = layout.write_shard(path, records[bounds[shard] : bounds[shard + 1]])
+        paths.append(path)
+        rows.append(np.column_stack([np.full(len(offsets), shard), offsets]))
+    offsets = np.concatenate(rows).astype(np.int64) if rows else np.zeros([0, 3], np.int64)
+    ids = [f"{record_set}-{i:06d}" for i in range(len(records))]
+    layout.save_record_set_index(output_dir, record_set, paths, offsets, ids)
+    return paths
+
+
+def write_pairs(output_dir: str, valid_pairs: list[list[int]]) -> None:
+    lengths = np.array([len(row) for row in valid_pairs], np.int64)
+    row_splits = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    values = np.array([y for row in valid_pairs for y in row], np.int64)
+    layout.save_csr(layout.pairs_index_dir(output_dir), row_splits, values)
+
+
+def random_images(rng: np.random.Generator, n: int, shape=(4, 5, 3)) -> list[np.ndarray]:
+    return [rng.integers(0, 256, size=shape, dtype=np.uint8) for _ in range(n)]
+
+
+def _bytes(value: bytes) -> tf.train.Feature:
+    return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+
+
+def _int(value: int) -> tf.train.Feature:
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))

@@ -1,0 +1,198 @@
+"""Epoch plans: stateless randomness, worker slices, re-planning per iteration, resume."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from components.epoch_plan import (
+    EpochState,
+    epoch_dataset,
+    epoch_seed,
+    shuffle_within_rows,
+    stateless_permutation,
+    worker_slice,
+)
+
+FEW = settings(max_examples=15, deadline=None)
+
+
+def test_epoch_seeds_are_distinct_and_reproducible():
+    seeds = {
+        tuple(epoch_seed(seed, epoch, salt).numpy().tolist())
+        for seed in range(4)
+        for epoch in range(4)
+        for salt in range(3)
+    }
+    assert len(seeds) == 4 * 4 * 3
+    assert epoch_seed(7, 3, 1).numpy().tolist() == epoch_seed(7, 3, 1).numpy().tolist()
+
+
+@FEW
+@given(n=st.integers(0, 300), seed=st.integers(0, 2**31), epoch=st.integers(0, 50))
+def test_stateless_permutation_is_a_deterministic_permutation(n, seed, epoch):
+    permutation = stateless_permutation(n, epoch_seed(seed, epoch)).numpy()
+    assert permutation.dtype == np.int64
+    assert sorted(permutation.tolist()) == list(range(n))
+    again = stateless_permutation(n, epoch_seed(seed, epoch)).numpy()
+    assert permutation.tolist() == again.tolist()
+
+
+def test_permutations_differ_between_epochs():
+    a = stateless_permutation(100, epoch_seed(0, 0)).numpy()
+    b = stateless_permutation(100, epoch_seed(0, 1)).numpy()
+    assert a.tolist() != b.tolist()
+
+
+@FEW
+@given(
+    degrees=st.lists(st.integers(0, 6), min_size=1, max_size=40),
+    seed=st.integers(0, 2**31),
+)
+def test_shuffle_within_rows_permutes_each_row(degrees, seed):
+    row_splits = np.concatenate([[0], np.cumsum(degrees)]).astype(np.int64)
+    positions = shuffle_within_rows(row_splits, epoch_seed(seed, 0)).numpy()
+    assert len(positions) == row_splits[-1]
+    for row in range(len(degrees)):
+        start, stop = row_splits[row], row_splits[row + 1]
+        assert sorted(positions[start:stop].tolist()) == list(range(start, stop))
+
+
+def test_shuffle_within_rows_is_uniform_enough():
+    # One row of 4: each position lands in each slot about 1/4 of the time over many seeds.
+    counts = np.zeros([4, 4])
+    for seed in range(400):
+        positions = shuffle_within_rows([0, 4], epoch_seed(seed, 0)).numpy()
+        counts[np.arange(4), positions] += 1
+    assert counts.min() > 60 and counts.max() < 140
+
+
+def test_worker_slice_from_context_or_arguments():
+    context = tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=2)
+    assert worker_slice(context) == (2, 3)
+    assert worker_slice(worker_index=1, num_workers=4) == (1, 4)
+    assert worker_slice() == (0, 1)
+    with pytest.raises(ValueError, match="together"):
+        worker_slice(worker_index=1)
+    with pytest.raises(ValueError, match="worker_index < num_workers"):
+        worker_slice(worker_index=4, num_workers=4)
+    with pytest.raises(ValueError, match="not both"):
+        worker_slice(context, worker_index=0, num_workers=1)
+
+
+def _plan(num_batches: int, width: int, seed: int = 0):
+    """A plan whose rows identify (epoch, batch): a permutation of the epoch's ids."""
+
+    def plan_fn(epoch):
+        ids = stateless_permutation(num_batches * width, epoch_seed(seed, epoch))
+        return {"ids": tf.reshape(ids + 1000 * epoch, [num_batches, width])}
+
+    return plan_fn
+
+
+def _rows(dataset) -> list[list[int]]:
+    return [element["ids"].tolist() for element in dataset.as_numpy_iterator()]
+
+
+@pytest.mark.parametrize("num_workers", [1, 2, 3])
+def test_each_iteration_is_the_next_epoch(num_workers):
+    num_batches, width = 6, 4
+    for worker in range(num_workers):
+        state = EpochState()
+        ds = epoch_dataset(
+            _plan(num_batches, width),
+            num_batches=num_batches,
+            state=state,
+            num_workers=num_workers,
+            worker_index=worker,
+        )
+        assert ds.cardinality().numpy() == num_batches // num_workers
+        assert ds.element_spec == {"ids": tf.TensorSpec([width], tf.int64)}
+        for epoch in range(3):
+            expected = _plan(num_batches, width)(epoch)["ids"].numpy()[worker::num_workers]
+            assert _rows(ds) == expected.tolist()
+            assert state.epoch.numpy() == epoch + 1
+
+
+@FEW
+@given(
+    num_workers=st.integers(1, 4),
+    batches_per_worker=st.integers(1, 5),
+    seed=st.integers(0, 1000),
+)
+def test_worker_slices_are_disjoint_and_cover_the_plan(num_workers, batches_per_worker, seed):
+    num_batches, width = num_workers * batches_per_worker, 3
+    per_worker = [
+        _rows(
+            epoch_dataset(
+                _plan(num_batches, width, seed),
+                num_batches=num_batches,
+                state=EpochState(),
+                num_workers=num_workers,
+                worker_index=w,
+            )
+        )
+        for w in range(num_workers)
+    ]
+    ids = [i for rows in per_worker for row in rows for i in row]
+    assert len(ids) == len(set(ids)) == num_batches * width
+    assert sorted(ids) == list(range(num_batches * width))
+
+
+@FEW
+@given(
+    epoch=st.integers(0, 3), step=st.integers(1, 5), num_workers=st.sampled_from([1, 2])
+)
+def test_resume_from_checkpoint_yields_exactly_the_rest(tmp_path_factory, epoch, step, num_workers):
+    num_batches = 6 * num_workers
+    plan = _plan(num_batches, 2)
+    directory = tmp_path_factory.mktemp("ckpt")
+
+    # Reference: an uninterrupted run of epochs 0..epoch+1 on worker 0.
+    state = EpochState()
+    ds = epoch_dataset(plan, num_batches=num_batches, state=state, num_workers=num_workers)
+    reference = [_rows(ds) for _ in range(epoch + 2)]
+
+    # Interrupted run: stop after `step` batches of `epoch`, checkpointing the state then.
+    state = EpochState()
+    checkpoint = tf.train.Checkpoint(sampler=state)
+    ds = epoch_dataset(plan, num_batches=num_batches, state=state, num_workers=num_workers)
+    for _ in range(epoch):
+        _rows(ds)
+    iterator = iter(ds)
+    seen = [next(iterator)["ids"].numpy().tolist() for _ in range(step)]
+    path = checkpoint.write(str(directory / "ckpt"))
+    del iterator
+
+    restored = EpochState()
+    tf.train.Checkpoint(sampler=restored).read(path).assert_consumed()
+    resumed = epoch_dataset(
+        plan, num_batches=num_batches, state=restored, num_workers=num_workers, initial_step=step
+    )
+    rest_of_epoch = _rows(resumed)
+    assert seen + rest_of_epoch == reference[epoch]
+    assert _rows(resumed) == reference[epoch + 1]
+
+
+def test_resume_without_restored_state_is_a_clear_error():
+    ds = epoch_dataset(_plan(4, 2), num_batches=4, state=EpochState(), initial_step=1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="restore the sampler state"):
+        _rows(ds)
+
+
+def test_bad_arguments_are_rejected():
+    plan = _plan(4, 2)
+    with pytest.raises(ValueError, match="multiple of num_workers"):
+        epoch_dataset(plan, num_batches=5, state=EpochState(), num_workers=2)
+    with pytest.raises(ValueError, match="initial_step"):
+        epoch_dataset(plan, num_batches=4, state=EpochState(), initial_step=4)
+    with pytest.raises(ValueError, match="num_batches"):
+        epoch_dataset(plan, num_batches=0, state=EpochState())
+    with pytest.raises(ValueError, match="initial_epoch"):
+        EpochState(initial_epoch=-1)
+    ds = epoch_dataset(plan, num_batches=3, state=EpochState())
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not num_batches"):
+        _rows(ds)

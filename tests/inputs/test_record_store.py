@@ -1,0 +1,193 @@
+"""RecordStore: by-index reads over real TFRecord shards, both backends, damaged records."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from components import layout
+from components.record_store import DamagedRecordError, RecordStore, masked_crc32c
+from tests.inputs import runs
+
+BACKENDS = ["memory", "disk"]
+
+
+def _records(rng: np.random.Generator, n: int) -> list[bytes]:
+    # Varying lengths, including empty payloads, so offsets are not a simple stride.
+    return [rng.bytes(int(rng.integers(0, 200))) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    output_dir = str(tmp_path_factory.mktemp("run"))
+    records = _records(np.random.default_rng(0), 257)
+    runs.write_record_set(output_dir, "x", records, num_shards=4)
+    return output_dir, records
+
+
+def test_masked_crc_matches_tfrecord_writer(tmp_path):
+    payload = b"hello, shard"
+    path = str(tmp_path / "one.tfrecord")
+    layout.write_shard(path, [payload])
+    with open(path, "rb") as f:
+        frame = f.read()
+    assert int.from_bytes(frame[8:12], "little") == masked_crc32c(frame[:8])
+    assert int.from_bytes(frame[-4:], "little") == masked_crc32c(payload)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_reads_match_written_records(run_dir, backend, seed):
+    output_dir, records = run_dir
+    store = RecordStore.open(output_dir, "x", backend=backend)
+    assert store.backend == backend
+    assert store.num_records == len(records)
+    assert store.record_set == "x"
+    indices = np.random.default_rng(seed).integers(0, len(records), size=64)
+    got = store.read(tf.constant(indices, tf.int64)).numpy().tolist()
+    assert got == [records[i] for i in indices]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reads_inside_dataset_map(run_dir, backend):
+    output_dir, records = run_dir
+    store = RecordStore.open(output_dir, "x", backend=backend)
+    order = np.random.default_rng(3).permutation(len(records))
+    ds = (
+        tf.data.Dataset.from_tensor_slices(order.astype(np.int64))
+        .batch(32)
+        .map(store.read, num_parallel_calls=tf.data.AUTOTUNE)
+    )
+    assert ds.element_spec == tf.TensorSpec([None], tf.string)
+    got = [r for batch in ds.as_numpy_iterator() for r in batch.tolist()]
+    assert got == [records[i] for i in order]
+
+
+def test_auto_backend_follows_memory_budget(run_dir):
+    output_dir, records = run_dir
+    shard_bytes = sum(len(r) + layout.FRAME_OVERHEAD_BYTES for r in records)
+    assert RecordStore.open(output_dir, "x", memory_budget_bytes=shard_bytes).backend == "memory"
+    small = RecordStore.open(output_dir, "x", memory_budget_bytes=shard_bytes - 1)
+    assert small.backend == "disk"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("bad_index", [-1, 257, 10**9])
+def test_out_of_range_index_names_index_and_size(run_dir, backend, bad_index):
+    output_dir, _ = run_dir
+    store = RecordStore.open(output_dir, "x", backend=backend)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=rf"{bad_index}.*num_records = 257"):
+        store.read(tf.constant([0, bad_index, 3], tf.int64))
+    ds = tf.data.Dataset.from_tensors(tf.constant([bad_index], tf.int64)).map(store.read)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=rf"{bad_index}.*num_records = 257"):
+        list(ds)
+
+
+def test_from_serialized_reads_by_index():
+    records = [b"a", b"", b"ccc"]
+    store = RecordStore.from_serialized(records)
+    assert store.backend == "memory" and store.num_records == 3
+    assert store.read([2, 0, 2]).numpy().tolist() == [b"ccc", b"a", b"ccc"]
+    with pytest.raises(ValueError, match="vector"):
+        RecordStore.from_serialized([[b"a"]])
+
+
+def test_missing_record_set_is_a_clear_error(run_dir):
+    output_dir, _ = run_dir
+    with pytest.raises(FileNotFoundError, match="record set 'nope' not found"):
+        RecordStore.open(output_dir, "nope")
+
+
+def test_inconsistent_index_is_rejected(tmp_path):
+    output_dir = str(tmp_path)
+    runs.write_record_set(output_dir, "x", [b"a", b"b"], num_shards=1)
+    offsets_path = os.path.join(layout.index_dir(output_dir, "x"), layout.OFFSETS_FILE)
+    offsets = np.load(offsets_path)
+    np.save(offsets_path, offsets[:1])
+    with pytest.raises(ValueError, match="1 rows but .* num_records=2"):
+        RecordStore.open(output_dir, "x")
+
+
+def _damaged_run(tmp_path, damage: str):
+    """A 3-shard run with one damaged record; returns (dir, records, index, shard path, offset)."""
+    output_dir = str(tmp_path)
+    records = _records(np.random.default_rng(5), 30)
+    records = [r or b"x" for r in records]
+    paths = runs.write_record_set(output_dir, "x", records, num_shards=3)
+    offsets = np.load(os.path.join(layout.index_dir(output_dir, "x"), layout.OFFSETS_FILE))
+    if damage == "payload":
+        index = 12
+        shard, offset, _ = offsets[index]
+        with open(paths[shard], "r+b") as f:
+            f.seek(offset + layout.FRAME_HEADER_BYTES)
+            first = f.read(1)
+            f.seek(offset + layout.FRAME_HEADER_BYTES)
+            f.write(bytes([first[0] ^ 0xFF]))
+    else:  # truncate the last shard in the middle of its last record
+        index = len(records) - 1
+        shard, offset, length = offsets[index]
+        with open(paths[shard], "r+b") as f:
+            f.truncate(offset + layout.FRAME_HEADER_BYTES + length // 2)
+    return output_dir, records, index, paths[shard], int(offset)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("damage", ["payload", "truncated"])
+def test_damaged_record_fails_with_shard_and_offset(tmp_path, backend, damage):
+    output_dir, _, index, shard, offset = _damaged_run(tmp_path, damage)
+    reason = "payload CRC mismatch" if damage == "payload" else "truncated shard"
+    expected = rf"record {index} \(shard {shard}, offset {offset}\): {reason}"
+    if backend == "memory":
+        with pytest.raises(DamagedRecordError, match=expected):
+            RecordStore.open(output_dir, "x", backend="memory")
+        return
+    store = RecordStore.open(output_dir, "x", backend="disk")
+    assert store.read([index - 1]).shape == [1]  # undamaged neighbours still read
+    with pytest.raises(DamagedRecordError, match=expected):
+        store.read([0, index])
+    ds = tf.data.Dataset.from_tensors(tf.constant([0, index], tf.int64)).map(store.read)
+    with pytest.raises(tf.errors.OpError, match=expected):
+        list(ds)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("damage", ["payload", "truncated"])
+def test_damaged_record_skipped_and_counted(tmp_path, backend, damage):
+    output_dir, records, index, shard, offset = _damaged_run(tmp_path, damage)
+    store = RecordStore.open(output_dir, "x", backend=backend, on_damaged="skip")
+    batch = [index, 0, index, 1]
+    got, ok = store.read_checked(batch)
+    assert ok.numpy().tolist() == [False, True, False, True]
+    assert got.numpy().tolist() == [b"", records[0], b"", records[1]]
+    assert store.damaged_count.numpy() == 2
+    ds = tf.data.Dataset.from_tensors(tf.constant([index], tf.int64)).map(store.read)
+    assert [r.numpy().tolist() for r in ds] == [[b""]]
+    assert store.damaged_count.numpy() == 3
+    [damaged] = store.damaged_records
+    assert (damaged.index, damaged.shard, damaged.offset) == (index, shard, offset)
+    assert store.locate(index) == (shard, offset)
+
+
+def test_crc_check_can_be_disabled(tmp_path):
+    output_dir, records, index, _, _ = _damaged_run(tmp_path, "payload")
+    store = RecordStore.open(output_dir, "x", backend="disk", verify_crc=False)
+    got = store.read([index]).numpy()[0]
+    assert got != records[index] and len(got) == len(records[index])
+
+
+def test_truncation_detected_without_crc(tmp_path):
+    output_dir, _, index, _, _ = _damaged_run(tmp_path, "truncated")
+    store = RecordStore.open(output_dir, "x", backend="disk", verify_crc=False)
+    with pytest.raises(DamagedRecordError, match="truncated shard"):
+        store.read([index])
+
+
+def test_bad_arguments_are_rejected(run_dir):
+    output_dir, _ = run_dir
+    with pytest.raises(ValueError, match="backend"):
+        RecordStore.open(output_dir, "x", backend="ssd")
+    with pytest.raises(ValueError, match="on_damaged"):
+        RecordStore.open(output_dir, "x", on_damaged="ignore")
