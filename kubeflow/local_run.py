@@ -1,0 +1,265 @@
+"""Runs a compiled KFP v2 pipeline job locally, task by task, through its container commands.
+
+A task compiled by `KubeflowV2DagRunner` runs in its pod as::
+
+    python -m tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor \
+        --executor_class_path <module.Executor> --json_serialized_invocation_args {{$}} [beam args]
+
+where the Kubeflow launcher replaces `{{$}}` with an `ExecutorInput` JSON: input parameters,
+input artifacts (type, uri, metadata of what upstream tasks produced), output artifact URIs and
+the `outputFile` the entrypoint writes its `ExecutorOutput` to. This module plays the launcher's
+part: it orders the DAG, builds each `ExecutorInput` from the spec and from the upstream tasks'
+`ExecutorOutput` files, substitutes it into the task's own `command` + `args` and runs it against
+a local pipeline root. What it proves is that every task's container command, with the arguments
+the spec gives it, runs the real executor and hands valid artifacts to the next task; what it does
+not prove is the image itself (see `kubeflow/Dockerfile`) or the cluster's Beam runner.
+
+Two modes:
+- `subprocess`: each task is a fresh `python -m ...` process, exactly the container command
+  (`python` is this interpreter). About 20-25 s per task here, mostly importing TFX.
+- `in_process`: each task calls the same entrypoint module's `main` with the same arguments in
+  this process, for test suites that cannot afford one TFX import per task.
+
+Run as `python -m kubeflow.local_run <pipeline.json> <pipeline_root> [--in-process]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+ENTRYPOINT_MODULE = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"
+EXECUTOR_INPUT_PLACEHOLDER = "{{$}}"
+EXECUTOR_OUTPUT_FILE = "executor_output.json"
+LOG_FILE = "log.txt"
+_LOG_TAIL_CHARS = 4000
+
+
+class LocalRunError(RuntimeError):
+    """A compiled task could not be built or its container command failed."""
+
+
+def load_pipeline_job(path: str) -> dict[str, Any]:
+    """Reads a `KubeflowV2DagRunner` output file and checks it parses as a KFP `PipelineSpec`."""
+    from google.protobuf import json_format
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    with open(path) as f:
+        job = json.load(f)
+    if "pipelineSpec" not in job:
+        raise LocalRunError(f"{path}: not a compiled pipeline job (no 'pipelineSpec')")
+    json_format.ParseDict(job["pipelineSpec"], pipeline_spec_pb2.PipelineSpec())
+    return job
+
+
+def task_order(pipeline_spec: Mapping[str, Any]) -> list[str]:
+    """Task names of the root DAG in dependency order (ties broken by name, so deterministic)."""
+    tasks = pipeline_spec["root"]["dag"]["tasks"]
+    upstream = {name: set(_upstream_tasks(task)) for name, task in tasks.items()}
+    for name, producers in upstream.items():
+        unknown = producers - tasks.keys()
+        if unknown:
+            raise LocalRunError(f"task {name!r} depends on unknown tasks {sorted(unknown)}")
+    order: list[str] = []
+    done: set[str] = set()
+    while len(order) < len(tasks):
+        ready = sorted(n for n in tasks if n not in done and upstream[n] <= done)
+        if not ready:
+            raise LocalRunError(f"cycle among tasks {sorted(tasks.keys() - done)}")
+        order.extend(ready)
+        done.update(ready)
+    return order
+
+
+def _upstream_tasks(task: Mapping[str, Any]) -> list[str]:
+    producers = list(task.get("dependentTasks", []))
+    for spec in task.get("inputs", {}).get("artifacts", {}).values():
+        if "taskOutputArtifact" in spec:
+            producers.append(spec["taskOutputArtifact"]["producerTask"])
+    return producers
+
+
+def executor_input(
+    job: Mapping[str, Any],
+    task_name: str,
+    task_root: str,
+    upstream_outputs: Mapping[str, Mapping[str, Any]],
+) -> dict[str, Any]:
+    """The `ExecutorInput` JSON the Kubeflow launcher would pass to `task_name`.
+
+    `upstream_outputs[task]` is that task's `ExecutorOutput` (as JSON); output artifacts go to
+    `<task_root>/<output key>`, the entrypoint writes `<task_root>/executor_output.json`.
+    """
+    spec = job["pipelineSpec"]
+    task = spec["root"]["dag"]["tasks"][task_name]
+    component = spec["components"][task["componentRef"]["name"]]
+    task_inputs = task.get("inputs", {})
+
+    parameters: dict[str, Any] = {}
+    parameter_values: dict[str, Any] = {}
+    for key, source in task_inputs.get("parameters", {}).items():
+        value = _parameter_value(job, task_name, key, source)
+        if "constantValue" in value:
+            parameters[key] = value["constantValue"]
+        else:
+            parameter_values[key] = value["constant"]
+
+    artifacts: dict[str, Any] = {}
+    for key, source in task_inputs.get("artifacts", {}).items():
+        if "taskOutputArtifact" not in source:
+            raise LocalRunError(f"task {task_name!r} input {key!r}: unsupported source {source}")
+        producer = source["taskOutputArtifact"]["producerTask"]
+        output_key = source["taskOutputArtifact"]["outputArtifactKey"]
+        produced = upstream_outputs[producer].get("artifacts", {}).get(output_key)
+        if not produced or not produced.get("artifacts"):
+            raise LocalRunError(
+                f"task {task_name!r} input {key!r}: {producer!r} produced no {output_key!r}"
+            )
+        producer_component = spec["components"][
+            spec["root"]["dag"]["tasks"][producer]["componentRef"]["name"]
+        ]
+        artifact_type = producer_component["outputDefinitions"]["artifacts"][output_key][
+            "artifactType"
+        ]
+        artifacts[key] = {
+            "artifacts": [
+                {**copy.deepcopy(a), "type": artifact_type} for a in produced["artifacts"]
+            ]
+        }
+
+    outputs: dict[str, Any] = {}
+    for key, definition in component.get("outputDefinitions", {}).get("artifacts", {}).items():
+        outputs[key] = {
+            "artifacts": [
+                {
+                    "name": f"{task_name}/{key}",
+                    "type": definition["artifactType"],
+                    "uri": os.path.join(task_root, key),
+                }
+            ]
+        }
+
+    result: dict[str, Any] = {
+        "inputs": {"artifacts": artifacts},
+        "outputs": {
+            "artifacts": outputs,
+            "outputFile": os.path.join(task_root, EXECUTOR_OUTPUT_FILE),
+        },
+    }
+    if parameters:
+        result["inputs"]["parameters"] = parameters
+    if parameter_values:
+        result["inputs"]["parameterValues"] = parameter_values
+    return result
+
+
+def _parameter_value(
+    job: Mapping[str, Any], task_name: str, key: str, source: Mapping[str, Any]
+) -> dict[str, Any]:
+    """`{"constantValue": Value}` (schema 2.0) or `{"constant": json}` (schema 2.1)."""
+    if "runtimeValue" in source:
+        return dict(source["runtimeValue"])
+    if "componentInputParameter" in source:
+        name = source["componentInputParameter"]
+        runtime = job.get("runtimeConfig", {})
+        if name in runtime.get("parameters", {}):
+            return {"constantValue": runtime["parameters"][name]}
+        if name in runtime.get("parameterValues", {}):
+            return {"constant": runtime["parameterValues"][name]}
+        raise LocalRunError(f"task {task_name!r} parameter {key!r}: no value for {name!r}")
+    raise LocalRunError(f"task {task_name!r} parameter {key!r}: unsupported source {source}")
+
+
+def container_command(job: Mapping[str, Any], task_name: str) -> list[str]:
+    """The task's container `command + args`, as compiled (still holding the placeholder)."""
+    spec = job["pipelineSpec"]
+    component = spec["components"][spec["root"]["dag"]["tasks"][task_name]["componentRef"]["name"]]
+    executor = spec["deploymentSpec"]["executors"][component["executorLabel"]]
+    if "container" not in executor:
+        raise LocalRunError(f"task {task_name!r}: only container executors run locally")
+    container = executor["container"]
+    return [*container.get("command", []), *container.get("args", [])]
+
+
+def run_task(
+    command: list[str], invocation: Mapping[str, Any], *, in_process: bool, cwd: str | None
+) -> None:
+    """Runs one container command with `{{$}}` replaced by the `ExecutorInput` JSON."""
+    invocation_json = json.dumps(invocation)
+    argv = [invocation_json if arg == EXECUTOR_INPUT_PLACEHOLDER else arg for arg in command]
+    leftover = [arg for arg in argv if "{{$" in arg and arg != invocation_json]
+    if leftover:
+        raise LocalRunError(f"unsupported placeholders in container args: {leftover}")
+    task_root = os.path.dirname(invocation["outputs"]["outputFile"])
+    os.makedirs(task_root, exist_ok=True)
+    if argv[:3] != ["python", "-m", ENTRYPOINT_MODULE]:
+        raise LocalRunError(f"not a TFX Kubeflow V2 container command: {argv[:3]}")
+    if in_process:
+        from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor
+
+        kubeflow_v2_run_executor.main(kubeflow_v2_run_executor._parse_flags(argv[3:]))
+        return
+    log_path = os.path.join(task_root, LOG_FILE)
+    with open(log_path, "w") as log:
+        completed = subprocess.run(
+            [sys.executable, *argv[1:]], stdout=log, stderr=subprocess.STDOUT, cwd=cwd
+        )
+    if completed.returncode != 0:
+        with open(log_path) as log:
+            tail = log.read()[-_LOG_TAIL_CHARS:]
+        raise LocalRunError(
+            f"container command exited with {completed.returncode} (log: {log_path}):\n{tail}"
+        )
+
+
+def run_pipeline_job(
+    job_path: str,
+    pipeline_root: str,
+    *,
+    in_process: bool = False,
+    run_id: str = "local-run",
+    cwd: str | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Runs every task of a compiled job in order; returns each task's `ExecutorOutput` JSON.
+
+    Task `T` writes under `<pipeline_root>/<run_id>/T/`: one folder per output key, the
+    `executor_output.json` and (subprocess mode) `log.txt`.
+    """
+    job = load_pipeline_job(job_path)
+    outputs: dict[str, dict[str, Any]] = {}
+    for task_name in task_order(job["pipelineSpec"]):
+        task_root = os.path.join(pipeline_root, run_id, task_name)
+        invocation = executor_input(job, task_name, task_root, outputs)
+        try:
+            run_task(container_command(job, task_name), invocation, in_process=in_process, cwd=cwd)
+        except Exception as error:
+            raise LocalRunError(f"task {task_name!r} failed: {error}") from error
+        output_file = invocation["outputs"]["outputFile"]
+        if not os.path.exists(output_file):
+            raise LocalRunError(f"task {task_name!r} wrote no executor output {output_file}")
+        with open(output_file) as f:
+            outputs[task_name] = json.load(f)
+    return outputs
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("job", help="compiled pipeline JSON (KubeflowV2DagRunner output)")
+    parser.add_argument("pipeline_root", help="local folder for the tasks' artifacts")
+    parser.add_argument("--in-process", action="store_true", help="one process for all tasks")
+    args = parser.parse_args(argv)
+    for task, output in run_pipeline_job(
+        args.job, args.pipeline_root, in_process=args.in_process
+    ).items():
+        uris = {k: [a["uri"] for a in v["artifacts"]] for k, v in output["artifacts"].items()}
+        print(f"{task}: {json.dumps(uris)}")
+
+
+if __name__ == "__main__":
+    main()
