@@ -9,8 +9,10 @@ Two backends behind one interface:
   number or size of records.
 
 Every record is checked against its TFRecord frame (length, masked CRC32C of length and payload)
-unless `verify_crc=False`. A damaged record (CRC mismatch, truncated shard, wrong frame length)
-either fails the read with an error naming the record, shard path and offset
+unless `verify_crc=False`, and, when a `payload_check` is given, its payload too (for example
+`components.parsing.example_check`: is it a parsable `tf.train.Example` with the features the
+parser needs). A damaged record (CRC mismatch, truncated shard, wrong frame length, failed payload
+check) either fails the read with an error naming the record, shard path and offset
 (`on_damaged="fail"`, the default), or comes back as `b""` with `ok=False`, is counted in
 `damaged_count` and listed in `damaged_records` (`on_damaged="skip"`).
 """
@@ -28,6 +30,9 @@ import numpy as np
 import tensorflow as tf
 
 from components import layout
+
+# A payload check returns None for a good payload and the reason otherwise.
+PayloadCheck = Callable[[bytes], "str | None"]
 
 BACKENDS = ("auto", "memory", "disk")
 ON_DAMAGED = ("fail", "skip")
@@ -109,6 +114,7 @@ class RecordStore:
         memory_budget_bytes: int = 1 << 30,
         on_damaged: str = "fail",
         verify_crc: bool = True,
+        payload_check: PayloadCheck | None = None,
     ) -> RecordStore:
         """Opens record set `record_set` of the materialized run at `output_dir`.
 
@@ -135,7 +141,7 @@ class RecordStore:
             total_bytes = sum(tf.io.gfile.stat(p).length for p in shard_paths)
             backend = "memory" if total_bytes <= memory_budget_bytes else "disk"
         if backend == "memory":
-            records, ok, damaged = _load_all(shard_paths, offsets, verify_crc)
+            records, ok, damaged = _load_all(shard_paths, offsets, verify_crc, payload_check)
             if damaged and on_damaged == "fail":
                 raise DamagedRecordError(_damage_message(damaged))
             return cls(
@@ -144,11 +150,11 @@ class RecordStore:
                 record_set=record_set,
                 records=records,
                 records_ok=ok,
-                reader=_ShardReader(shard_paths, offsets, verify_crc),
+                reader=_ShardReader(shard_paths, offsets, verify_crc, payload_check),
                 on_damaged=on_damaged,
                 damaged_records=damaged,
             )
-        reader = _ShardReader(shard_paths, offsets, verify_crc)
+        reader = _ShardReader(shard_paths, offsets, verify_crc, payload_check)
         return cls(
             backend="disk",
             num_records=num_records,
@@ -270,7 +276,13 @@ class RecordStore:
 class _ShardReader:
     """Batched `os.pread` reads of TFRecord frames through a memory-mapped offset index."""
 
-    def __init__(self, shard_paths: list[str], offsets: np.ndarray, verify_crc: bool):
+    def __init__(
+        self,
+        shard_paths: list[str],
+        offsets: np.ndarray,
+        verify_crc: bool,
+        payload_check: PayloadCheck | None,
+    ):
         for path in shard_paths:
             if "://" in path:
                 raise ValueError(
@@ -280,6 +292,7 @@ class _ShardReader:
         self._shard_paths = shard_paths
         self._offsets = offsets
         self._verify_crc = verify_crc
+        self._payload_check = payload_check
         self._fds: list[int] | None = None
         self._open_lock = threading.Lock()
 
@@ -303,11 +316,14 @@ class _ShardReader:
         damaged: list[DamagedRecord] = []
         pread = os.pread
         verify = self._verify_crc
+        payload_check = self._payload_check
         for i, (shard, offset, length) in enumerate(rows.tolist()):
             frame = pread(fds[shard], length + layout.FRAME_OVERHEAD_BYTES, offset)
             payload = frame[layout.FRAME_HEADER_BYTES : layout.FRAME_HEADER_BYTES + length]
-            if verify or len(frame) != length + layout.FRAME_OVERHEAD_BYTES:
+            if verify or payload_check or len(frame) != length + layout.FRAME_OVERHEAD_BYTES:
                 reason = _frame_problem(frame, length, verify)
+                if reason is None and payload_check is not None:
+                    reason = payload_check(payload)
                 if reason is not None:
                     damaged.append(
                         DamagedRecord(int(indices[i]), self._shard_paths[shard], offset, reason)
@@ -345,7 +361,10 @@ def _frame_problem(frame: bytes, length: int, verify_crc: bool) -> str | None:
 
 
 def _load_all(
-    shard_paths: list[str], offsets: np.ndarray, verify_crc: bool
+    shard_paths: list[str],
+    offsets: np.ndarray,
+    verify_crc: bool,
+    payload_check: PayloadCheck | None,
 ) -> tuple[tf.Tensor, tf.Tensor | None, list[DamagedRecord]]:
     """Reads every record into one tf.string tensor, checking each frame."""
     num_records = len(offsets)
@@ -364,9 +383,12 @@ def _load_all(
             strict=True,
         ):
             frame = data[offset : offset + length + layout.FRAME_OVERHEAD_BYTES]
+            payload = frame[layout.FRAME_HEADER_BYTES : -layout.FRAME_FOOTER_BYTES]
             reason = _frame_problem(frame, length, verify_crc)
+            if reason is None and payload_check is not None:
+                reason = payload_check(payload)
             if reason is None:
-                records[index] = frame[layout.FRAME_HEADER_BYTES : -layout.FRAME_FOOTER_BYTES]
+                records[index] = payload
             else:
                 damaged.append(DamagedRecord(index, path, offset, reason))
                 records[index] = b""

@@ -143,9 +143,7 @@ def test_worker_slices_are_disjoint_and_cover_the_plan(num_workers, batches_per_
 
 
 @FEW
-@given(
-    epoch=st.integers(0, 3), step=st.integers(1, 5), num_workers=st.sampled_from([1, 2])
-)
+@given(epoch=st.integers(0, 3), step=st.integers(1, 5), num_workers=st.sampled_from([1, 2]))
 def test_resume_from_checkpoint_yields_exactly_the_rest(tmp_path_factory, epoch, step, num_workers):
     num_batches = 6 * num_workers
     plan = _plan(num_batches, 2)

@@ -1,0 +1,167 @@
+"""Batched parsing of materialized records into tensors, and payload checks for the record store.
+
+A *parse function* maps tf.string [B] (serialized records) to a structure of tensors with leading
+dimension B. The samplers call it once per batch, inside `Dataset.map`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import tensorflow as tf
+from google.protobuf.message import DecodeError
+
+from components import layout
+
+ParseFn = Callable[[tf.Tensor], object]
+
+_IMAGE_DTYPES = (tf.uint8, tf.float16, tf.bfloat16, tf.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageSpec:
+    """The fixed shape and dtype images are decoded to.
+
+    Images of another size are resized (bilinear), of another channel count converted
+    (grey <-> RGB, alpha dropped). Floating dtypes hold values in [0, 1].
+    """
+
+    height: int
+    width: int
+    channels: int = 3
+    dtype: tf.DType = tf.uint8
+
+    def __post_init__(self):
+        if min(self.height, self.width) < 1:
+            raise ValueError(f"image height and width must be >= 1, got {self.height}x{self.width}")
+        if self.channels not in (1, 3):
+            raise ValueError(f"channels must be 1 or 3, got {self.channels}")
+        if tf.as_dtype(self.dtype) not in _IMAGE_DTYPES:
+            raise ValueError(f"dtype must be one of {[d.name for d in _IMAGE_DTYPES]}")
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (self.height, self.width, self.channels)
+
+
+def image_example_parser(image: ImageSpec, *, image_key: str = layout.IMAGE_KEY) -> ParseFn:
+    """Returns a parse function: tf.string [B] of image Examples -> images [B, H, W, C].
+
+    Reads the layout's image features (`image`, `image_format`, `height`, `width`,
+    `channels`). A batch whose images are all raw pixels of exactly the target shape is decoded
+    with one vectorized op; other batches decode image by image (PNG, JPEG, raw).
+    """
+    target_pixels = image.height * image.width * image.channels
+    features = {
+        image_key: tf.io.FixedLenFeature([], tf.string),
+        layout.IMAGE_FORMAT_KEY: tf.io.FixedLenFeature([], tf.string, default_value=b"raw"),
+        layout.HEIGHT_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=0),
+        layout.WIDTH_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=0),
+        layout.CHANNELS_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=0),
+    }
+
+    def decode_one(encoded, image_format, height, width, channels):
+        def raw():
+            pixels = tf.io.decode_raw(encoded, tf.uint8)
+            return tf.reshape(pixels, tf.stack([height, width, channels]))
+
+        def compressed():
+            return tf.io.decode_image(encoded, channels=0, expand_animations=False)
+
+        decoded = tf.cond(tf.equal(image_format, b"raw"), raw, compressed)
+        return _to_image_spec(decoded, image)
+
+    def parse(serialized: tf.Tensor) -> tf.Tensor:
+        parsed = tf.io.parse_example(serialized, features)
+        encoded = parsed[image_key]
+        exact_raw = tf.reduce_all(
+            [
+                tf.reduce_all(tf.equal(parsed[layout.IMAGE_FORMAT_KEY], b"raw")),
+                tf.reduce_all(tf.equal(tf.strings.length(encoded), target_pixels)),
+                tf.reduce_all(tf.equal(parsed[layout.HEIGHT_KEY], image.height)),
+                tf.reduce_all(tf.equal(parsed[layout.WIDTH_KEY], image.width)),
+                tf.reduce_all(tf.equal(parsed[layout.CHANNELS_KEY], image.channels)),
+            ]
+        )
+
+        def vectorized():
+            pixels = tf.io.decode_raw(encoded, tf.uint8)
+            pixels = tf.reshape(pixels, [-1, *image.shape])
+            return tf.image.convert_image_dtype(pixels, image.dtype)
+
+        def one_by_one():
+            return tf.map_fn(
+                lambda args: decode_one(*args),
+                (
+                    encoded,
+                    parsed[layout.IMAGE_FORMAT_KEY],
+                    parsed[layout.HEIGHT_KEY],
+                    parsed[layout.WIDTH_KEY],
+                    parsed[layout.CHANNELS_KEY],
+                ),
+                fn_output_signature=tf.TensorSpec(image.shape, image.dtype),
+            )
+
+        images = tf.cond(exact_raw, vectorized, one_by_one)
+        return tf.ensure_shape(images, [None, *image.shape])
+
+    return parse
+
+
+def _to_image_spec(decoded: tf.Tensor, image: ImageSpec) -> tf.Tensor:
+    """uint8 [h, w, c] (c in 1, 3, 4) -> image.dtype [H, W, C]."""
+    channels = tf.shape(decoded)[-1]
+    if image.channels == 3:
+        decoded = tf.cond(
+            tf.equal(channels, 1),
+            lambda: tf.image.grayscale_to_rgb(decoded),
+            lambda: decoded[..., :3],
+        )
+    else:
+        decoded = tf.cond(
+            tf.equal(channels, 1),
+            lambda: decoded,
+            lambda: tf.image.rgb_to_grayscale(decoded[..., :3]),
+        )
+    as_float = tf.image.convert_image_dtype(decoded, tf.float32)
+    resized = tf.image.resize(as_float, [image.height, image.width])
+    resized = tf.clip_by_value(resized, 0.0, 1.0)
+    return tf.ensure_shape(
+        tf.image.convert_image_dtype(resized, image.dtype, saturate=True), image.shape
+    )
+
+
+def example_check(required_keys: Sequence[str] = ()) -> Callable[[bytes], str | None]:
+    """A record-store payload check: is the payload a `tf.train.Example` with these features.
+
+    Raw images (`image_format` b"raw") must also hold `height * width * channels` bytes.
+    Returns None for a good payload and the reason otherwise.
+    """
+    required = tuple(required_keys)
+
+    def check(payload: bytes) -> str | None:
+        try:
+            example = tf.train.Example.FromString(payload)
+        except DecodeError as error:
+            return f"unparsable tf.train.Example ({error})"
+        feature = example.features.feature
+        missing = [key for key in required if key not in feature]
+        if missing:
+            return f"tf.train.Example lacks feature(s) {missing}"
+        if layout.IMAGE_FORMAT_KEY in feature and layout.IMAGE_KEY in feature:
+            image_format = feature[layout.IMAGE_FORMAT_KEY].bytes_list.value
+            if list(image_format) == [b"raw"]:
+                dims = [
+                    list(feature[key].int64_list.value) if key in feature else []
+                    for key in (layout.HEIGHT_KEY, layout.WIDTH_KEY, layout.CHANNELS_KEY)
+                ]
+                if any(len(d) != 1 for d in dims):
+                    return "raw image without height, width and channels"
+                (height,), (width,), (channels,) = dims
+                data = feature[layout.IMAGE_KEY].bytes_list.value
+                if len(data) != 1 or len(data[0]) != height * width * channels:
+                    return f"raw image bytes do not match {height}x{width}x{channels}"
+        return None
+
+    return check
