@@ -1,0 +1,134 @@
+"""CLI: `python -m components.materialize {pairs,audio} ... [Beam pipeline options]`.
+
+Flags not listed here (`--runner`, `--direct_num_workers`, `--direct_running_mode`, ...) go to
+Beam's PipelineOptions; DirectRunner by default. Prints a one-line summary; on a failed run
+prints the reason and exits with status 1, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from components.materialize.config import (
+    IMAGE_STORAGE_MODES,
+    MANIFEST_FORMATS,
+    PAIRS_FORMATS,
+    SPLIT_MODES,
+    AudioConfig,
+    PairsConfig,
+    ShardingConfig,
+)
+from components.materialize.errors import MaterializeError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m components.materialize",
+        description="Materialize raw data into indexed TFRecord shards (Apache Beam).",
+        epilog="Other flags are Beam pipeline options, e.g. --direct_num_workers=2 "
+        "--direct_running_mode=multi_processing.",
+    )
+    jobs = parser.add_subparsers(dest="job", required=True)
+
+    pairs = jobs.add_parser("pairs", help="image domains X, Y and their valid-pair list")
+    pairs.add_argument("--x_dir", required=True, help="folder of X images; ids = relative paths")
+    pairs.add_argument("--y_dir", required=True, help="folder of Y images")
+    pairs.add_argument("--pairs", required=True, help='JSON Lines {"x":..,"y":[..]} or CSV x,y')
+    pairs.add_argument("--pairs_format", default="auto", choices=PAIRS_FORMATS)
+    pairs.add_argument("--image_storage", default="encoded", choices=IMAGE_STORAGE_MODES)
+    pairs.add_argument("--raw_height", type=int, default=256)
+    pairs.add_argument("--raw_width", type=int, default=256)
+    pairs.add_argument("--raw_channels", type=int, default=3, choices=(1, 3, 4))
+    pairs.add_argument("--files_per_batch", type=int, default=256)
+
+    speech = jobs.add_parser("audio", help="labelled utterances listed in a manifest")
+    speech.add_argument("--manifest", required=True, help="CSV (header) or JSON Lines")
+    speech.add_argument("--root", required=True, help="folder the manifest paths are under")
+    speech.add_argument("--manifest_format", default="auto", choices=MANIFEST_FORMATS)
+    speech.add_argument("--sample_rate", type=int, default=16000)
+    speech.add_argument("--split_mode", default="speaker", choices=SPLIT_MODES)
+    speech.add_argument("--eval_fraction", type=float, default=0.1)
+    speech.add_argument("--split_seed", type=int, default=0)
+    speech.add_argument("--files_per_batch", type=int, default=16)
+
+    for job in (pairs, speech):
+        job.add_argument("--output_dir", required=True)
+        job.add_argument("--max_shard_bytes", type=int, default=128 << 20)
+        job.add_argument("--num_shards", type=int, default=0, help="0: from --max_shard_bytes")
+        job.add_argument("--max_reject_fraction", type=float, default=0.1)
+        job.add_argument("--overwrite", action="store_true", help="replace a previous run")
+    return parser
+
+
+def _one_line(summary: dict) -> str:
+    sets = ", ".join(
+        f"{name}={stats['num_records']}"
+        + (f"/{stats['num_classes']} classes" if "num_classes" in stats else "")
+        + f" ({stats['num_shards']} shards)"
+        for name, stats in summary["record_sets"].items()
+    )
+    pairs = summary.get("pairs")
+    pair_text = ""
+    if pairs and pairs.get("num_pairs"):
+        degree = pairs["degree"]
+        pair_text = (
+            f"; {pairs['num_pairs']} valid pairs (degree {degree['min']}-{degree['max']}, "
+            f"mean {degree['mean']})"
+        )
+    reasons = ", ".join(f"{k}={v}" for k, v in summary["rejects"]["by_reason"].items())
+    return (
+        f"materialize {summary['job']}: {sets}{pair_text}; "
+        f"{summary['rejects']['total']} rejects{f' ({reasons})' if reasons else ''}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, beam_args = _parser().parse_known_args(argv)
+    sharding = ShardingConfig(args.max_shard_bytes, args.num_shards)
+    common = {
+        "output_dir": args.output_dir,
+        "sharding": sharding,
+        "max_reject_fraction": args.max_reject_fraction,
+        "files_per_batch": args.files_per_batch,
+        "overwrite": args.overwrite,
+        "beam_pipeline_args": tuple(beam_args),
+    }
+    try:
+        # Imported here so `--help` and argument errors do not wait for TensorFlow and Beam.
+        from components.materialize import run_audio, run_pairs
+
+        if args.job == "pairs":
+            config = PairsConfig(
+                x_dir=args.x_dir,
+                y_dir=args.y_dir,
+                pairs=args.pairs,
+                pairs_format=args.pairs_format,
+                image_storage=args.image_storage,
+                raw_height=args.raw_height,
+                raw_width=args.raw_width,
+                raw_channels=args.raw_channels,
+                **common,
+            )
+            summary = run_pairs(config)
+        else:
+            config = AudioConfig(
+                manifest=args.manifest,
+                root=args.root,
+                manifest_format=args.manifest_format,
+                sample_rate=args.sample_rate,
+                split_mode=args.split_mode,
+                eval_fraction=args.eval_fraction,
+                split_seed=args.split_seed,
+                **common,
+            )
+            summary = run_audio(config)
+    except MaterializeError as error:
+        print(f"materialize {args.job}: error: {error}", file=sys.stderr)
+        return 1
+    print(f"{_one_line(summary)} -> {args.output_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

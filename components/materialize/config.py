@@ -1,0 +1,135 @@
+"""Job configurations: the flags of `python -m components.materialize {pairs,audio}`."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from components.materialize.errors import MaterializeError
+
+IMAGE_STORAGE_MODES = ("encoded", "raw")
+SPLIT_MODES = ("speaker", "utterance")
+PAIRS_FORMATS = ("auto", "jsonl", "csv")
+MANIFEST_FORMATS = ("auto", "jsonl", "csv")
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardingConfig:
+    """How a record set is cut into shards.
+
+    `num_shards` > 0 fixes the shard count (records split evenly by count); 0 cuts a new shard
+    whenever the next record would push the current one past `max_shard_bytes`.
+    """
+
+    max_shard_bytes: int = 128 << 20
+    num_shards: int = 0
+
+    def validate(self) -> None:
+        if self.max_shard_bytes <= 0:
+            raise MaterializeError(f"max_shard_bytes must be positive, got {self.max_shard_bytes}")
+        if self.num_shards < 0:
+            raise MaterializeError(f"num_shards must be >= 0, got {self.num_shards}")
+
+
+@dataclasses.dataclass(frozen=True)
+class PairsConfig:
+    """Paired image domains X and Y plus their valid-pair list.
+
+    Ids are paths relative to `x_dir` / `y_dir`. `pairs` is JSON Lines (`{"x": id, "y": [ids]}`)
+    or a CSV edge list (`x,y` per line, optional header), chosen by `pairs_format` or by the
+    file extension. `image_storage="raw"` stores uint8 pixels resized to
+    `raw_height x raw_width x raw_channels` instead of the encoded file bytes.
+    """
+
+    x_dir: str
+    y_dir: str
+    pairs: str
+    output_dir: str
+    pairs_format: str = "auto"
+    image_storage: str = "encoded"
+    raw_height: int = 256
+    raw_width: int = 256
+    raw_channels: int = 3
+    sharding: ShardingConfig = ShardingConfig()
+    max_reject_fraction: float = 0.1
+    files_per_batch: int = 256
+    overwrite: bool = False
+    beam_pipeline_args: tuple[str, ...] = ()
+
+    def validate(self) -> None:
+        _require_dir(self.x_dir, "x_dir")
+        _require_dir(self.y_dir, "y_dir")
+        _require_file(self.pairs, "pairs")
+        _require_choice(self.pairs_format, PAIRS_FORMATS, "pairs_format")
+        _require_choice(self.image_storage, IMAGE_STORAGE_MODES, "image_storage")
+        if min(self.raw_height, self.raw_width) <= 0 or self.raw_channels not in (1, 3, 4):
+            raise MaterializeError(
+                "raw image size must be positive and raw_channels 1, 3 or 4, got "
+                f"{self.raw_height}x{self.raw_width}x{self.raw_channels}"
+            )
+        _validate_common(self.sharding, self.max_reject_fraction, self.files_per_batch)
+
+
+@dataclasses.dataclass(frozen=True)
+class AudioConfig:
+    """Labelled utterances listed in a manifest (CSV with a header, or JSON Lines).
+
+    Manifest fields: `path` (relative to `root`), `speaker` (the label), optional `split`. With a
+    split field, each split value becomes a record set. Without one, records go to `train` and
+    `eval`: `split_mode="speaker"` holds out `eval_fraction` of the speakers (verification on
+    unseen speakers), `"utterance"` holds out that fraction of each speaker's utterances.
+    `eval_fraction=0` puts everything in `train`. Audio is decoded, mixed to mono and resampled
+    to `sample_rate`, stored as int16 PCM.
+    """
+
+    manifest: str
+    root: str
+    output_dir: str
+    manifest_format: str = "auto"
+    sample_rate: int = 16000
+    split_mode: str = "speaker"
+    eval_fraction: float = 0.1
+    split_seed: int = 0
+    sharding: ShardingConfig = ShardingConfig()
+    max_reject_fraction: float = 0.1
+    files_per_batch: int = 16
+    overwrite: bool = False
+    beam_pipeline_args: tuple[str, ...] = ()
+
+    def validate(self) -> None:
+        _require_file(self.manifest, "manifest")
+        _require_dir(self.root, "root")
+        _require_choice(self.manifest_format, MANIFEST_FORMATS, "manifest_format")
+        _require_choice(self.split_mode, SPLIT_MODES, "split_mode")
+        if not 1000 <= self.sample_rate <= 384000:
+            raise MaterializeError(f"sample_rate must be in [1000, 384000], got {self.sample_rate}")
+        if not 0.0 <= self.eval_fraction < 1.0:
+            raise MaterializeError(f"eval_fraction must be in [0, 1), got {self.eval_fraction}")
+        _validate_common(self.sharding, self.max_reject_fraction, self.files_per_batch)
+
+
+def _validate_common(sharding: ShardingConfig, max_reject_fraction: float, batch: int) -> None:
+    sharding.validate()
+    if not 0.0 <= max_reject_fraction <= 1.0:
+        raise MaterializeError(f"max_reject_fraction must be in [0, 1], got {max_reject_fraction}")
+    if batch <= 0:
+        raise MaterializeError(f"files_per_batch must be positive, got {batch}")
+
+
+def _require_dir(path: str, flag: str) -> None:
+    # TensorFlow is imported on use so the CLI's --help and flag errors answer at once.
+    import tensorflow as tf
+
+    if not path or not tf.io.gfile.isdir(path):
+        raise MaterializeError(f"--{flag}: not a directory: {path!r}")
+
+
+def _require_file(path: str, flag: str) -> None:
+    import tensorflow as tf
+
+    if not path or not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
+        raise MaterializeError(f"--{flag}: file not found: {path!r}")
+
+
+def _require_choice(value: str, choices: tuple[str, ...], flag: str) -> None:
+    if value not in choices:
+        raise MaterializeError(f"--{flag} must be one of {', '.join(choices)}; got {value!r}")

@@ -1,0 +1,80 @@
+"""Valid-pair list entries: JSON Lines `{"x": id, "y": [ids]}` or a CSV `x,y` edge list."""
+
+from __future__ import annotations
+
+import csv
+import json
+from typing import NamedTuple
+
+import tensorflow as tf
+
+from components.materialize import paths, rejects
+
+CSV_HEADER = ("x", "y")
+
+
+class PairEntry(NamedTuple):
+    """One parsed line: normalized ids, plus the y ids refused as unsafe (raw id, why)."""
+
+    x_id: str
+    y_ids: list[str]
+    unsafe_y: list[tuple[str, str]]
+
+
+def resolve_format(path: str, pairs_format: str = "auto") -> str:
+    if pairs_format != "auto":
+        return pairs_format
+    return "csv" if path.lower().endswith(".csv") else "jsonl"
+
+
+def has_csv_header(path: str) -> bool:
+    """True when the first line of a CSV edge list is the `x,y` header."""
+    with tf.io.gfile.GFile(path, "r") as handle:
+        first_line = handle.readline().lstrip("\ufeff")
+    return tuple(v.strip() for v in next(csv.reader([first_line]), [])) == CSV_HEADER
+
+
+def parse_entry(line: str, pairs_format: str) -> PairEntry:
+    """Parses one line; a JSON line may list no y at all.
+
+    Raises `RejectedInput(MALFORMED_PAIR_ENTRY)` for lines that do not parse and
+    `RejectedInput(UNSAFE_PAIR_PATH)` when the x id leaves its root; unsafe y ids are returned
+    in `unsafe_y` so the line's other entries survive.
+    """
+    if pairs_format == "jsonl":
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise rejects.RejectedInput(
+                rejects.MALFORMED_PAIR_ENTRY, f"invalid JSON: {error}"
+            ) from error
+        if not isinstance(entry, dict) or not isinstance(entry.get("x"), str):
+            raise rejects.RejectedInput(
+                rejects.MALFORMED_PAIR_ENTRY, 'expected {"x": "<id>", "y": ["<id>", ...]}'
+            )
+        y_ids = entry.get("y", [])
+        if not isinstance(y_ids, list) or not all(isinstance(y, str) for y in y_ids):
+            raise rejects.RejectedInput(
+                rejects.MALFORMED_PAIR_ENTRY, '"y" must be a list of id strings'
+            )
+        x_id = entry["x"]
+    else:
+        values = next(csv.reader([line]), [])
+        if len(values) != 2:
+            raise rejects.RejectedInput(
+                rejects.MALFORMED_PAIR_ENTRY, f"expected 2 fields x,y; got {len(values)}"
+            )
+        x_id, y_ids = values[0], [values[1]]
+    try:
+        x_id = paths.normalize_id(x_id.strip())
+    except rejects.RejectedInput as error:
+        raise rejects.RejectedInput(
+            rejects.UNSAFE_PAIR_PATH, f"x id {x_id!r}: {error.detail}"
+        ) from error
+    safe_y, unsafe_y = [], []
+    for raw in y_ids:
+        try:
+            safe_y.append(paths.normalize_id(raw.strip()))
+        except rejects.RejectedInput as error:
+            unsafe_y.append((raw, error.detail))
+    return PairEntry(x_id, safe_y, unsafe_y)

@@ -1,0 +1,120 @@
+"""Input paths: record ids, root-escape checks, directory listing and reading file bytes.
+
+Files are listed with `tf.io.gfile` and read with Beam's `FileSystems`, so local paths and object
+stores (gs://, s3://, hdfs://) work alike. Symlinks exist only on local file systems; there the
+resolved path must stay below the resolved root.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Iterator
+
+import tensorflow as tf
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from components.materialize import rejects
+
+_FORBIDDEN_CHARACTERS = frozenset("\n\r\0")
+
+
+def normalize_id(raw_path: str) -> str:
+    """Returns the record id of a path given relative to a root (posix, without `.` parts).
+
+    Raises `RejectedInput(UNSAFE_PATH)` for absolute paths, paths leaving the root through
+    `..`, empty paths and ids that cannot be stored one per line (newlines, NUL, invalid UTF-8).
+    """
+    if not raw_path or not raw_path.strip():
+        raise rejects.RejectedInput(rejects.UNSAFE_PATH, "empty path")
+    if _FORBIDDEN_CHARACTERS.intersection(raw_path):
+        raise rejects.RejectedInput(rejects.UNSAFE_PATH, "path contains a newline or NUL")
+    try:
+        raw_path.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise rejects.RejectedInput(rejects.UNSAFE_PATH, "path is not valid UTF-8") from error
+    if raw_path.startswith(("/", "\\")) or "://" in raw_path or _has_drive(raw_path):
+        raise rejects.RejectedInput(rejects.UNSAFE_PATH, "absolute path")
+    record_id = posixpath.normpath(raw_path)
+    if record_id == ".." or record_id.startswith("../"):
+        raise rejects.RejectedInput(rejects.UNSAFE_PATH, "path leaves the root through '..'")
+    if record_id == ".":
+        raise rejects.RejectedInput(rejects.UNSAFE_PATH, "path names the root itself")
+    return record_id
+
+
+def _has_drive(path: str) -> bool:
+    return len(path) >= 2 and path[1] == ":" and path[0].isalpha()
+
+
+def is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
+
+
+def check_inside_root(root: str, path: str) -> None:
+    """Raises `RejectedInput(SYMLINK_ESCAPES_ROOT)` if a local `path` resolves outside `root`."""
+    if not is_local(path):
+        return
+    real_root = os.path.realpath(root)
+    real_path = os.path.realpath(path)
+    if real_path != real_root and not real_path.startswith(real_root.rstrip(os.sep) + os.sep):
+        raise rejects.RejectedInput(
+            rejects.SYMLINK_ESCAPES_ROOT, f"resolves to {real_path}, outside {real_root}"
+        )
+
+
+def read_bytes(root: str, path: str) -> bytes:
+    """Reads a whole file below `root`, after the root-escape check.
+
+    Raises `RejectedInput` with MISSING_FILE, SYMLINK_ESCAPES_ROOT or READ_ERROR.
+    """
+    check_inside_root(root, path)
+    try:
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            return handle.read()
+    except Exception as error:  # Beam wraps file-system errors in several types.
+        if not tf.io.gfile.exists(path):
+            raise rejects.RejectedInput(rejects.MISSING_FILE, "file not found") from error
+        if tf.io.gfile.isdir(path):
+            raise rejects.RejectedInput(rejects.UNSUPPORTED_FORMAT, "a directory") from error
+        raise rejects.RejectedInput(rejects.READ_ERROR, _one_line(error)) from error
+
+
+def list_files(root: str) -> Iterator[str]:
+    """Yields the path of every file below `root` (any gfile path), in no particular order.
+
+    Local symlinks to directories are followed when they resolve inside `root` (each real
+    directory is listed once, so links cannot loop); a symlink to a directory outside `root`
+    is yielded itself, so the reader rejects it as escaping the root instead of it vanishing.
+    """
+    local = is_local(root)
+    visited = {os.path.realpath(root)} if local else set()
+    pending = [root]
+    while pending:
+        directory = pending.pop()
+        for name in tf.io.gfile.listdir(directory):
+            path = posixpath.join(directory, name.rstrip("/"))
+            if not tf.io.gfile.isdir(path):
+                yield path
+                continue
+            if local and os.path.islink(path):
+                real = os.path.realpath(path)
+                try:
+                    check_inside_root(root, path)
+                except rejects.RejectedInput:
+                    yield path
+                    continue
+                if real in visited:
+                    continue
+                visited.add(real)
+            pending.append(path)
+
+
+def relative_id(root: str, path: str) -> str:
+    """The record id of a listed file: its path relative to `root`, posix separators."""
+    return posixpath.relpath(path, root) if is_local(root) else path[len(root) :].lstrip("/")
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())[:300]

@@ -1,0 +1,45 @@
+"""The output directory of one run: preparing it and reading back its summary."""
+
+from __future__ import annotations
+
+import os
+
+import tensorflow as tf
+
+from components import layout
+from components.materialize.errors import MaterializeError
+
+_RUN_ENTRIES = (layout.EXAMPLES_DIR, layout.INDEX_DIR, layout.SUMMARY_FILE, layout.REJECTS_FILE)
+
+
+def prepare_output_dir(output_dir: str, overwrite: bool) -> None:
+    """Creates `output_dir`; refuses a non-empty one unless `overwrite`, which then removes the
+    files of a previous run (so no stale shard survives next to new ones)."""
+    if tf.io.gfile.exists(output_dir) and not tf.io.gfile.isdir(output_dir):
+        raise MaterializeError(f"--output_dir is a file: {output_dir}")
+    if tf.io.gfile.isdir(output_dir) and tf.io.gfile.listdir(output_dir):
+        if not overwrite:
+            raise MaterializeError(
+                f"--output_dir {output_dir} is not empty (pass --overwrite to replace a run)"
+            )
+        for entry in _RUN_ENTRIES:
+            path = os.path.join(output_dir, entry)
+            if tf.io.gfile.isdir(path):
+                tf.io.gfile.rmtree(path)
+            elif tf.io.gfile.exists(path):
+                tf.io.gfile.remove(path)
+    tf.io.gfile.makedirs(output_dir)
+
+
+def read_summary(output_dir: str) -> dict:
+    """Loads `summary.json`; raises MaterializeError with the run's error when it failed."""
+    path = os.path.join(output_dir, layout.SUMMARY_FILE)
+    if not tf.io.gfile.exists(path):
+        raise MaterializeError(f"the pipeline finished without writing {path}")
+    summary = layout.load_json(path)
+    if not summary.get("ok"):
+        raise MaterializeError(
+            f"{summary.get('error', 'failed')}; details in "
+            f"{os.path.join(output_dir, layout.REJECTS_FILE)}"
+        )
+    return summary

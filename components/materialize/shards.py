@@ -1,0 +1,245 @@
+"""Sorted, deterministic shard and offset-index writing for record sets, as Beam transforms.
+
+Records are ordered by id. The ids of a record set (small keys, never payloads) are gathered
+once to fix every record's number and shard (`ShardPlan`); payload batches are then grouped by
+shard, each shard is written by one worker with `components.layout.write_shard`, and the
+per-shard offsets are gathered into the record set's index.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import operator
+import os
+from collections.abc import Iterable
+from typing import NamedTuple
+
+import apache_beam as beam
+import numpy as np
+
+from components import layout
+from components.materialize import class_index, rejects
+from components.materialize.config import ShardingConfig
+from components.materialize.id_index import IdIndex
+
+# One record on its way to a shard: (record number, serialized tf.train.Example, class id or -1).
+ShardRecord = tuple[int, bytes, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class IdTable:
+    """The ids of one record set, sorted, with the serialized size of each (int64 [N])."""
+
+    ids: IdIndex
+    sizes: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def subset(self, positions: np.ndarray) -> IdTable:
+        positions = np.asarray(positions, np.int64)
+        return IdTable(self.ids.take(positions), self.sizes[positions])
+
+
+class CollectIds(beam.CombineFn):
+    """Combines `(ids, sizes)` batches of one record set into an `IdTable`."""
+
+    def create_accumulator(self) -> tuple[list[str], list[int]]:
+        return [], []
+
+    def add_input(self, accumulator, batch: tuple[list[str], list[int]]):
+        accumulator[0].extend(batch[0])
+        accumulator[1].extend(batch[1])
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        ids: list[str] = []
+        sizes: list[int] = []
+        for more_ids, more_sizes in accumulators:
+            ids.extend(more_ids)
+            sizes.extend(more_sizes)
+        return ids, sizes
+
+    def extract_output(self, accumulator) -> IdTable:
+        ids, sizes = accumulator
+        order = sorted(range(len(ids)), key=lambda i: ids[i].encode("utf-8"))
+        index = IdIndex.from_ids(ids[i] for i in order)
+        return IdTable(index, np.asarray(sizes, np.int64)[np.asarray(order, np.int64)])
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardPlan:
+    """Where each record of one record set goes.
+
+    Record r (the r-th id in sort order) is in shard s when
+    `shard_starts[s] <= r < shard_starts[s + 1]`; `shard_starts` is int64 [num_shards + 1].
+    """
+
+    record_set: str
+    ids: IdIndex
+    shard_starts: np.ndarray
+
+    @property
+    def num_records(self) -> int:
+        return len(self.ids)
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.shard_starts) - 1
+
+    def shard_of(self, record_numbers: np.ndarray) -> np.ndarray:
+        """int64 [n]: the shard of each record number."""
+        return np.searchsorted(self.shard_starts, record_numbers, side="right").astype(np.int64) - 1
+
+    def shard_path(self, output_dir: str, shard: int) -> str:
+        return os.path.join(
+            layout.examples_dir(output_dir, self.record_set),
+            layout.shard_name(shard, self.num_shards),
+        )
+
+
+def plan_shards(record_set: str, table: IdTable, sharding: ShardingConfig) -> ShardPlan:
+    """Cuts the sorted records into shards.
+
+    With `num_shards` set, shards hold equal counts (±1). Otherwise a shard starts wherever a
+    record's frame begins past the next multiple of `max_shard_bytes`, so a shard holds at most
+    `max_shard_bytes` plus one record.
+    """
+    n = len(table)
+    if n == 0:
+        return ShardPlan(record_set, table.ids, np.zeros([1], np.int64))
+    if sharding.num_shards > 0:
+        num_shards = min(sharding.num_shards, n)
+        starts = (np.arange(num_shards + 1, dtype=np.int64) * n) // num_shards
+        return ShardPlan(record_set, table.ids, starts)
+    frame_sizes = table.sizes + layout.FRAME_OVERHEAD_BYTES
+    frame_begins = np.cumsum(frame_sizes) - frame_sizes
+    window = frame_begins // sharding.max_shard_bytes
+    firsts = np.flatnonzero(np.concatenate([[True], window[1:] != window[:-1]]))
+    return ShardPlan(record_set, table.ids, np.append(firsts, n).astype(np.int64))
+
+
+def group_by_shard(
+    plan: ShardPlan, record_numbers: np.ndarray, serialized: list[bytes], class_ids: np.ndarray
+) -> Iterable[tuple[tuple[str, int], list[ShardRecord]]]:
+    """Splits one batch of planned records into `((record_set, shard), [ShardRecord])`."""
+    shards = plan.shard_of(record_numbers)
+    for shard in np.unique(shards).tolist():
+        members = np.flatnonzero(shards == shard).tolist()
+        yield (
+            (plan.record_set, shard),
+            [(int(record_numbers[i]), serialized[i], int(class_ids[i])) for i in members],
+        )
+
+
+class ShardResult(NamedTuple):
+    """What one shard writer reports: `offsets` int64 [n, 2] (frame offset, payload length)
+    and `class_ids` int64 [n] (-1 for unlabelled records), in record order."""
+
+    record_set: str
+    shard: int
+    offsets: np.ndarray
+    class_ids: np.ndarray
+
+
+class _WriteShard(beam.DoFn):
+    def __init__(self, output_dir: str):
+        super().__init__()
+        self._output_dir = output_dir
+
+    def process(self, element, plans: dict[str, ShardPlan], verdict):
+        (record_set, shard), batches = element
+        if not verdict.ok:
+            return
+        plan = plans[record_set]
+        records = sorted(itertools.chain.from_iterable(batches), key=operator.itemgetter(0))
+        record_numbers = np.fromiter((r[0] for r in records), np.int64, len(records))
+        start, end = int(plan.shard_starts[shard]), int(plan.shard_starts[shard + 1])
+        if not np.array_equal(record_numbers, np.arange(start, end)):
+            raise RuntimeError(
+                f"shard {shard} of {record_set!r} received {len(records)} records, planned "
+                f"{end - start}: records were lost or duplicated between stages"
+            )
+        offsets = layout.write_shard(
+            plan.shard_path(self._output_dir, shard), [r[1] for r in records]
+        )
+        beam.metrics.Metrics.counter(
+            rejects.COUNTER_NAMESPACE, f"records_written_{record_set}"
+        ).inc(len(records))
+        class_ids = np.fromiter((r[2] for r in records), np.int64, len(records))
+        yield ShardResult(record_set, shard, offsets, class_ids)
+
+
+class _WriteIndex(beam.DoFn):
+    def __init__(self, output_dir: str):
+        super().__init__()
+        self._output_dir = output_dir
+
+    def process(self, element, plans: dict[str, ShardPlan], vocabularies: dict[str, list[str]]):
+        record_set, results = element
+        plan = plans[record_set]
+        results = sorted(results, key=operator.attrgetter("shard"))
+        if [r.shard for r in results] != list(range(plan.num_shards)):
+            raise RuntimeError(f"record set {record_set!r}: shards missing from the index")
+        offsets = np.concatenate(
+            [
+                np.concatenate([np.full([len(r.offsets), 1], r.shard, np.int64), r.offsets], 1)
+                for r in results
+            ]
+        )
+        shard_paths = [plan.shard_path(self._output_dir, s) for s in range(plan.num_shards)]
+        layout.save_record_set_index(
+            self._output_dir, record_set, shard_paths, offsets, plan.ids.id_list()
+        )
+        stats = {
+            "num_records": plan.num_records,
+            "num_shards": plan.num_shards,
+            "num_bytes": int(np.sum(offsets[:, 2] + layout.FRAME_OVERHEAD_BYTES)),
+        }
+        vocabulary = vocabularies.get(record_set)
+        if vocabulary is not None:
+            class_ids = np.concatenate([r.class_ids for r in results])
+            class_index.save_class_index(self._output_dir, record_set, class_ids, vocabulary)
+            counts = np.bincount(class_ids, minlength=len(vocabulary))
+            stats["num_classes"] = len(vocabulary)
+            stats["records_per_class"] = {
+                "min": int(counts.min()),
+                "max": int(counts.max()),
+                "mean": round(float(counts.mean()), 3),
+            }
+            stats["class_counts"] = dict(zip(vocabulary, counts.tolist(), strict=True))
+        yield record_set, stats
+
+
+class WriteRecordSets(beam.PTransform):
+    """Writes shards and the offset index (plus the class index of labelled sets).
+
+    Input: PCollection[((record_set, shard), list[ShardRecord])], any number of batches per
+    shard. Side inputs: `plans` (singleton dict record_set -> ShardPlan), `verdict` (singleton
+    with `.ok`; nothing is written when false) and `vocabularies` (singleton dict record_set ->
+    class names, for labelled sets only; None when no set is labelled). Output:
+    PCollection[(record_set, stats dict)].
+    """
+
+    def __init__(self, output_dir: str, plans, verdict, vocabularies=None):
+        super().__init__()
+        self._output_dir = output_dir
+        self._plans = plans
+        self._verdict = verdict
+        self._vocabularies = vocabularies
+
+    def expand(self, shard_batches: beam.PCollection) -> beam.PCollection:
+        vocabularies = self._vocabularies
+        if vocabularies is None:
+            vocabularies = beam.pvalue.AsSingleton(
+                shard_batches.pipeline | "NoVocabularies" >> beam.Create([{}])
+            )
+        return (
+            shard_batches
+            | "GroupByShard" >> beam.GroupByKey()
+            | "WriteShard" >> beam.ParDo(_WriteShard(self._output_dir), self._plans, self._verdict)
+            | "ByRecordSet" >> beam.Map(lambda result: (result.record_set, result))
+            | "GatherShards" >> beam.GroupByKey()
+            | "WriteIndex" >> beam.ParDo(_WriteIndex(self._output_dir), self._plans, vocabularies)
+        )

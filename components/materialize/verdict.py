@@ -1,0 +1,52 @@
+"""Whether a run is usable: something left in every required record set, rejects under limit."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from components.materialize import rejects
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    error: str = ""
+    record_rejects: int = 0
+    reject_fraction: float = 0.0
+
+
+def decide(
+    *,
+    num_inputs: int,
+    reject_counts: dict[str, int],
+    record_counts: dict[str, int],
+    required_record_sets: tuple[str, ...],
+    max_reject_fraction: float,
+) -> Verdict:
+    """Judges a run from its counts.
+
+    The reject fraction counts rejected input records (files, manifest rows; not pair-list
+    entries) over all input records. Fails when every record set is empty, when a required one
+    is, or when the fraction exceeds `max_reject_fraction`.
+    """
+    record_rejects = sum(reject_counts.get(reason, 0) for reason in rejects.RECORD_REASONS)
+    fraction = record_rejects / num_inputs if num_inputs else 0.0
+    top = ", ".join(
+        f"{reason}={count}"
+        for reason, count in sorted(reject_counts.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+    )
+    why = f" (rejects: {top})" if top else ""
+    error = ""
+    empty = [name for name in required_record_sets if not record_counts.get(name)]
+    if not any(record_counts.values()):
+        error = (
+            f"nothing left to materialize: {record_rejects} of {num_inputs} inputs rejected{why}"
+        )
+    elif empty:
+        error = f"nothing left in record set {', '.join(map(repr, empty))}{why}"
+    elif fraction > max_reject_fraction:
+        error = (
+            f"{record_rejects} of {num_inputs} inputs rejected ({fraction:.1%}), more than "
+            f"max_reject_fraction={max_reject_fraction:g}{why}"
+        )
+    return Verdict(not error, error, record_rejects, round(fraction, 6))
