@@ -1,0 +1,121 @@
+"""Coverage of valid pairs: which distinct valid (x, y) pairs training has seen, per epoch.
+
+`PairCoverage` keeps one flag per valid pair for the current epoch and one for all epochs, and
+counts pairs that are not valid at all. Feed it either in the input pipeline
+(`coverage.observe(dataset)`) or in a training step (`coverage.update(x_index, y_index)`);
+`PairCoverageCallback` logs it at the end of every Keras epoch.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from components.pairs import ValidPairs
+
+
+class PairCoverage(tf.Module):
+    """Distinct valid pairs seen, this epoch and overall.
+
+    Pairs are identified by the key `x * num_y + y`; the sorted keys of all valid pairs are held
+    once (int64 [num_pairs]) and batches are matched by binary search.
+    """
+
+    def __init__(self, valid_pairs, *, num_y: int | None = None, name: str | None = None):
+        super().__init__(name=name)
+        pairs = ValidPairs.build(valid_pairs, num_y=num_y)
+        x_of_pair = np.repeat(np.arange(pairs.num_x, dtype=np.int64), np.diff(pairs.row_splits))
+        keys = np.unique(x_of_pair * pairs.num_y + pairs.values)
+        self.num_y = pairs.num_y
+        self.num_pairs = len(keys)
+        self._keys = tf.constant(keys)
+        self.seen_this_epoch = tf.Variable(
+            tf.zeros([self.num_pairs], tf.bool), trainable=False, name="seen_this_epoch"
+        )
+        self.seen_ever = tf.Variable(
+            tf.zeros([self.num_pairs], tf.bool), trainable=False, name="seen_ever"
+        )
+        self.invalid_seen = tf.Variable(0, dtype=tf.int64, trainable=False, name="invalid_seen")
+
+    def update(self, x_index, y_index) -> tf.Tensor:
+        """Records a batch of pairs (int64 [B] each); returns bool [B]: which pairs are valid."""
+        x_index = tf.cast(tf.reshape(x_index, [-1]), tf.int64)
+        y_index = tf.cast(tf.reshape(y_index, [-1]), tf.int64)
+        keys = x_index * self.num_y + y_index
+        position = tf.searchsorted(self._keys, keys, side="left", out_type=tf.int64)
+        clipped = tf.minimum(position, self.num_pairs - 1)
+        valid = tf.logical_and(
+            tf.logical_and(y_index >= 0, y_index < self.num_y),
+            tf.equal(tf.gather(self._keys, clipped), keys),
+        )
+        seen_positions = tf.boolean_mask(clipped, valid)[:, None]
+        flags = tf.ones_like(seen_positions[:, 0], dtype=tf.bool)
+        updates = [
+            tf.raw_ops.ResourceScatterNdUpdate(
+                ref=flags_variable.handle, indices=seen_positions, updates=flags
+            )
+            for flags_variable in (self.seen_this_epoch, self.seen_ever)
+        ]
+        updates.append(
+            tf.raw_ops.AssignAddVariableOp(
+                resource=self.invalid_seen.handle,
+                value=tf.reduce_sum(tf.cast(tf.logical_not(valid), tf.int64)),
+            )
+        )
+        with tf.control_dependencies(updates):
+            return tf.identity(valid)
+
+    def observe(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        """`dataset` (elements with `x_index`, `y_index`), recording every batch it yields."""
+
+        def record(batch):
+            valid = self.update(batch["x_index"], batch["y_index"])
+            with tf.control_dependencies([valid]):
+                return tf.nest.map_structure(tf.identity, batch)
+
+        return dataset.map(record)
+
+    def result(self) -> dict[str, float]:
+        """`pair_coverage_epoch` and `pair_coverage_total` (fractions) and `invalid_pairs`."""
+        return {
+            "pair_coverage_epoch": _fraction(self.seen_this_epoch, self.num_pairs),
+            "pair_coverage_total": _fraction(self.seen_ever, self.num_pairs),
+            "invalid_pairs": int(self.invalid_seen.numpy()),
+        }
+
+    def start_epoch(self) -> None:
+        self.seen_this_epoch.assign(tf.zeros([self.num_pairs], tf.bool))
+
+
+def _fraction(flags: tf.Variable, total: int) -> float:
+    return float(tf.math.count_nonzero(flags).numpy()) / max(total, 1)
+
+
+class PairCoverageCallback(keras.callbacks.Callback):
+    """Logs pair coverage at the end of every epoch (into `logs`, and TensorBoard if asked).
+
+    Adds `pair_coverage_epoch`, `pair_coverage_total` and `invalid_pairs` to the epoch logs, so
+    `History`, `CSVLogger` and progress bars show them; with `log_dir`, also writes them as
+    scalars (step = epoch) to `<log_dir>/pair_coverage`.
+    """
+
+    def __init__(self, coverage: PairCoverage, log_dir: str | None = None):
+        super().__init__()
+        self.coverage = coverage
+        self._writer = (
+            tf.summary.create_file_writer(f"{log_dir}/pair_coverage") if log_dir else None
+        )
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.coverage.start_epoch()
+
+    def on_epoch_end(self, epoch, logs=None):
+        values = self.coverage.result()
+        if logs is not None:
+            logs.update(values)
+        if self._writer is not None:
+            with self._writer.as_default(step=epoch):
+                for name, value in values.items():
+                    tf.summary.scalar(name, value)
+            self._writer.flush()
