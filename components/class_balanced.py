@@ -39,12 +39,16 @@ or samples), so every worker computes the same global plan and a resumed run rec
 from __future__ import annotations
 
 import dataclasses
+import os
+from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from components import epoch_plan
+from components import epoch_plan, layout, sources
+from components.audio_features import AudioFeatureConfig, audio_features
+from components.record_store import RecordStore
 
 EPOCH_MODES = ("classes", "samples")
 SMALL_CLASS_POLICIES = ("replace", "skip")
@@ -56,6 +60,8 @@ _SALT_FILL_OFFSET = 12
 _SALT_WITHIN_CLASS = 13
 _SALT_BATCH_ORDER = 14
 _SALT_BATCH_SEEDS = 15
+
+DEFAULT_FEATURES = AudioFeatureConfig()
 
 # Longest within-class permutation prefix drawn by the partial Fisher-Yates shuffle; longer
 # prefixes (large n_p) shuffle every class in full instead.
@@ -394,6 +400,449 @@ def permutation_prefixes(sizes, length: int, seed) -> tf.Tensor:
     return tf.stack(prefix, axis=1)
 
 
+class ClassBalancedSampler:
+    """A class-balanced input over one source: its record store, class index, plan and state.
+
+    `dataset()` is the `tf.data.Dataset` that `class_balanced` returns; the sampler also exposes
+    what the dataset is built from:
+
+    * `report` (`ClassReport`): usable, small, skipped and empty classes (also logged once as a
+      warning when any class is small or empty);
+    * `state` (`epoch_plan.EpochState`): track it in a `tf.train.Checkpoint` to resume;
+    * `plan` (`ClassBalancedPlan`), `store` (`RecordStore`), `classes` (class names when the
+      labels were strings or the run has a `classes.txt`, else None).
+
+    See `class_balanced` for the arguments.
+    """
+
+    def __init__(
+        self,
+        source,
+        labels=None,
+        *,
+        n_classes_per_batch: int,
+        n_samples_per_class: int,
+        seed: int = 0,
+        input_context: tf.distribute.InputContext | None = None,
+        worker_index: int | None = None,
+        num_workers: int | None = None,
+        epoch_mode: str = "classes",
+        small_classes: str = "replace",
+        features: AudioFeatureConfig | None = DEFAULT_FEATURES,
+        record_set: str | None = None,
+        load_fn: Callable[[object], object] | None = None,
+        backend: str = "auto",
+        memory_budget_bytes: int = 1 << 30,
+        cache_dir: str | None = None,
+        state: epoch_plan.EpochState | None = None,
+    ):
+        self.worker_index, self.num_workers = epoch_plan.worker_slice(
+            input_context, worker_index=worker_index, num_workers=num_workers
+        )
+        self.features = features
+        sample_rate = features.sample_rate if features is not None else None
+        resolved = _resolve_source(
+            source,
+            labels,
+            record_set=record_set,
+            load_fn=load_fn,
+            backend=backend,
+            memory_budget_bytes=memory_budget_bytes,
+            cache_dir=cache_dir,
+            sample_rate=sample_rate,
+        )
+        self.store: RecordStore = resolved.store
+        self.classes = resolved.classes
+        self._labels_in_records = resolved.labels_in_records
+        if resolved.values.shape[0] != self.store.num_records:
+            raise ValueError(
+                f"the class index lists {resolved.values.shape[0]} records but the record store "
+                f"holds {self.store.num_records}"
+            )
+        self.plan = ClassBalancedPlan(
+            resolved.row_splits,
+            n_classes_per_batch=n_classes_per_batch,
+            n_samples_per_class=n_samples_per_class,
+            seed=seed,
+            epoch_mode=epoch_mode,
+            small_classes=small_classes,
+            num_workers=self.num_workers,
+        )
+        self.report = self.plan.report
+        _log_report(self.report)
+        self.state = state if state is not None else epoch_plan.EpochState()
+        self._record_numbers = _record_number_lookup(resolved.values, memory_budget_bytes)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Batches per epoch on this worker."""
+        return self.plan.num_batches // self.num_workers
+
+    def epoch_plan(self, epoch) -> dict[str, tf.Tensor]:
+        """The global plan of `epoch` in record numbers: ``index`` and ``label`` [num_batches,
+        n_c * n_p], ``seed`` [num_batches, 2]."""
+        planned = self.plan.plan(epoch)
+        return {
+            "index": self._record_numbers(planned["position"]),
+            "label": planned["label"],
+            "seed": planned["seed"],
+        }
+
+    def dataset(
+        self, *, initial_step: int = 0, num_parallel_calls: int = tf.data.AUTOTUNE
+    ) -> tf.data.Dataset:
+        """Batches of this worker; each iteration of the dataset is the next epoch.
+
+        `initial_step` resumes the epoch in progress (see `epoch_plan.epoch_dataset`).
+        """
+        rows = epoch_plan.epoch_dataset(
+            self.epoch_plan,
+            num_batches=self.plan.num_batches,
+            state=self.state,
+            num_workers=self.num_workers,
+            worker_index=self.worker_index,
+            initial_step=initial_step,
+        )
+        return rows.map(
+            self._load_batch, num_parallel_calls=num_parallel_calls, deterministic=True
+        ).prefetch(tf.data.AUTOTUNE)
+
+    def _load_batch(self, row: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        batch_size = self.plan.batch_size
+        index = tf.ensure_shape(row["index"], [batch_size])
+        label = tf.ensure_shape(row["label"], [batch_size])
+        records = self.store.read(index)
+        if self.features is None:
+            return {"index": index, "label": label, "record": records}
+        parsed = tf.io.parse_example(
+            records,
+            {
+                layout.AUDIO_KEY: tf.io.FixedLenFeature([], tf.string),
+                layout.SAMPLE_RATE_KEY: tf.io.FixedLenFeature(
+                    [], tf.int64, default_value=self.features.sample_rate
+                ),
+                layout.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=-1),
+            },
+        )
+        checks = []
+        if self._labels_in_records:
+            mismatch = tf.not_equal(parsed[layout.LABEL_KEY], label)
+            checks.append(
+                tf.debugging.Assert(
+                    tf.logical_not(tf.reduce_any(mismatch)),
+                    [
+                        "records whose label differs from the class index:",
+                        tf.boolean_mask(index, mismatch),
+                    ],
+                    summarize=16,
+                )
+            )
+        with tf.control_dependencies(checks):
+            computed = audio_features(
+                parsed[layout.AUDIO_KEY],
+                self.features,
+                row["seed"],
+                index=index,
+                sample_rate=parsed[layout.SAMPLE_RATE_KEY],
+            )
+        return {"index": index, "label": label, **computed}
+
+
+def class_balanced(
+    source,
+    labels=None,
+    *,
+    n_classes_per_batch: int,
+    n_samples_per_class: int,
+    seed: int = 0,
+    input_context: tf.distribute.InputContext | None = None,
+    initial_step: int = 0,
+    num_parallel_calls: int = tf.data.AUTOTUNE,
+    **options,
+) -> tf.data.Dataset:
+    """Class-balanced batches of `n_c` distinct classes x `n_p` samples, re-planned every epoch.
+
+    Args:
+      source: where the records are:
+        * a materialized run directory (`components.layout`; the class index comes from
+          `index/<record_set>/class_records`), with `record_set` naming the labelled record set
+          (optional when the run has only one);
+        * a `RecordStore` of audio Examples, with `labels` (int [N]);
+        * a sequence of sample ids, with `labels` and `load_fn` (what a Keras `Sequence`
+          holds): `load_fn(id)` returns the waveform (int16, or float in [-1, 1]; [n] or
+          [n, 1]) at `features.sample_rate`;
+        * a `tf.data.Dataset` of `(waveform, label)` pairs (a finite one).
+        Ids and datasets are read once into a `RecordStore` (memory, or indexed shards under
+        `cache_dir` when larger than `memory_budget_bytes`).
+      labels: int [N] class ids (>= 0) or strings [N] (class names, numbered in sorted order),
+        one per record or id.
+      n_classes_per_batch: `n_c`, distinct classes per batch.
+      n_samples_per_class: `n_p`, samples per class in a batch.
+      seed: the plan and the random crops/masks are pure functions of (seed, epoch).
+      input_context: `tf.distribute.InputContext`; this input pipeline takes a disjoint share
+        of whole batches (or pass `worker_index` and `num_workers` in `options`).
+      initial_step: resume point in this worker's batches of the epoch in progress (restore
+        `state` from a checkpoint first).
+      num_parallel_calls: parallelism of the read + features `map`.
+      **options: `epoch_mode` ("classes" | "samples"), `small_classes` ("replace" | "skip"),
+        `features` (`AudioFeatureConfig`, or None for raw records), `record_set`, `load_fn`,
+        `backend` ("auto" | "memory" | "disk"), `memory_budget_bytes`, `cache_dir`, `state`
+        (`EpochState`), `worker_index`, `num_workers`: see `ClassBalancedPlan` and
+        `ClassBalancedSampler`.
+
+    Returns:
+      A dataset of dicts, one per batch of `B = n_c * n_p` samples, grouped by class (sample `i`
+      is of the batch's `i // n_p`-th class):
+        ``index`` int64 [B] record numbers, ``label`` int64 [B] class ids,
+        ``features`` float32 [B, T, num_mel_bins], ``lengths`` int64 [B] valid frames,
+        ``mask`` bool [B, T]; with `features=None`, ``record`` tf.string [B] instead of the last
+        three. Its cardinality is the batches per epoch of this worker; iterating it again
+        yields the next epoch, so `model.fit(dataset, epochs=N)` sees N different epochs.
+    """
+    sampler = ClassBalancedSampler(
+        source,
+        labels,
+        n_classes_per_batch=n_classes_per_batch,
+        n_samples_per_class=n_samples_per_class,
+        seed=seed,
+        input_context=input_context,
+        **options,
+    )
+    return sampler.dataset(initial_step=initial_step, num_parallel_calls=num_parallel_calls)
+
+
+@dataclasses.dataclass
+class _ResolvedSource:
+    store: RecordStore
+    row_splits: np.ndarray
+    values: np.ndarray
+    classes: list[str] | None
+    labels_in_records: bool
+
+
+def _resolve_source(
+    source,
+    labels,
+    *,
+    record_set,
+    load_fn,
+    backend,
+    memory_budget_bytes,
+    cache_dir,
+    sample_rate,
+) -> _ResolvedSource:
+    if isinstance(source, (str, os.PathLike)):
+        if labels is not None or load_fn is not None:
+            raise ValueError("a materialized run has its own labels; do not pass labels/load_fn")
+        return _open_run(os.fspath(source), record_set, backend, memory_budget_bytes)
+    if isinstance(source, RecordStore):
+        if labels is None:
+            raise ValueError("a RecordStore source needs labels (one class per record)")
+        return _from_labels(source, labels)
+    if isinstance(source, tf.data.Dataset):
+        if labels is not None or load_fn is not None:
+            raise ValueError(
+                "a dataset source yields (waveform, label): do not pass labels/load_fn"
+            )
+        return _from_dataset(source, cache_dir, backend, memory_budget_bytes, sample_rate)
+    if load_fn is None or labels is None:
+        raise TypeError(
+            "source must be a run directory, a RecordStore (with labels), a tf.data.Dataset of "
+            "(waveform, label), or sample ids with labels and load_fn; got "
+            f"{type(source).__name__}" + ("" if load_fn is not None else " without load_fn")
+        )
+    ids = list(source)
+    if len(ids) != len(labels):
+        raise ValueError(f"{len(ids)} ids but {len(labels)} labels")
+    encoder = _AudioEncoder(sample_rate)
+
+    def load_and_check(item):
+        try:
+            waveform = load_fn(item)
+        except Exception as error:
+            raise ValueError(f"load_fn failed for id {item!r}: {error}") from error
+        return encoder.encode(waveform, where=f"id {item!r}")
+
+    store = sources.record_store_from(
+        ids,
+        load_fn=load_and_check,
+        encode_fn=lambda record: record,
+        parse_fn=None,
+        cache_dir=cache_dir,
+        memory_budget_bytes=memory_budget_bytes,
+    )
+    return _from_labels(store, labels)
+
+
+def _open_run(
+    output_dir, record_set, backend, memory_budget_bytes, labelled: bool = True
+) -> _ResolvedSource:
+    """A record set with its class index; `labelled`: its records carry the `label` feature."""
+    if record_set is None:
+        index_root = os.path.join(output_dir, layout.INDEX_DIR)
+        labelled = sorted(
+            name
+            for name in (tf.io.gfile.listdir(index_root) if tf.io.gfile.isdir(index_root) else [])
+            if tf.io.gfile.isdir(layout.class_records_dir(output_dir, name.rstrip("/")))
+        )
+        if len(labelled) != 1:
+            raise ValueError(
+                f"pass record_set: {output_dir} has labelled record sets {labelled}"
+                if labelled
+                else f"{output_dir} has no labelled record set (no index/*/class_records)"
+            )
+        record_set = labelled[0].rstrip("/")
+    class_dir = layout.class_records_dir(output_dir, record_set)
+    if not tf.io.gfile.isdir(class_dir):
+        raise FileNotFoundError(
+            f"record set {record_set!r} of {output_dir} has no class index ({class_dir})"
+        )
+    row_splits, values = layout.load_csr(class_dir)
+    classes_path = os.path.join(layout.index_dir(output_dir, record_set), layout.CLASSES_FILE)
+    classes = layout.load_lines(classes_path) if tf.io.gfile.exists(classes_path) else None
+    if classes is not None and len(classes) != len(row_splits) - 1:
+        raise ValueError(
+            f"{classes_path} lists {len(classes)} classes but the class index has "
+            f"{len(row_splits) - 1}"
+        )
+    store = RecordStore.open(
+        output_dir, record_set, backend=backend, memory_budget_bytes=memory_budget_bytes
+    )
+    _check_csr(row_splits, values, store.num_records, class_dir)
+    return _ResolvedSource(store, np.asarray(row_splits), values, classes, labelled)
+
+
+def _from_labels(store: RecordStore, labels) -> _ResolvedSource:
+    class_ids, classes = _class_ids(labels, store.num_records)
+    num_classes = int(class_ids.max()) + 1 if len(class_ids) else 0
+    row_splits = np.concatenate([[0], np.cumsum(np.bincount(class_ids, minlength=num_classes))])
+    values = np.argsort(class_ids, kind="stable").astype(np.int64)
+    return _ResolvedSource(store, row_splits.astype(np.int64), values, classes, False)
+
+
+def _class_ids(labels, num_records: int) -> tuple[np.ndarray, list[str] | None]:
+    """int64 [N] class ids and the class names (sorted) when `labels` are strings."""
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or len(labels) != num_records:
+        raise ValueError(
+            f"labels must be a vector with one class per record ({num_records}), got shape "
+            f"{labels.shape}"
+        )
+    if labels.dtype.kind in "SUO":
+        classes, class_ids = np.unique(labels.astype(str), return_inverse=True)
+        return class_ids.astype(np.int64), classes.tolist()
+    if labels.dtype.kind not in "iu":
+        raise TypeError(f"labels must be integers or strings, got dtype {labels.dtype}")
+    class_ids = labels.astype(np.int64)
+    if len(class_ids) and class_ids.min() < 0:
+        bad = int(np.flatnonzero(class_ids < 0)[0])
+        raise ValueError(f"labels must be >= 0; record {bad} has label {class_ids[bad]}")
+    return class_ids, None
+
+
+def _from_dataset(dataset, cache_dir, backend, memory_budget_bytes, sample_rate) -> _ResolvedSource:
+    spec = dataset.element_spec
+    if not (isinstance(spec, tuple) and len(spec) == 2):
+        raise TypeError(f"a dataset source must yield (waveform, label) pairs, got {spec}")
+    record_set = sources.DEFAULT_RECORD_SET
+    if cache_dir is not None and tf.io.gfile.isdir(layout.class_records_dir(cache_dir, record_set)):
+        # A complete cache from an earlier run: its class index is written last.
+        return _open_run(cache_dir, record_set, backend, memory_budget_bytes, labelled=False)
+    encoder = _AudioEncoder(sample_rate)
+    labels: list = []
+
+    def encode(element) -> bytes:
+        waveform, label = element
+        labels.append(label.decode() if isinstance(label, bytes) else label)
+        return encoder.encode(waveform, where=f"dataset element {len(labels) - 1}")
+
+    store = sources.record_store_from(
+        dataset,
+        encode_fn=encode,
+        cache_dir=cache_dir,
+        record_set=record_set,
+        memory_budget_bytes=memory_budget_bytes,
+    )
+    if not labels:
+        raise ValueError(
+            f"{cache_dir} holds records of an earlier run but no class index; remove it"
+        )
+    resolved = _from_labels(store, labels)
+    if store.backend == "disk" and cache_dir is not None:
+        directory = layout.index_dir(cache_dir, record_set)
+        class_ids, classes = _class_ids(labels, store.num_records)
+        layout.save_npy(os.path.join(directory, layout.CLASS_IDS_FILE), class_ids)
+        if classes is not None:
+            layout.save_lines(os.path.join(directory, layout.CLASSES_FILE), classes)
+        layout.save_csr(
+            layout.class_records_dir(cache_dir, record_set), resolved.row_splits, resolved.values
+        )
+    return resolved
+
+
+class _AudioEncoder:
+    """Waveforms -> audio Examples in the layout of a materialized record set."""
+
+    def __init__(self, sample_rate: int | None):
+        self._sample_rate = sample_rate
+
+    def encode(self, waveform, *, where: str) -> bytes:
+        samples = np.asarray(waveform.numpy() if isinstance(waveform, tf.Tensor) else waveform)
+        if samples.ndim == 2 and samples.shape[1] == 1:
+            samples = samples[:, 0]
+        if samples.ndim != 1:
+            raise ValueError(
+                f"{where}: expected a mono waveform [n] or [n, 1], got {samples.shape}"
+            )
+        if samples.size == 0:
+            raise ValueError(f"{where}: empty waveform")
+        if samples.dtype.kind == "f":
+            samples = np.round(np.clip(samples, -1.0, 32767 / 32768) * 32768)
+        elif samples.dtype.kind not in "iu":
+            raise ValueError(f"{where}: waveform dtype {samples.dtype} is not int16 or float")
+        pcm = samples.astype("<i2")
+        feature = {
+            layout.AUDIO_KEY: _bytes_feature(pcm.tobytes()),
+            layout.NUM_SAMPLES_KEY: _int_feature(len(pcm)),
+        }
+        if self._sample_rate is not None:
+            feature[layout.SAMPLE_RATE_KEY] = _int_feature(self._sample_rate)
+        example = tf.train.Example(features=tf.train.Features(feature=feature))
+        return example.SerializeToString()
+
+
+def _bytes_feature(value: bytes) -> tf.train.Feature:
+    return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+
+
+def _int_feature(value: int) -> tf.train.Feature:
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+
+
+def _record_number_lookup(values: np.ndarray, memory_budget_bytes: int) -> Callable:
+    """positions (int64 tensor) -> `values[positions]`: in the graph when `values` fits the
+    budget, else from the memory-mapped index file (one `numpy_function` per epoch plan)."""
+    if not isinstance(values, np.memmap) or values.nbytes <= memory_budget_bytes:
+        table = tf.constant(np.asarray(values, np.int64))
+        return lambda positions: tf.gather(table, positions)
+
+    def lookup(positions: tf.Tensor) -> tf.Tensor:
+        found = tf.numpy_function(
+            lambda p: np.asarray(values[p], np.int64), [positions], tf.int64, stateful=False
+        )
+        return tf.ensure_shape(found, positions.shape)
+
+    return lookup
+
+
+def _check_csr(row_splits, values, num_records: int, where: str) -> None:
+    if len(values) != num_records or (len(row_splits) and row_splits[-1] != len(values)):
+        raise ValueError(
+            f"{where}: the class index covers {len(values)} records (row_splits end at "
+            f"{row_splits[-1] if len(row_splits) else None}) but the record set has {num_records}"
+        )
+
+
 def batch_layout(n_classes_per_batch: int, n_samples_per_class: int) -> np.ndarray:
     """int64 [n_c * n_p]: the class slot of each sample of a batch (`i // n_p`)."""
     return np.repeat(np.arange(n_classes_per_batch), n_samples_per_class).astype(np.int64)
@@ -402,14 +851,3 @@ def batch_layout(n_classes_per_batch: int, n_samples_per_class: int) -> np.ndarr
 def _log_report(report: ClassReport) -> None:
     if len(report.small_classes) or len(report.empty_classes):
         logging.warning("class_balanced: %s", report.summary())
-
-
-__all__ = [
-    "EPOCH_MODES",
-    "SMALL_CLASS_POLICIES",
-    "ClassBalancedPlan",
-    "ClassReport",
-    "batch_layout",
-    "class_report",
-    "permutation_prefixes",
-]
