@@ -1,0 +1,6 @@
+"""The trainer component (dynamic-pair or class-balanced inputs -> a user module's `run_fn`)."""
+
+from components.trainer_component.component import ResampledTrainer, ResampledTrainerSpec
+from components.trainer_component.fn_args import FnArgs
+
+__all__ = ["FnArgs", "ResampledTrainer", "ResampledTrainerSpec"]

@@ -1,0 +1,135 @@
+"""The trainer component: the standard Trainer's role, on inputs re-sampled every epoch.
+
+Takes the materialize component's `Examples` and index artifacts, builds dynamic-pair
+(`input_kind="dynamic_pairs"`, needs `pair_index`) or class-balanced
+(`input_kind="class_balanced"`, needs `class_index`) inputs, and calls the user module's
+`run_fn(fn_args)` like the standard Trainer (see `FnArgs` for what it gets). `run_fn` returns
+its final metrics, which land in `<model_run>/metrics.json` and as custom properties of both
+outputs. Given ExampleValidator's `anomalies`, the component refuses to train on splits with
+anomalies.
+
+`input_options` and `custom_config` are JSON objects: the first goes to the samplers (pairing
+`strategy`, `image` size, `features` for audio, `backend`, ...), the second to `run_fn`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from tfx import types
+from tfx.dsl.components.base import base_component, executor_spec
+from tfx.types import standard_artifacts
+from tfx.types.component_spec import ChannelParameter, ExecutionParameter
+
+from components import artifacts
+from components.trainer_component import executor
+from components.trainer_component.executor import (
+    ANOMALIES_KEY,
+    CLASS_INDEX_KEY,
+    EXAMPLES_KEY,
+    MODEL_KEY,
+    MODEL_RUN_KEY,
+    OFFSET_INDEX_KEY,
+    PAIR_INDEX_KEY,
+)
+
+
+class ResampledTrainerSpec(types.ComponentSpec):
+    PARAMETERS = {
+        "input_kind": ExecutionParameter(type=str),
+        "module_path": ExecutionParameter(type=str, optional=True),
+        "module_file": ExecutionParameter(type=str, optional=True),
+        "num_epochs": ExecutionParameter(type=int),
+        "seed": ExecutionParameter(type=int, optional=True),
+        "batch_size": ExecutionParameter(type=int, optional=True),
+        "n_classes_per_batch": ExecutionParameter(type=int, optional=True),
+        "n_samples_per_class": ExecutionParameter(type=int, optional=True),
+        "train_split": ExecutionParameter(type=str, optional=True),
+        "eval_split": ExecutionParameter(type=str, optional=True),
+        "input_options": ExecutionParameter(type=str, optional=True),
+        "custom_config": ExecutionParameter(type=str, optional=True),
+    }
+    INPUTS = {
+        EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples),
+        OFFSET_INDEX_KEY: ChannelParameter(type=artifacts.OffsetIndex),
+        PAIR_INDEX_KEY: ChannelParameter(type=artifacts.PairIndex, optional=True),
+        CLASS_INDEX_KEY: ChannelParameter(type=artifacts.ClassIndex, optional=True),
+        ANOMALIES_KEY: ChannelParameter(type=standard_artifacts.ExampleAnomalies, optional=True),
+    }
+    OUTPUTS = {
+        MODEL_KEY: ChannelParameter(type=standard_artifacts.Model),
+        MODEL_RUN_KEY: ChannelParameter(type=standard_artifacts.ModelRun),
+    }
+
+
+class ResampledTrainer(base_component.BaseComponent):
+    """Trains a user module's `run_fn` on dynamic-pair or class-balanced inputs."""
+
+    SPEC_CLASS = ResampledTrainerSpec
+    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
+
+    def __init__(
+        self,
+        examples: types.BaseChannel,
+        offset_index: types.BaseChannel,
+        *,
+        input_kind: str,
+        num_epochs: int,
+        module_path: str | None = None,
+        module_file: str | None = None,
+        pair_index: types.BaseChannel | None = None,
+        class_index: types.BaseChannel | None = None,
+        anomalies: types.BaseChannel | None = None,
+        seed: int | None = None,
+        batch_size: int | None = None,
+        n_classes_per_batch: int | None = None,
+        n_samples_per_class: int | None = None,
+        train_split: str | None = None,
+        eval_split: str | None = None,
+        input_options: Mapping[str, Any] | None = None,
+        custom_config: Mapping[str, Any] | None = None,
+    ):
+        if input_kind not in executor.INPUT_KINDS:
+            raise ValueError(
+                f"input_kind must be one of {executor.INPUT_KINDS}, got {input_kind!r}"
+            )
+        if bool(module_path) == bool(module_file):
+            raise ValueError("give exactly one of module_path and module_file")
+        if input_kind == executor.DYNAMIC_PAIRS and (pair_index is None or batch_size is None):
+            raise ValueError("input_kind='dynamic_pairs' needs pair_index and batch_size")
+        if input_kind == executor.CLASS_BALANCED and (
+            class_index is None or n_classes_per_batch is None or n_samples_per_class is None
+        ):
+            raise ValueError(
+                "input_kind='class_balanced' needs class_index, n_classes_per_batch and "
+                "n_samples_per_class"
+            )
+        super().__init__(
+            spec=ResampledTrainerSpec(
+                examples=examples,
+                offset_index=offset_index,
+                pair_index=pair_index,
+                class_index=class_index,
+                anomalies=anomalies,
+                input_kind=input_kind,
+                module_path=module_path,
+                module_file=module_file,
+                num_epochs=num_epochs,
+                seed=seed,
+                batch_size=batch_size,
+                n_classes_per_batch=n_classes_per_batch,
+                n_samples_per_class=n_samples_per_class,
+                train_split=train_split,
+                eval_split=eval_split,
+                input_options=json.dumps(dict(input_options), sort_keys=True)
+                if input_options
+                else None,
+                custom_config=json.dumps(dict(custom_config), sort_keys=True)
+                if custom_config
+                else None,
+                model=types.Channel(type=standard_artifacts.Model),
+                model_run=types.Channel(type=standard_artifacts.ModelRun),
+            )
+        )

@@ -1,0 +1,144 @@
+"""Every setting of the two pipelines, in one place.
+
+- `CycleGanConfig`: image domains + valid-pair list -> CycleGAN on dynamic pairs.
+- `SpeakerConfig`: speaker manifest + audio -> speaker embedding on class-balanced batches.
+- `RunConfig`: where a run writes (pipeline root, sqlite ML Metadata) and its Beam arguments.
+- `KubeflowConfig`: the image and paths a compiled Kubeflow spec uses.
+
+Defaults are the demo's (bundled sample data, small models, CPU-friendly); `TEST_OVERRIDES`
+shrink the training for the test suite. Nothing here imports TFX or TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCHEMAS_DIR = os.path.join(REPO_ROOT, "schemas")
+IMAGE_SCHEMA = "image_record.pbtxt"
+AUDIO_SCHEMA = "audio_record.pbtxt"
+SPEAKER_CORPUS_DIR = os.path.join(REPO_ROOT, "sample_data", "speakers")
+SPEAKER_MANIFEST = os.path.join(SPEAKER_CORPUS_DIR, "manifest.csv")
+
+
+@dataclasses.dataclass(frozen=True)
+class CycleGanConfig:
+    """CycleGAN pipeline: MaterializePairs -> StatisticsGen -> ImportSchemaGen ->
+    ExampleValidator -> ResampledTrainer(dynamic_pairs).
+
+    Images are stored as raw `image_size x image_size x channels` uint8 pixels (resized once by
+    the Beam stage), so the trainer decodes a batch with one vectorized op.
+    """
+
+    x_dir: str
+    y_dir: str
+    pairs: str
+    pipeline_name: str = "cyclegan-dynamic-pairs"
+    image_size: int = 16
+    channels: int = 1
+    num_shards: int = 2
+    max_reject_fraction: float = 0.1
+    batch_size: int = 32
+    num_epochs: int = 3
+    pairing_strategy: str = "uniform"
+    seed: int = 0
+    trainer_module: str = "components.trainer_modules.cyclegan_trainer"
+    custom_config: Mapping[str, Any] = dataclasses.field(
+        default_factory=lambda: {"learning_rate": 2e-4}
+    )
+    schema_file: str = os.path.join(SCHEMAS_DIR, IMAGE_SCHEMA)
+
+    def input_paths(self) -> list[str]:
+        return [self.x_dir, self.y_dir, self.pairs]
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeakerConfig:
+    """Speaker pipeline: MaterializeAudio -> StatisticsGen -> ImportSchemaGen ->
+    ExampleValidator -> ResampledTrainer(class_balanced).
+
+    The Beam stage holds out `eval_fraction` of the speakers (`split_mode="speaker"`): the
+    trainer learns on `train` and reports the equal error rate on the unseen `eval` speakers.
+    """
+
+    manifest: str = SPEAKER_MANIFEST
+    root: str = SPEAKER_CORPUS_DIR
+    pipeline_name: str = "speaker-class-balanced"
+    sample_rate: int = 16000
+    eval_fraction: float = 0.3
+    split_seed: int = 0
+    num_shards: int = 2
+    max_reject_fraction: float = 0.1
+    n_classes_per_batch: int = 8
+    n_samples_per_class: int = 4
+    epoch_mode: str = "samples"
+    crop_seconds: float = 1.0
+    num_mel_bins: int = 40
+    num_epochs: int = 12
+    seed: int = 0
+    trainer_module: str = "components.trainer_modules.speaker_trainer"
+    custom_config: Mapping[str, Any] = dataclasses.field(
+        default_factory=lambda: {"learning_rate": 1e-3}
+    )
+    schema_file: str = os.path.join(SCHEMAS_DIR, AUDIO_SCHEMA)
+
+    def input_paths(self) -> list[str]:
+        return [self.manifest, self.root]
+
+    def feature_options(self) -> dict[str, Any]:
+        """`components.audio_features.AudioFeatureConfig` fields, as the trainer takes them."""
+        return {
+            "sample_rate": self.sample_rate,
+            "crop_seconds": self.crop_seconds,
+            "num_mel_bins": self.num_mel_bins,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Where a pipeline run writes and how its Beam jobs run.
+
+    `metadata_path`: sqlite ML Metadata file for local runs; None when the orchestrator brings
+    its own (Kubeflow). `beam_pipeline_args` stay empty locally (DirectRunner): non-empty args
+    without `--setup_file` make TFX build an sdist of the project on every run. On a cluster
+    pass e.g. `--runner=DataflowRunner --project=... --region=... --temp_location=gs://...`.
+    `fingerprint_inputs`: pass a fingerprint of the input files to the materialize component,
+    so the cache re-runs it when they change (listing costs one stat per file).
+    """
+
+    pipeline_root: str
+    metadata_path: str | None = None
+    enable_cache: bool = True
+    beam_pipeline_args: tuple[str, ...] = ()
+    fingerprint_inputs: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class KubeflowConfig:
+    """What `python -m kubeflow.runner` compiles into the KFP v2 specs.
+
+    Paths in the specs are read inside the pod: `pipeline_root` and the data are normally
+    object-store URIs (gs://...); the bundled sample data also ships in the image under
+    `image_repo_root` (the Dockerfile's WORKDIR).
+    """
+
+    image: str = "tfx-dynamic-inputs:latest"
+    output_dir: str = os.path.join(REPO_ROOT, "kubeflow")
+    pipeline_root: str = "gs://YOUR_BUCKET/tfx-dynamic-inputs"
+    image_repo_root: str = "/app"
+    beam_pipeline_args: tuple[str, ...] = ()
+
+
+# Smaller training for the test suite: same data, same components, fewer epochs.
+TEST_OVERRIDES = {
+    CycleGanConfig: {"num_epochs": 2},
+    SpeakerConfig: {"num_epochs": 2},
+}
+
+
+def for_tests(config: CycleGanConfig | SpeakerConfig) -> CycleGanConfig | SpeakerConfig:
+    """`config` with `TEST_OVERRIDES` applied."""
+    return dataclasses.replace(config, **TEST_OVERRIDES[type(config)])
