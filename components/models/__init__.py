@@ -1,0 +1,4 @@
+"""Keras 3 models trained by the demo pipelines: a CycleGAN and a speaker-embedding net.
+
+Pure Keras (TensorFlow backend): importing these modules does not import TFX.
+"""

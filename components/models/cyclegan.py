@@ -1,0 +1,290 @@
+"""A small CycleGAN (Zhu et al., 2017) in Keras 3 for the dynamic-pair inputs.
+
+Two generators, `G: X -> Y` and `F: Y -> X` (ResNet-style encoder-decoder, instance norm), and
+two PatchGAN discriminators, `D_X` and `D_Y`. Losses:
+
+- adversarial, least-squares (LSGAN): the generators push `D(fake)` to 1, the discriminators push
+  `D(real)` to 1 and `D(fake)` to 0;
+- cycle consistency: `|F(G(x)) - x| + |G(F(y)) - y|` (mean absolute error);
+- identity: `|G(y) - y| + |F(x) - x|`, which keeps the generators from changing what is already in
+  the target domain.
+
+`CycleGAN` is a `keras.Model` whose `train_step` takes the pair batches of
+`components.inputs.dynamic_pairs`, so `model.fit(dataset)` trains it; it logs `cycle_loss`,
+`identity_loss`, `generator_adv_loss` and `discriminator_loss` as epoch means. Unlike the paper
+the discriminators see the current batch's fakes, not a pool of older ones: the dynamic pairs
+already give them a fresh mix every epoch, and the pool would be state outside the input plan.
+
+Pure Keras 3 on the TensorFlow backend; no TFX.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import keras
+import tensorflow as tf
+
+X_KEY = "x"
+Y_KEY = "y"
+X_TO_Y_ENDPOINT = "x_to_y"
+Y_TO_X_ENDPOINT = "y_to_x"
+IMAGES_OUTPUT = "images"
+LOSS_NAMES = ("cycle_loss", "identity_loss", "generator_adv_loss", "discriminator_loss")
+
+
+def _instance_norm(name: str) -> keras.layers.Layer:
+    # groups=-1: one group per channel, i.e. instance normalization.
+    return keras.layers.GroupNormalization(groups=-1, epsilon=1e-5, name=name)
+
+
+def build_generator(
+    image_shape: tuple[int, int, int],
+    *,
+    filters: int = 8,
+    num_downsamplings: int = 2,
+    num_residual_blocks: int = 2,
+    name: str = "generator",
+) -> keras.Model:
+    """A ResNet generator: float32 [B, H, W, C] in [0, 1] -> same shape, in [0, 1].
+
+    `num_downsamplings` stride-2 convolutions (doubling the channels each time), then
+    `num_residual_blocks` residual blocks at the lowest resolution, then as many nearest
+    upsamplings + convolutions (no transposed convolution: it leaves checkerboard artifacts on
+    small images). H and W must be multiples of 2**num_downsamplings. Most of the compute sits
+    at low resolution, which is what makes a few CPU epochs on 32x32 images cheap.
+    """
+    height, width, channels = image_shape
+    scale = 2**num_downsamplings
+    if height % scale or width % scale:
+        raise ValueError(
+            f"generator with {num_downsamplings} downsamplings needs image sides divisible by "
+            f"{scale}, got {image_shape}"
+        )
+    inputs = keras.Input(shape=image_shape, name="images")
+    h = keras.layers.Conv2D(filters, 5, padding="same", name="stem")(inputs)
+    h = keras.layers.ReLU()(_instance_norm("stem_norm")(h))
+    width_at = [filters * 2**level for level in range(num_downsamplings + 1)]
+    for level in range(1, num_downsamplings + 1):
+        h = keras.layers.Conv2D(width_at[level], 3, strides=2, padding="same", name=f"down{level}")(
+            h
+        )
+        h = keras.layers.ReLU()(_instance_norm(f"down{level}_norm")(h))
+    for block in range(num_residual_blocks):
+        r = keras.layers.Conv2D(width_at[-1], 3, padding="same", name=f"res{block}_a")(h)
+        r = keras.layers.ReLU()(_instance_norm(f"res{block}_a_norm")(r))
+        r = keras.layers.Conv2D(width_at[-1], 3, padding="same", name=f"res{block}_b")(r)
+        h = keras.layers.Add()([h, _instance_norm(f"res{block}_b_norm")(r)])
+    for level in range(num_downsamplings - 1, -1, -1):
+        h = keras.layers.UpSampling2D(2, interpolation="nearest")(h)
+        h = keras.layers.Conv2D(width_at[level], 3, padding="same", name=f"up{level}")(h)
+        h = keras.layers.ReLU()(_instance_norm(f"up{level}_norm")(h))
+    outputs = keras.layers.Conv2D(
+        channels, 3, padding="same", activation="sigmoid", dtype="float32", name="to_image"
+    )(h)
+    return keras.Model(inputs, outputs, name=name)
+
+
+def build_discriminator(
+    image_shape: tuple[int, int, int], *, filters: int = 16, name: str = "discriminator"
+) -> keras.Model:
+    """A PatchGAN: float32 [B, H, W, C] -> float32 [B, H/4, W/4, 1] unbounded realness scores.
+
+    Each score sees a 22x22-pixel patch; LSGAN compares the scores with 1 (real) or 0 (fake).
+    H and W must be multiples of 4.
+    """
+    height, width, _ = image_shape
+    if height % 4 or width % 4:
+        raise ValueError(f"discriminator needs image sides divisible by 4, got {image_shape}")
+    inputs = keras.Input(shape=image_shape, name="images")
+    h = keras.layers.Conv2D(filters, 4, strides=2, padding="same", name="c1")(inputs)
+    h = keras.layers.LeakyReLU(0.2)(h)
+    h = keras.layers.Conv2D(2 * filters, 4, strides=2, padding="same", name="c2")(h)
+    h = keras.layers.LeakyReLU(0.2)(_instance_norm("c2_norm")(h))
+    h = keras.layers.Conv2D(4 * filters, 4, padding="same", name="c3")(h)
+    h = keras.layers.LeakyReLU(0.2)(_instance_norm("c3_norm")(h))
+    outputs = keras.layers.Conv2D(1, 4, padding="same", dtype="float32", name="scores")(h)
+    return keras.Model(inputs, outputs, name=name)
+
+
+def lsgan_generator_loss(fake_scores: tf.Tensor) -> tf.Tensor:
+    return tf.reduce_mean(tf.square(fake_scores - 1.0))
+
+
+def lsgan_discriminator_loss(real_scores: tf.Tensor, fake_scores: tf.Tensor) -> tf.Tensor:
+    return 0.5 * (
+        tf.reduce_mean(tf.square(real_scores - 1.0)) + tf.reduce_mean(tf.square(fake_scores))
+    )
+
+
+def mean_absolute_error(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
+    return tf.reduce_mean(tf.abs(a - b))
+
+
+class CycleGAN(keras.Model):
+    """CycleGAN over pair batches `{"x": [B, H, W, C], "y": [B, H, W, C], ...}` in [0, 1].
+
+    Calling the model translates X to Y. Compile with `compile(generator_optimizer=...,
+    discriminator_optimizer=...)` (Adam(2e-4, beta_1=0.5) each by default).
+    """
+
+    def __init__(
+        self,
+        image_shape: tuple[int, int, int],
+        *,
+        generator_filters: int = 8,
+        num_downsamplings: int = 2,
+        num_residual_blocks: int = 2,
+        discriminator_filters: int = 16,
+        cycle_weight: float = 10.0,
+        identity_weight: float = 5.0,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.image_shape = tuple(int(d) for d in image_shape)
+        if len(self.image_shape) != 3:
+            raise ValueError(f"image_shape must be (height, width, channels), got {image_shape}")
+        self.cycle_weight = float(cycle_weight)
+        self.identity_weight = float(identity_weight)
+        generator_args = {
+            "filters": generator_filters,
+            "num_downsamplings": num_downsamplings,
+            "num_residual_blocks": num_residual_blocks,
+        }
+        self.generator_xy = build_generator(self.image_shape, name="generator_xy", **generator_args)
+        self.generator_yx = build_generator(self.image_shape, name="generator_yx", **generator_args)
+        self.discriminator_x = build_discriminator(
+            self.image_shape, filters=discriminator_filters, name="discriminator_x"
+        )
+        self.discriminator_y = build_discriminator(
+            self.image_shape, filters=discriminator_filters, name="discriminator_y"
+        )
+        self.loss_trackers = {name: keras.metrics.Mean(name=name) for name in LOSS_NAMES}
+        self.built = True  # every sub-model is a built functional model
+
+    @property
+    def generator_variables(self) -> list:
+        return self.generator_xy.trainable_variables + self.generator_yx.trainable_variables
+
+    @property
+    def discriminator_variables(self) -> list:
+        return self.discriminator_x.trainable_variables + self.discriminator_y.trainable_variables
+
+    @property
+    def metrics(self) -> list:
+        # Listing the trackers here makes `fit` reset them at each epoch start, so the logged
+        # values are epoch means.
+        return list(self.loss_trackers.values())
+
+    def compile(
+        self,
+        generator_optimizer: keras.optimizers.Optimizer | None = None,
+        discriminator_optimizer: keras.optimizers.Optimizer | None = None,
+        **kwargs,
+    ) -> None:
+        self.generator_optimizer = generator_optimizer or keras.optimizers.Adam(2e-4, beta_1=0.5)
+        self.discriminator_optimizer = discriminator_optimizer or keras.optimizers.Adam(
+            2e-4, beta_1=0.5
+        )
+        # Each optimizer holds slots for its own players only; building them here keeps
+        # `fit` from building `self.optimizer` over all four networks.
+        self.generator_optimizer.build(self.generator_variables)
+        self.discriminator_optimizer.build(self.discriminator_variables)
+        super().compile(optimizer=self.generator_optimizer, **kwargs)
+
+    def call(self, images, training=False):
+        return self.generator_xy(images, training=training)
+
+    def _unpack_pair(self, data) -> tuple[tf.Tensor, tf.Tensor]:
+        if not isinstance(data, Mapping) or X_KEY not in data or Y_KEY not in data:
+            raise ValueError(
+                "CycleGAN expects batches as dicts with keys 'x' and 'y' (float32 [B, H, W, C] "
+                f"in [0, 1]), got {type(data).__name__}"
+                + (f" with keys {sorted(data)}" if isinstance(data, Mapping) else "")
+            )
+        x, y = data[X_KEY], data[Y_KEY]
+        for key, images in ((X_KEY, x), (Y_KEY, y)):
+            if tuple(images.shape[1:]) != self.image_shape:
+                raise ValueError(
+                    f"batch '{key}' has shape {images.shape}; this CycleGAN was built for "
+                    f"[B, {', '.join(map(str, self.image_shape))}]"
+                )
+        return tf.cast(x, tf.float32), tf.cast(y, tf.float32)
+
+    def _cyclegan_losses(self, x: tf.Tensor, y: tf.Tensor, training: bool) -> dict[str, tf.Tensor]:
+        fake_y = self.generator_xy(x, training=training)
+        fake_x = self.generator_yx(y, training=training)
+        cycled_x = self.generator_yx(fake_y, training=training)
+        cycled_y = self.generator_xy(fake_x, training=training)
+        same_y = self.generator_xy(y, training=training)
+        same_x = self.generator_yx(x, training=training)
+
+        real_x_scores = self.discriminator_x(x, training=training)
+        real_y_scores = self.discriminator_y(y, training=training)
+        fake_x_scores = self.discriminator_x(fake_x, training=training)
+        fake_y_scores = self.discriminator_y(fake_y, training=training)
+
+        losses = {
+            "cycle_loss": mean_absolute_error(x, cycled_x) + mean_absolute_error(y, cycled_y),
+            "identity_loss": mean_absolute_error(y, same_y) + mean_absolute_error(x, same_x),
+            "generator_adv_loss": lsgan_generator_loss(fake_y_scores)
+            + lsgan_generator_loss(fake_x_scores),
+            # The fakes are not stopped here: the tape only asks for gradients of this loss
+            # with respect to the discriminators.
+            "discriminator_loss": lsgan_discriminator_loss(real_x_scores, fake_x_scores)
+            + lsgan_discriminator_loss(real_y_scores, fake_y_scores),
+        }
+        losses["generator_loss"] = (
+            losses["generator_adv_loss"]
+            + self.cycle_weight * losses["cycle_loss"]
+            + self.identity_weight * losses["identity_loss"]
+        )
+        return losses
+
+    def _update_loss_trackers(self, losses: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        for name, tracker in self.loss_trackers.items():
+            tracker.update_state(losses[name])
+        return {name: tracker.result() for name, tracker in self.loss_trackers.items()}
+
+    def train_step(self, data):
+        x, y = self._unpack_pair(data)
+        with tf.GradientTape(persistent=True) as tape:
+            losses = self._cyclegan_losses(x, y, training=True)
+        generator_gradients = tape.gradient(losses["generator_loss"], self.generator_variables)
+        discriminator_gradients = tape.gradient(
+            losses["discriminator_loss"], self.discriminator_variables
+        )
+        del tape
+        self.generator_optimizer.apply_gradients(
+            zip(generator_gradients, self.generator_variables, strict=True)
+        )
+        self.discriminator_optimizer.apply_gradients(
+            zip(discriminator_gradients, self.discriminator_variables, strict=True)
+        )
+        return self._update_loss_trackers(losses)
+
+    def test_step(self, data):
+        x, y = self._unpack_pair(data)
+        return self._update_loss_trackers(self._cyclegan_losses(x, y, training=False))
+
+
+def export_generators(model: CycleGAN, export_dir: str) -> None:
+    """Writes one SavedModel holding both generators to `export_dir`.
+
+    Signatures (input `images`: float32 [None, H, W, C] in [0, 1]; output `images`, same shape):
+    `x_to_y` (also `serving_default`, so TF Serving and the TFX Pusher find it) and `y_to_x`.
+    """
+    archive = keras.export.ExportArchive()
+    archive.track(model.generator_xy)
+    archive.track(model.generator_yx)
+    spec = tf.TensorSpec([None, *model.image_shape], tf.float32, name=IMAGES_OUTPUT)
+    for endpoint, generator in (
+        (X_TO_Y_ENDPOINT, model.generator_xy),
+        (Y_TO_X_ENDPOINT, model.generator_yx),
+    ):
+        archive.add_endpoint(
+            endpoint,
+            lambda images, g=generator: {IMAGES_OUTPUT: g(images, training=False)},
+            input_signature=[spec],
+        )
+    archive.write_out(export_dir, verbose=False)

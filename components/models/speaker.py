@@ -1,0 +1,454 @@
+"""A small x-vector-style speaker-embedding net, metric-learning losses over n_c x n_p batches,
+and equal-error-rate verification on held-out speakers.
+
+The net (`build_embedding_model`) maps log-mel features float32 [B, T, n_mels] and the valid
+frame counts int32 [B] to embeddings float32 [B, D]: a per-utterance gain normalization, four
+dilated 1-D convolution (TDNN) layers, statistics pooling (mean and standard deviation over the
+valid frames only) and a linear embedding layer. Padded frames are zeroed after every layer, so
+an utterance's embedding does not depend on how much padding its batch carried.
+
+Losses over the class-balanced batches of `components.inputs.class_balanced` (B = n_c * n_p,
+n_c groups of n_p consecutive samples of one speaker):
+
+- `"ge2e"` (default): generalized end-to-end softmax loss (Wan et al., 2018). Every utterance is
+  a query against every speaker centroid of the batch; its own centroid leaves it out.
+- `"angular_prototypical"` (Chung et al., 2020): the last utterance of each group is the query,
+  the mean of the other n_p - 1 is the prototype.
+- `"aam_softmax"`: additive angular margin softmax over the training speakers (needs their
+  number); it does not use the batch structure, and is there as the usual reference.
+
+Pure Keras 3 on the TensorFlow backend; no TFX.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+FEATURES_KEY = "features"
+LENGTHS_KEY = "lengths"
+LABEL_KEY = "label"
+EMBEDDING_OUTPUT = "embedding"
+EMBED_ENDPOINT = "embed"
+LOSSES = ("ge2e", "angular_prototypical", "aam_softmax")
+
+
+def sequence_mask(lengths: tf.Tensor, num_frames: tf.Tensor) -> tf.Tensor:
+    """float32 [B, T, 1]: 1 on the first `lengths[b]` frames of each row, 0 on the padding."""
+    return tf.sequence_mask(lengths, num_frames, dtype=tf.float32)[:, :, tf.newaxis]
+
+
+class UtteranceNormalization(keras.layers.Layer):
+    """Subtracts each utterance's mean log-mel level and divides by its spread (two scalars).
+
+    Scalars, not per-bin statistics: per-bin mean normalization would erase the long-term
+    spectral envelope, which is much of what tells synthetic and read-speech speakers apart;
+    the scalars only remove recording gain. Padding stays zero.
+    """
+
+    def call(self, features: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
+        count = tf.maximum(
+            tf.reduce_sum(mask, axis=[1, 2]) * tf.cast(tf.shape(features)[2], tf.float32), 1.0
+        )
+        mean = tf.reduce_sum(features * mask, axis=[1, 2]) / count
+        centred = (features - mean[:, tf.newaxis, tf.newaxis]) * mask
+        variance = tf.reduce_sum(tf.square(centred), axis=[1, 2]) / count
+        return centred * tf.math.rsqrt(variance + 1e-5)[:, tf.newaxis, tf.newaxis]
+
+
+class MaskedStatisticsPooling(keras.layers.Layer):
+    """float32 [B, T, C] frames and [B, T, 1] mask -> [B, 2C]: mean and std over valid frames."""
+
+    def call(self, frames: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
+        count = tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)
+        mean = tf.reduce_sum(frames * mask, axis=1) / count
+        variance = tf.reduce_sum(tf.square(frames - mean[:, tf.newaxis]) * mask, axis=1) / count
+        return tf.concat([mean, tf.sqrt(variance + 1e-5)], axis=-1)
+
+
+class FrameMask(keras.layers.Layer):
+    """float32 [B, T, C] features and int32 [B] lengths -> float32 [B, T, 1] frame mask."""
+
+    def call(self, features: tf.Tensor, lengths: tf.Tensor) -> tf.Tensor:
+        return sequence_mask(tf.cast(lengths, tf.int32), tf.shape(features)[1])
+
+
+def build_embedding_model(
+    n_mels: int = 80,
+    *,
+    channels: int = 128,
+    embedding_dim: int = 128,
+    name: str = "speaker_embedding",
+) -> keras.Model:
+    """The embedding net: `[features [B, T, n_mels], lengths [B]]` -> float32 [B, embedding_dim].
+
+    T may differ between batches. The embedding is not normalized; score with cosine
+    similarity (`evaluate_verification` and the exported signature normalize it).
+    """
+    features = keras.Input(shape=(None, n_mels), name=FEATURES_KEY)
+    lengths = keras.Input(shape=(), dtype="int32", name=LENGTHS_KEY)
+    mask = FrameMask(name="frame_mask")(features, lengths)
+    h = UtteranceNormalization(name="utterance_norm")(features, mask)
+    # (kernel, dilation, width): a receptive field of 15 frames (~150 ms at a 10 ms hop).
+    layers = ((5, 1, channels), (3, 2, channels), (3, 3, channels), (1, 1, 3 * channels // 2))
+    for number, (kernel, dilation, width) in enumerate(layers):
+        h = keras.layers.Conv1D(
+            width, kernel, dilation_rate=dilation, padding="same", name=f"tdnn{number}"
+        )(h)
+        h = keras.layers.ReLU()(h)
+        h = keras.layers.LayerNormalization(name=f"tdnn{number}_norm")(h)
+        h = keras.layers.Multiply(name=f"tdnn{number}_mask")([h, mask])
+    pooled = MaskedStatisticsPooling(name="statistics_pooling")(h, mask)
+    embedding = keras.layers.Dense(embedding_dim, name=EMBEDDING_OUTPUT)(pooled)
+    return keras.Model([features, lengths], embedding, name=name)
+
+
+def _group(embeddings: tf.Tensor, n_samples_per_class: int) -> tf.Tensor:
+    """[n_c * n_p, D] -> L2-normalized [n_c, n_p, D]."""
+    grouped = tf.reshape(embeddings, [-1, n_samples_per_class, tf.shape(embeddings)[-1]])
+    return tf.math.l2_normalize(grouped, axis=-1)
+
+
+def ge2e_logits(embeddings: tf.Tensor, n_samples_per_class: int) -> tf.Tensor:
+    """Cosine similarities float32 [n_c * n_p, n_c] of every utterance to every centroid.
+
+    The similarity of an utterance to its own speaker's centroid uses the centroid of the other
+    n_p - 1 utterances (GE2E's exclusive centroid), so no utterance scores against itself.
+    """
+    grouped = _group(embeddings, n_samples_per_class)  # [n_c, n_p, D]
+    n_classes = tf.shape(grouped)[0]
+    sums = tf.reduce_sum(grouped, axis=1)  # [n_c, D]
+    centroids = tf.math.l2_normalize(sums, axis=-1)
+    exclusive = tf.math.l2_normalize(sums[:, tf.newaxis] - grouped, axis=-1)  # [n_c, n_p, D]
+    to_all = tf.einsum("cpd,kd->cpk", grouped, centroids)  # [n_c, n_p, n_c]
+    to_own = tf.reduce_sum(grouped * exclusive, axis=-1)  # [n_c, n_p]
+    own = tf.one_hot(tf.range(n_classes), n_classes, dtype=to_all.dtype)[:, tf.newaxis]
+    similarity = to_all * (1.0 - own) + to_own[:, :, tf.newaxis] * own
+    return tf.reshape(similarity, [-1, n_classes])
+
+
+def angular_prototypical_logits(embeddings: tf.Tensor, n_samples_per_class: int) -> tf.Tensor:
+    """Cosine similarities float32 [n_c, n_c] of each group's last utterance to the prototypes
+    (means of the other n_p - 1 utterances) of all groups."""
+    grouped = _group(embeddings, n_samples_per_class)
+    queries = grouped[:, -1]
+    prototypes = tf.math.l2_normalize(tf.reduce_mean(grouped[:, :-1], axis=1), axis=-1)
+    return tf.matmul(queries, prototypes, transpose_b=True)
+
+
+class ScaledCosineLoss(keras.layers.Layer):
+    """GE2E or angular prototypical loss: softmax cross-entropy over `w * cos + b`.
+
+    `w` (kept positive) and `b` are trained with the net, as in both papers.
+    """
+
+    def __init__(self, kind: str, n_samples_per_class: int, **kwargs):
+        super().__init__(**kwargs)
+        self.kind = kind
+        self.n_samples_per_class = n_samples_per_class
+        self.scale = self.add_weight(
+            shape=(), initializer=keras.initializers.Constant(10.0), name="scale"
+        )
+        self.bias = self.add_weight(
+            shape=(), initializer=keras.initializers.Constant(-5.0), name="bias"
+        )
+
+    def call(self, embeddings: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+        del labels  # the batch order carries the classes: group g holds class g of the batch
+        if self.kind == "ge2e":
+            similarity = ge2e_logits(embeddings, self.n_samples_per_class)
+            targets = tf.repeat(tf.range(tf.shape(similarity)[1]), self.n_samples_per_class)
+        else:
+            similarity = angular_prototypical_logits(embeddings, self.n_samples_per_class)
+            targets = tf.range(tf.shape(similarity)[0])
+        logits = tf.maximum(self.scale, 1e-6) * similarity + self.bias
+        return tf.reduce_mean(
+            tf.nn.sparse_softmax_cross_entropy_with_logits(labels=targets, logits=logits)
+        )
+
+
+class AAMSoftmaxLoss(keras.layers.Layer):
+    """Additive angular margin softmax (ArcFace) over `num_classes` training speakers."""
+
+    def __init__(
+        self,
+        num_classes: int,
+        embedding_dim: int,
+        margin: float = 0.2,
+        scale: float = 30.0,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_classes = num_classes
+        self.margin = margin
+        self.logit_scale = scale
+        self.class_weights = self.add_weight(
+            shape=(embedding_dim, num_classes), initializer="glorot_uniform", name="classes"
+        )
+
+    def call(self, embeddings: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+        cosine = tf.matmul(
+            tf.math.l2_normalize(embeddings, axis=-1),
+            tf.math.l2_normalize(self.class_weights, axis=0),
+        )
+        cosine = tf.clip_by_value(cosine, -1.0 + 1e-7, 1.0 - 1e-7)
+        target = tf.one_hot(labels, self.num_classes, dtype=cosine.dtype)
+        with_margin = tf.cos(tf.acos(cosine) + self.margin)
+        logits = self.logit_scale * (target * with_margin + (1.0 - target) * cosine)
+        return tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(target, logits))
+
+
+class SpeakerEmbeddingModel(keras.Model):
+    """Trains `embedding_model` on class-balanced batches.
+
+    Batches are dicts `{"features": float32 [B, T, n_mels], "lengths": int32 [B], "label": int64
+    [B], ...}` with B = n_c * n_p grouped by class. Calling the model returns the embeddings.
+    Logs `loss` (epoch mean).
+    """
+
+    def __init__(
+        self,
+        n_mels: int,
+        *,
+        n_samples_per_class: int,
+        loss: str = "ge2e",
+        num_classes: int | None = None,
+        channels: int = 128,
+        embedding_dim: int = 128,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if loss not in LOSSES:
+            raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+        if loss != "aam_softmax" and n_samples_per_class < 2:
+            raise ValueError(
+                f"{loss} needs n_samples_per_class >= 2 (a query and at least one other "
+                f"utterance of its speaker), got {n_samples_per_class}"
+            )
+        self.n_samples_per_class = int(n_samples_per_class)
+        self.embedding_model = build_embedding_model(
+            n_mels, channels=channels, embedding_dim=embedding_dim
+        )
+        if loss == "aam_softmax":
+            if not num_classes:
+                raise ValueError("aam_softmax needs num_classes (the number of training speakers)")
+            self.metric_loss = AAMSoftmaxLoss(num_classes, embedding_dim, name="aam_softmax")
+        else:
+            self.metric_loss = ScaledCosineLoss(loss, self.n_samples_per_class, name=loss)
+        self.metric_loss.build(None)
+        self.loss_tracker = keras.metrics.Mean(name="loss")
+        self.built = True
+
+    @property
+    def metrics(self) -> list:
+        return [self.loss_tracker]
+
+    def call(self, inputs, training=False):
+        return self.embedding_model([inputs[FEATURES_KEY], inputs[LENGTHS_KEY]], training=training)
+
+    def _check_batch(self, data) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        missing = (
+            sorted({FEATURES_KEY, LENGTHS_KEY, LABEL_KEY} - set(data))
+            if isinstance(data, Mapping)
+            else None
+        )
+        if missing is None or missing:
+            raise ValueError(
+                "speaker batches must be dicts with 'features' [B, T, n_mels], 'lengths' [B] and "
+                f"'label' [B]; missing {missing if missing else type(data).__name__}"
+            )
+        labels = tf.cast(data[LABEL_KEY], tf.int32)
+        batch_size = tf.shape(labels)[0]
+        n_p = self.n_samples_per_class
+        divisible = tf.debugging.assert_equal(
+            batch_size % n_p, 0,
+            message=f"batch size must be a multiple of n_samples_per_class={n_p}",
+        )  # fmt: skip
+        with tf.control_dependencies([divisible]):
+            grouped = tf.reshape(labels, [-1, n_p])
+        grouped_by_class = tf.debugging.assert_equal(
+            grouped, tf.broadcast_to(grouped[:, :1], tf.shape(grouped)),
+            message=f"batches must hold groups of {n_p} consecutive samples of one class",
+        )  # fmt: skip
+        with tf.control_dependencies([grouped_by_class]):
+            features = tf.identity(data[FEATURES_KEY])
+        return features, tf.cast(data[LENGTHS_KEY], tf.int32), labels
+
+    def train_step(self, data):
+        features, lengths, labels = self._check_batch(data)
+        with tf.GradientTape() as tape:
+            embeddings = self.embedding_model([features, lengths], training=True)
+            loss = self.metric_loss(embeddings, labels)
+        variables = self.trainable_variables
+        self.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
+        self.loss_tracker.update_state(loss)
+        return {"loss": self.loss_tracker.result()}
+
+
+def equal_error_rate(scores, same_speaker) -> float:
+    """The equal error rate of verification trials, exactly.
+
+    Accepting a trial when `score >= threshold`, each distinct threshold (every distinct score,
+    and +inf, accepting nothing) gives an operating point: the false-acceptance rate FAR (of
+    different-speaker trials) and the false-rejection rate FRR (of same-speaker trials). Joined
+    in threshold order they form the ROC polyline from (FAR, FRR) = (0, 1) to (1, 0); the EER is
+    where it crosses FAR = FRR. With finitely many trials that is usually between two operating
+    points and is found by linear interpolation between them (the crossing is unique because
+    FRR - FAR falls monotonically along the polyline). Tied scores are accepted together, so
+    constant scores give 0.5, perfectly separated ones 0. O(N log N).
+
+    Args:
+      scores: float [N], higher means more likely the same speaker.
+      same_speaker: bool (or 0/1) [N], the truth of each trial.
+
+    Returns:
+      The EER in [0, 1].
+
+    Raises:
+      ValueError: on mismatched lengths, non-finite scores, labels other than 0/1, or when the
+        trials lack either kind.
+    """
+    return _equal_error_rate_and_threshold(scores, same_speaker)[0]
+
+
+def _equal_error_rate_and_threshold(scores, same_speaker) -> tuple[float, float]:
+    """The EER and the threshold of the first operating point with FRR <= FAR."""
+    scores = np.asarray(scores, dtype=np.float64).ravel()
+    same_speaker = np.asarray(same_speaker).ravel()
+    if same_speaker.dtype != np.bool_:
+        if not np.isin(same_speaker, (0, 1)).all():
+            raise ValueError("same_speaker must be boolean (or 0/1)")
+        same_speaker = same_speaker.astype(bool)
+    if scores.shape != same_speaker.shape:
+        raise ValueError(
+            f"scores and same_speaker differ in length: {scores.size} vs {same_speaker.size}"
+        )
+    if not np.isfinite(scores).all():
+        raise ValueError("scores must be finite")
+    num_target = int(np.count_nonzero(same_speaker))
+    num_nontarget = same_speaker.size - num_target
+    if num_target == 0 or num_nontarget == 0:
+        raise ValueError(
+            "need both same-speaker and different-speaker trials, got "
+            f"{num_target} and {num_nontarget}"
+        )
+    order = np.argsort(-scores, kind="stable")
+    sorted_scores = scores[order]
+    # Accepting the k best-scoring trials, k = 0..N; only k at a change of score (or the ends)
+    # is reachable by a threshold, since tied scores are accepted together.
+    accepted_targets = np.concatenate([[0], np.cumsum(same_speaker[order])])
+    accepted_nontargets = np.arange(scores.size + 1) - accepted_targets
+    reachable = np.flatnonzero(
+        np.concatenate([[True], sorted_scores[1:] != sorted_scores[:-1], [True]])
+    )
+    far = accepted_nontargets[reachable] / num_nontarget
+    frr = 1.0 - accepted_targets[reachable] / num_target
+    gap = frr - far  # 1 at k = 0, -1 at k = N, non-increasing in between
+    crossed = int(np.argmax(gap <= 0))
+    if gap[crossed] == 0:
+        eer = far[crossed]
+    else:
+        before = crossed - 1
+        fraction = gap[before] / (gap[before] - gap[crossed])
+        eer = far[before] + fraction * (far[crossed] - far[before])
+    # Accepting the k best trials is the threshold "score >= the k-th best score".
+    threshold = float(sorted_scores[reachable[crossed] - 1])
+    return float(eer), threshold
+
+
+def embed(embedding_model: keras.Model, batches: Iterable) -> tuple[np.ndarray, np.ndarray]:
+    """L2-normalized embeddings float32 [N, D] and labels int64 [N] of all batches."""
+    n_mels = embedding_model.inputs[0].shape[-1]
+
+    # One trace for every batch shape.
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None, None, n_mels], tf.float32),
+            tf.TensorSpec([None], tf.int32),
+        ]
+    )
+    def normalized_embeddings(features, lengths):
+        return tf.math.l2_normalize(embedding_model([features, lengths], training=False), axis=-1)
+
+    embeddings, labels = [], []
+    for batch in batches:
+        output = normalized_embeddings(
+            tf.convert_to_tensor(batch[FEATURES_KEY], tf.float32),
+            tf.cast(batch[LENGTHS_KEY], tf.int32),
+        )
+        embeddings.append(output.numpy())
+        labels.append(np.asarray(batch[LABEL_KEY], np.int64))
+    if not embeddings:
+        raise ValueError("the evaluation data has no batches")
+    return np.concatenate(embeddings), np.concatenate(labels)
+
+
+def evaluate_verification(
+    embedding_model: keras.Model,
+    batches: Iterable,
+    *,
+    max_utterances: int = 4000,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Verification EER on the utterances of `batches`: every pair is one trial.
+
+    Cosine scores of all N(N-1)/2 pairs; a pair is a target trial when both share a label.
+    Above `max_utterances` a seeded random subset is scored (the trials grow as N^2).
+
+    Args:
+      embedding_model: maps `[features, lengths]` to embeddings.
+      batches: an iterable (e.g. `tf.data.Dataset`) of dicts with `features`, `lengths`,
+        `label`; held-out speakers, any batch order.
+      max_utterances: the most utterances scored.
+      seed: picks the subset.
+
+    Returns:
+      `eer`, `eer_threshold` (cosine), and the counts `num_utterances`, `num_speakers`,
+      `num_target_trials`, `num_nontarget_trials`.
+    """
+    embeddings, labels = embed(embedding_model, batches)
+    if len(labels) > max_utterances:
+        keep = np.sort(np.random.default_rng(seed).choice(len(labels), max_utterances, False))
+        embeddings, labels = embeddings[keep], labels[keep]
+    if np.unique(labels).size < 2:
+        raise ValueError("verification needs utterances of at least two speakers")
+    first, second = np.triu_indices(len(labels), k=1)
+    scores = np.einsum("nd,nd->n", embeddings[first], embeddings[second])
+    same = labels[first] == labels[second]
+    eer, threshold = _equal_error_rate_and_threshold(scores, same)
+    return {
+        "eer": eer,
+        "eer_threshold": threshold,
+        "num_utterances": float(len(labels)),
+        "num_speakers": float(np.unique(labels).size),
+        "num_target_trials": float(np.count_nonzero(same)),
+        "num_nontarget_trials": float(np.count_nonzero(~same)),
+    }
+
+
+def export_embedding_model(embedding_model: keras.Model, export_dir: str) -> None:
+    """Writes the embedding net as a SavedModel to `export_dir`.
+
+    Signature `embed` (also `serving_default`): inputs `features` float32 [None, None, n_mels]
+    and `lengths` int32 [None]; output `embedding` float32 [None, D], L2-normalized, so cosine
+    scoring is a dot product.
+    """
+    n_mels = embedding_model.inputs[0].shape[-1]
+    archive = keras.export.ExportArchive()
+    archive.track(embedding_model)
+    archive.add_endpoint(
+        EMBED_ENDPOINT,
+        lambda features, lengths: {
+            EMBEDDING_OUTPUT: tf.math.l2_normalize(
+                embedding_model([features, lengths], training=False), axis=-1
+            )
+        },
+        input_signature=[
+            tf.TensorSpec([None, None, n_mels], tf.float32, name=FEATURES_KEY),
+            tf.TensorSpec([None], tf.int32, name=LENGTHS_KEY),
+        ],
+    )
+    archive.write_out(export_dir, verbose=False)

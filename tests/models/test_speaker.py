@@ -1,0 +1,200 @@
+"""The speaker-embedding net, its losses, verification scoring and export."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from components.models import speaker
+from tests.models import synthetic
+
+N_C, N_P = 6, 4
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """A net trained on 24 synthetic speakers; 8 other speakers held out for scoring."""
+    rng = np.random.default_rng(0)
+    envelopes = synthetic.speaker_envelopes(rng, 32)
+    train = synthetic.class_balanced_batches(
+        rng, envelopes[:24], n_classes_per_batch=N_C, n_samples_per_class=N_P, num_batches=40
+    )
+    held_out = synthetic.plain_batches(rng, envelopes[24:], per_speaker=6, batch_size=16)
+    keras.utils.set_random_seed(0)
+    model = speaker.SpeakerEmbeddingModel(
+        synthetic.N_MELS, n_samples_per_class=N_P, channels=64, embedding_dim=32
+    )
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
+    before = speaker.evaluate_verification(model.embedding_model, held_out)
+    history = model.fit(train, epochs=4, verbose=0).history
+    after = speaker.evaluate_verification(model.embedding_model, held_out)
+    return model, history, before, after, held_out
+
+
+def test_training_separates_held_out_speakers_far_better_than_chance(trained):
+    _, history, before, after, _ = trained
+    assert all(np.isfinite(history["loss"]))
+    assert history["loss"][-1] < 0.5 * history["loss"][0]
+    assert after["eer"] < 0.15, after
+    assert after["eer"] < 0.5 * before["eer"], (before, after)
+    # 8 speakers x 6 utterances: every pair is a trial.
+    assert after["num_utterances"] == 48 and after["num_speakers"] == 8
+    assert after["num_target_trials"] == 8 * 15
+    assert after["num_nontarget_trials"] == 48 * 47 / 2 - 8 * 15
+
+
+def test_subsampled_verification_scores_all_pairs_of_the_subset(trained):
+    model, _, _, _, held_out = trained
+    result = speaker.evaluate_verification(model.embedding_model, held_out, max_utterances=20)
+    assert result["num_utterances"] == 20
+    assert result["num_target_trials"] + result["num_nontarget_trials"] == 20 * 19 / 2
+
+
+def test_embedding_ignores_padding_content_and_amount():
+    rng = np.random.default_rng(1)
+    net = speaker.build_embedding_model(synthetic.N_MELS, channels=16, embedding_dim=8)
+    batch = synthetic.utterances(rng, synthetic.speaker_envelopes(rng, 3), np.arange(3))
+    lengths = batch["lengths"]
+    reference = net([batch["features"], lengths]).numpy()
+    # Garbage in the padding, and 37 more padded frames.
+    padded = np.concatenate(
+        [batch["features"], np.zeros((3, 37, synthetic.N_MELS), np.float32)], axis=1
+    )
+    for row, length in enumerate(lengths):
+        padded[row, length:] = rng.normal(0, 100, (padded.shape[1] - length, synthetic.N_MELS))
+    np.testing.assert_allclose(net([padded, lengths]).numpy(), reference, rtol=1e-4, atol=1e-4)
+    # And each row alone, unpadded.
+    for row, length in enumerate(lengths):
+        alone = net([batch["features"][row : row + 1, :length], lengths[row : row + 1]])
+        np.testing.assert_allclose(alone.numpy()[0], reference[row], rtol=1e-4, atol=1e-4)
+
+
+def test_embedding_ignores_recording_gain():
+    rng = np.random.default_rng(2)
+    net = speaker.build_embedding_model(synthetic.N_MELS, channels=16, embedding_dim=8)
+    batch = synthetic.utterances(rng, synthetic.speaker_envelopes(rng, 2), np.arange(2))
+    mask = np.arange(batch["features"].shape[1]) < batch["lengths"][:, None]
+    louder = batch["features"] + 3.0 * mask[..., None]  # +3 in log-mel: about 13 dB
+    np.testing.assert_allclose(
+        net([louder, batch["lengths"]]).numpy(),
+        net([batch["features"], batch["lengths"]]).numpy(),
+        rtol=1e-4,
+        atol=1e-4,
+    )
+
+
+def numpy_ge2e_similarity(embeddings: np.ndarray, n_p: int) -> np.ndarray:
+    unit = embeddings / np.linalg.norm(embeddings, axis=-1, keepdims=True)
+    n_c = len(unit) // n_p
+    similarity = np.zeros((len(unit), n_c))
+    for i, e in enumerate(unit):
+        for k in range(n_c):
+            members = [j for j in range(k * n_p, (k + 1) * n_p) if j != i]
+            centroid = unit[members].mean(axis=0)
+            similarity[i, k] = e @ centroid / np.linalg.norm(centroid)
+    return similarity
+
+
+@pytest.mark.parametrize("n_c, n_p, dim", [(2, 2, 3), (3, 4, 5), (5, 3, 16)])
+def test_ge2e_similarity_matches_its_definition(n_c, n_p, dim):
+    embeddings = np.random.default_rng(n_c * n_p).normal(size=(n_c * n_p, dim))
+    similarity = speaker.ge2e_logits(tf.constant(embeddings, tf.float32), n_p).numpy()
+    np.testing.assert_allclose(similarity, numpy_ge2e_similarity(embeddings, n_p), atol=1e-5)
+
+
+def test_angular_prototypical_similarity_matches_its_definition():
+    n_c, n_p = 4, 3
+    embeddings = np.random.default_rng(0).normal(size=(n_c * n_p, 6))
+    unit = embeddings / np.linalg.norm(embeddings, axis=-1, keepdims=True)
+    groups = unit.reshape(n_c, n_p, -1)
+    prototypes = groups[:, :-1].mean(axis=1)
+    prototypes /= np.linalg.norm(prototypes, axis=-1, keepdims=True)
+    expected = groups[:, -1] @ prototypes.T
+    got = speaker.angular_prototypical_logits(tf.constant(embeddings, tf.float32), n_p)
+    np.testing.assert_allclose(got.numpy(), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("loss", ["angular_prototypical", "aam_softmax"])
+def test_other_losses_are_finite_and_decrease(loss):
+    rng = np.random.default_rng(3)
+    envelopes = synthetic.speaker_envelopes(rng, 12)
+    train = synthetic.class_balanced_batches(
+        rng, envelopes, n_classes_per_batch=4, n_samples_per_class=3, num_batches=12
+    )
+    keras.utils.set_random_seed(0)
+    model = speaker.SpeakerEmbeddingModel(
+        synthetic.N_MELS,
+        n_samples_per_class=3,
+        loss=loss,
+        num_classes=12,
+        channels=32,
+        embedding_dim=16,
+    )
+    model.compile(optimizer=keras.optimizers.Adam(2e-3), jit_compile=False)
+    losses = model.fit(train, epochs=3, verbose=0).history["loss"]
+    assert all(np.isfinite(losses)), losses
+    assert losses[-1] < 0.7 * losses[0], losses
+
+
+def grouped_batch(labels, n_mels=synthetic.N_MELS):
+    rng = np.random.default_rng(4)
+    batch = synthetic.utterances(rng, synthetic.speaker_envelopes(rng, 8), np.asarray(labels))
+    return tf.data.Dataset.from_tensors(batch)
+
+
+def test_batches_that_are_not_grouped_by_class_are_refused():
+    model = speaker.SpeakerEmbeddingModel(synthetic.N_MELS, n_samples_per_class=2, channels=8)
+    model.compile(optimizer="adam", jit_compile=False)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="groups of 2 consecutive"):
+        model.fit(grouped_batch([0, 1, 0, 1]), verbose=0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="multiple of n_samples_per_class"):
+        model.fit(grouped_batch([0, 0, 1]), verbose=0)
+    missing = tf.data.Dataset.from_tensors({"features": tf.zeros([2, 5, synthetic.N_MELS])})
+    with pytest.raises(ValueError, match="missing"):
+        model.fit(missing, verbose=0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"n_samples_per_class": 1}, "n_samples_per_class >= 2"),
+        ({"n_samples_per_class": 2, "loss": "triplet"}, "loss must be one of"),
+        ({"n_samples_per_class": 2, "loss": "aam_softmax"}, "num_classes"),
+    ],
+)
+def test_bad_model_settings_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        speaker.SpeakerEmbeddingModel(synthetic.N_MELS, **kwargs)
+
+
+def test_verification_needs_two_speakers_and_some_batches():
+    net = speaker.build_embedding_model(synthetic.N_MELS, channels=8, embedding_dim=4)
+    rng = np.random.default_rng(5)
+    one_speaker = [synthetic.utterances(rng, synthetic.speaker_envelopes(rng, 1), np.zeros(4, int))]
+    with pytest.raises(ValueError, match="two speakers"):
+        speaker.evaluate_verification(net, one_speaker)
+    with pytest.raises(ValueError, match="no batches"):
+        speaker.evaluate_verification(net, [])
+
+
+def test_exported_model_loads_and_gives_unit_embeddings_of_the_net(tmp_path, trained):
+    model, _, _, _, held_out = trained
+    export_dir = str(tmp_path / "serving")
+    speaker.export_embedding_model(model.embedding_model, export_dir)
+    loaded = tf.saved_model.load(export_dir)
+    assert {"serving_default", "embed"} <= set(loaded.signatures)
+    batch = next(iter(held_out))
+    output = loaded.signatures["serving_default"](
+        features=batch["features"], lengths=batch["lengths"]
+    )["embedding"].numpy()
+    expected = model.embedding_model([batch["features"], batch["lengths"]]).numpy()
+    expected /= np.linalg.norm(expected, axis=-1, keepdims=True)
+    np.testing.assert_allclose(output, expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(output, axis=-1), 1.0, atol=1e-5)
+    # Another length of T works through the same signature.
+    shorter = loaded.embed(
+        features=batch["features"][:, :50], lengths=tf.minimum(batch["lengths"], 50)
+    )
+    assert shorter["embedding"].shape == output.shape
