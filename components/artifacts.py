@@ -27,7 +27,8 @@ from tfx.types import artifact
 EXAMPLES_URI_PROPERTY = "examples_uri"
 RECORD_SETS_PROPERTY = "record_sets"  # JSON list of the record set (split) names
 NUM_RECORDS_PROPERTY = "num_records"  # JSON {record_set: count}
-NUM_REJECTS_PROPERTY = "num_rejects"
+NUM_REJECTS_PROPERTY = "num_rejects"  # rejected input records (files, manifest rows)
+REJECTS_BY_REASON_PROPERTY = "rejects_by_reason"  # JSON {reason: count}, pair entries included
 NUM_PAIRS_PROPERTY = "num_valid_pairs"
 NUM_CLASSES_PROPERTY = "num_classes"  # JSON {record_set: count}
 

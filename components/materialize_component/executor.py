@@ -85,7 +85,13 @@ class _MaterializeExecutor(base_beam_executor.BaseBeamExecutor):
             artifacts.NUM_RECORDS_PROPERTY,
             {rs: _num_records(run_dir, rs) for rs in record_sets},
         )
-        offset_index.set_int_custom_property(artifacts.NUM_REJECTS_PROPERTY, _num_rejects(run_dir))
+        rejects = summary.get("rejects", {})
+        offset_index.set_int_custom_property(
+            artifacts.NUM_REJECTS_PROPERTY, int(rejects.get("records", 0))
+        )
+        offset_index.set_json_value_custom_property(
+            artifacts.REJECTS_BY_REASON_PROPERTY, dict(rejects.get("by_reason", {}))
+        )
         offset_index.set_string_custom_property(artifacts.EXAMPLES_URI_PROPERTY, examples.uri)
         self._describe_index(index, summary, record_sets)
 
@@ -188,10 +194,3 @@ def _num_records(run_dir: str, record_set: str) -> int:
         os.path.join(layout.index_dir(run_dir, record_set), layout.SHARDS_FILE)
     )
     return int(shards["num_records"])
-
-
-def _num_rejects(run_dir: str) -> int:
-    path = os.path.join(run_dir, layout.REJECTS_FILE)
-    if not tf.io.gfile.exists(path):
-        return 0
-    return sum(1 for line in layout.load_lines(path) if line.strip())

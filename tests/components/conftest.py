@@ -1,0 +1,114 @@
+"""Shared fixtures: materialize component runs on real data, as executor calls in a temp dir."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+from tfx.types import standard_artifacts
+
+from components import artifacts
+from components.materialize_component import executor as materialize_executor
+from pipeline import config
+from pipeline.sample_data import write_digit_domains
+
+DIGIT_IMAGE_SIZE = 8
+# A subset of the bundled corpus keeps the audio job short: 10 speakers x 5 utterances.
+NUM_SPEAKERS = 10
+UTTERANCES_PER_SPEAKER = 5
+
+
+def make_artifact(artifact_type, uri: str, split_names: list[str] | None = None):
+    artifact = artifact_type()
+    artifact.uri = uri
+    if split_names is not None:
+        artifact.split_names = json.dumps(split_names)
+    return artifact
+
+
+def materialize(executor_class, root: str, index_key: str, index_type, exec_properties: dict):
+    """Runs a materialize executor into fresh artifacts under `root`; returns the output dict."""
+    outputs = {
+        "examples": [make_artifact(standard_artifacts.Examples, os.path.join(root, "examples"))],
+        "offset_index": [make_artifact(artifacts.OffsetIndex, os.path.join(root, "offset_index"))],
+        index_key: [make_artifact(index_type, os.path.join(root, index_key))],
+    }
+    # As under the Kubeflow entrypoint, output folders do not exist beforehand.
+    executor_class().Do({}, outputs, exec_properties)
+    return {key: value[0] for key, value in outputs.items()}
+
+
+@pytest.fixture(scope="session")
+def digit_domains(tmp_path_factory):
+    return write_digit_domains(str(tmp_path_factory.mktemp("digits")), image_size=DIGIT_IMAGE_SIZE)
+
+
+@pytest.fixture(scope="session")
+def pairs_run(digit_domains, tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("pairs_run"))
+    return materialize(
+        materialize_executor.PairsExecutor,
+        root,
+        "pair_index",
+        artifacts.PairIndex,
+        {
+            "x_dir": digit_domains.x_dir,
+            "y_dir": digit_domains.y_dir,
+            "pairs": digit_domains.pairs_path,
+            "image_storage": "raw",
+            "raw_height": DIGIT_IMAGE_SIZE,
+            "raw_width": DIGIT_IMAGE_SIZE,
+            "raw_channels": 1,
+            "num_shards": 3,
+            "pairs_format": None,
+        },
+    )
+
+
+@pytest.fixture(scope="session")
+def speaker_manifest(tmp_path_factory):
+    """A manifest over part of the bundled corpus (paths stay relative to its folder)."""
+    with open(config.SPEAKER_MANIFEST) as f:
+        rows = list(csv.DictReader(f))
+    speakers = sorted({r["speaker"] for r in rows})[:NUM_SPEAKERS]
+    kept = [
+        r
+        for speaker in speakers
+        for r in [r for r in rows if r["speaker"] == speaker][:UTTERANCES_PER_SPEAKER]
+    ]
+    path = tmp_path_factory.mktemp("manifest") / "manifest.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["path", "speaker"])
+        writer.writeheader()
+        writer.writerows({"path": r["path"], "speaker": r["speaker"]} for r in kept)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def audio_run(speaker_manifest, tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("audio_run"))
+    return materialize(
+        materialize_executor.AudioExecutor,
+        root,
+        "class_index",
+        artifacts.ClassIndex,
+        {
+            "manifest": speaker_manifest,
+            "root": config.SPEAKER_CORPUS_DIR,
+            "sample_rate": 16000,
+            "split_mode": "speaker",
+            "eval_fraction": 0.3,
+            "num_shards": 2,
+        },
+    )
+
+
+def png_bytes(pixels: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()

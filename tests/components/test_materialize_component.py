@@ -1,0 +1,223 @@
+"""The materialize components' executors, run on real data with real artifacts in a temp dir."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tfx.components.statistics_gen import executor as statistics_executor
+from tfx.components.statistics_gen import stats_artifact_utils
+from tfx.types import artifact_utils, standard_artifacts
+
+from components import artifacts, layout
+from components.materialize import MaterializeError
+from components.materialize_component import MaterializeAudio, MaterializePairs
+from components.materialize_component import executor as materialize_executor
+from components.pairs import ValidPairs
+from components.record_store import RecordStore
+from tests.components.conftest import make_artifact, materialize, png_bytes
+
+
+def _files_below(directory: str) -> list[str]:
+    return sorted(
+        os.path.relpath(os.path.join(d, name), directory)
+        for d, _, names in tf.io.gfile.walk(directory)
+        for name in names
+    )
+
+
+def _split_records(examples_uri: str, record_set: str) -> list[bytes]:
+    shards = sorted(tf.io.gfile.glob(os.path.join(examples_uri, f"Split-{record_set}", "*")))
+    return [r.numpy() for r in tf.data.TFRecordDataset(shards)]
+
+
+def test_pairs_examples_artifact_holds_split_folders_of_tfrecord_shards(pairs_run):
+    examples = pairs_run["examples"]
+    assert artifact_utils.decode_split_names(examples.split_names) == ["x", "y"]
+    entries = sorted(n.rstrip("/") for n in tf.io.gfile.listdir(examples.uri))
+    assert entries == ["Split-x", "Split-y"]
+    files = _files_below(examples.uri)
+    assert files and all(f.endswith(".tfrecord") for f in files)
+    assert len([f for f in files if f.startswith("Split-x/")]) == 3
+    assert examples.get_string_custom_property("payload_format") == "FORMAT_TF_EXAMPLE"
+
+
+def test_pairs_run_directory_keeps_no_shards_and_index_artifacts_hold_their_parts(pairs_run):
+    offset_index, pair_index = pairs_run["offset_index"], pairs_run["pair_index"]
+    assert not tf.io.gfile.exists(os.path.join(offset_index.uri, layout.EXAMPLES_DIR))
+    assert tf.io.gfile.exists(os.path.join(offset_index.uri, layout.SUMMARY_FILE))
+    assert not tf.io.gfile.exists(layout.pairs_index_dir(offset_index.uri))
+    assert _files_below(pair_index.uri) == [
+        "index/pairs/row_splits.npy",
+        "index/pairs/values.npy",
+    ]
+
+
+def test_record_store_on_the_offset_index_reads_the_examples_artifact_in_order(
+    pairs_run, digit_domains
+):
+    offset_index, examples = pairs_run["offset_index"], pairs_run["examples"]
+    num_records = offset_index.get_json_value_custom_property(artifacts.NUM_RECORDS_PROPERTY)
+    assert num_records == {"x": digit_domains.num_x, "y": digit_domains.num_y}
+    for record_set in ("x", "y"):
+        store = RecordStore.open(offset_index.uri, record_set, backend="disk")
+        sequential = _split_records(examples.uri, record_set)
+        assert store.num_records == len(sequential) == num_records[record_set]
+        picked = np.random.default_rng(7).permutation(store.num_records)[:300]
+        read = store.read(tf.constant(picked, tf.int64)).numpy()
+        assert [bytes(r) for r in read] == [sequential[i] for i in picked]
+
+
+def test_pair_index_matches_the_stores_and_its_count(pairs_run, digit_domains):
+    store_x = RecordStore.open(pairs_run["offset_index"].uri, "x")
+    store_y = RecordStore.open(pairs_run["offset_index"].uri, "y")
+    valid_pairs = ValidPairs.load(
+        pairs_run["pair_index"].uri, num_x=store_x.num_records, num_y=store_y.num_records
+    )
+    assert valid_pairs.num_pairs == digit_domains.num_pairs
+    assert pairs_run["pair_index"].get_int_custom_property("num_valid_pairs") == (
+        digit_domains.num_pairs
+    )
+    assert pairs_run["offset_index"].get_int_custom_property("num_rejects") == 0
+
+
+def test_statistics_gen_reads_the_uncompressed_examples(pairs_run, tmp_path):
+    statistics = make_artifact(standard_artifacts.ExampleStatistics, str(tmp_path / "stats"))
+    statistics_executor.Executor().Do(
+        {"examples": [pairs_run["examples"]]}, {"statistics": [statistics]}, {}
+    )
+    expected = pairs_run["offset_index"].get_json_value_custom_property("num_records")
+    for split, count in expected.items():
+        [stats] = stats_artifact_utils.load_statistics(statistics, split).proto().datasets
+        assert stats.num_examples == count
+        assert {f.path.step[0] for f in stats.features} >= {"id", "image", "height", "channels"}
+
+
+def test_audio_run_maps_splits_and_class_index(audio_run, speaker_manifest):
+    examples, offset_index, class_index = (
+        audio_run["examples"],
+        audio_run["offset_index"],
+        audio_run["class_index"],
+    )
+    splits = artifact_utils.decode_split_names(examples.split_names)
+    assert splits == ["eval", "train"]
+    num_records = offset_index.get_json_value_custom_property("num_records")
+    with open(speaker_manifest) as f:
+        assert sum(num_records.values()) == len(f.read().splitlines()) - 1
+    num_classes = class_index.get_json_value_custom_property("num_classes")
+    assert num_classes["eval"] + num_classes["train"] == 10
+    assert num_classes["eval"] == 3
+    for split in splits:
+        directory = layout.index_dir(class_index.uri, split)
+        ids = layout.load_npy(os.path.join(directory, layout.CLASS_IDS_FILE))
+        labels = [
+            tf.train.Example.FromString(r).features.feature["label"].int64_list.value[0]
+            for r in _split_records(examples.uri, split)
+        ]
+        assert list(ids) == labels
+        assert (
+            len(layout.load_lines(os.path.join(directory, layout.CLASSES_FILE)))
+            == (num_classes[split])
+        )
+    # Eval speakers are held out: no speaker name in both splits.
+    speakers = {
+        split: set(
+            layout.load_lines(os.path.join(layout.index_dir(class_index.uri, split), "classes.txt"))
+        )
+        for split in splits
+    }
+    assert not speakers["eval"] & speakers["train"]
+
+
+@pytest.fixture()
+def domains_with_a_corrupt_image(tmp_path):
+    rng = np.random.default_rng(0)
+    for side in ("x", "y"):
+        os.makedirs(tmp_path / side)
+        for i in range(12):
+            pixels = rng.integers(0, 256, size=(6, 6), dtype=np.uint8)
+            (tmp_path / side / f"{i:02d}.png").write_bytes(png_bytes(pixels))
+    (tmp_path / "y" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really a png")
+    with open(tmp_path / "pairs.jsonl", "w") as f:
+        for i in range(12):
+            f.write(json.dumps({"x": f"{i:02d}.png", "y": [f"{i:02d}.png", "broken.png"]}) + "\n")
+    return tmp_path
+
+
+def _pairs_properties(directory, **overrides):
+    return {
+        "x_dir": str(directory / "x"),
+        "y_dir": str(directory / "y"),
+        "pairs": str(directory / "pairs.jsonl"),
+        "image_storage": "raw",
+        "raw_height": 6,
+        "raw_width": 6,
+        "raw_channels": 1,
+        **overrides,
+    }
+
+
+def test_a_corrupt_image_is_a_counted_and_recorded_reject(domains_with_a_corrupt_image, tmp_path):
+    outputs = materialize(
+        materialize_executor.PairsExecutor,
+        str(tmp_path / "out"),
+        "pair_index",
+        artifacts.PairIndex,
+        _pairs_properties(domains_with_a_corrupt_image),
+    )
+    offset_index = outputs["offset_index"]
+    assert offset_index.get_int_custom_property("num_rejects") == 1
+    assert offset_index.get_json_value_custom_property("rejects_by_reason") == {
+        "corrupt_image": 1,
+        "pair_rejected_y": 12,
+    }
+    rejects = [
+        json.loads(line)
+        for line in layout.load_lines(os.path.join(offset_index.uri, layout.REJECTS_FILE))
+    ]
+    assert len(rejects) == 13
+    [corrupt] = [r for r in rejects if r["reason"] == "corrupt_image"]
+    assert corrupt["id"] == "broken.png"
+    assert outputs["offset_index"].get_json_value_custom_property("num_records") == {
+        "x": 12,
+        "y": 12,
+    }
+    # The 12 pair entries naming the broken y are gone; every x keeps its valid y.
+    assert outputs["pair_index"].get_int_custom_property("num_valid_pairs") == 12
+
+
+def test_too_many_rejects_fail_the_component_with_the_reason(
+    domains_with_a_corrupt_image, tmp_path
+):
+    with pytest.raises(MaterializeError, match="reject"):
+        materialize(
+            materialize_executor.PairsExecutor,
+            str(tmp_path / "out"),
+            "pair_index",
+            artifacts.PairIndex,
+            _pairs_properties(domains_with_a_corrupt_image, max_reject_fraction=0.0),
+        )
+
+
+def test_a_missing_input_folder_fails_before_any_work(tmp_path):
+    with pytest.raises(MaterializeError, match="x_dir"):
+        materialize(
+            materialize_executor.PairsExecutor,
+            str(tmp_path / "out"),
+            "pair_index",
+            artifacts.PairIndex,
+            _pairs_properties(tmp_path / "nowhere"),
+        )
+
+
+def test_component_specs_reject_wrong_parameter_types():
+    with pytest.raises(TypeError):
+        MaterializePairs(x_dir="x", y_dir="y", pairs="p", num_shards="two")
+    with pytest.raises(TypeError):
+        MaterializeAudio(manifest="m", root="r", eval_fraction="a third")
+    component = MaterializeAudio(manifest="m", root="r", sample_rate=8000)
+    assert set(component.outputs) == {"examples", "offset_index", "class_index"}
+    assert component.exec_properties["sample_rate"] == 8000

@@ -1,0 +1,264 @@
+"""The trainer component's executor on real materialized artifacts, with a real Keras run_fn."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow_metadata.proto.v0 import anomalies_pb2
+from tfx.types import standard_artifacts
+
+from components import layout
+from components.pairs import ValidPairs
+from components.trainer_component import ResampledTrainer
+from components.trainer_component import executor as trainer_executor
+from tests.components import contract_trainer
+from tests.components.conftest import DIGIT_IMAGE_SIZE, make_artifact
+
+CONTRACT_MODULE = "tests.components.contract_trainer"
+N_CLASSES_PER_BATCH = 3
+N_SAMPLES_PER_CLASS = 2
+
+
+def _train(run, index_key, tmp_path, extra_inputs=None, **exec_properties):
+    model = make_artifact(standard_artifacts.Model, str(tmp_path / "model"))
+    model_run = make_artifact(standard_artifacts.ModelRun, str(tmp_path / "model_run"))
+    inputs = {
+        "examples": [run["examples"]],
+        "offset_index": [run["offset_index"]],
+        index_key: [run[index_key]],
+        **(extra_inputs or {}),
+    }
+    properties = {"module_path": CONTRACT_MODULE, "num_epochs": 2, **exec_properties}
+    trainer_executor.Executor().Do(inputs, {"model": [model], "model_run": [model_run]}, properties)
+    return model, model_run
+
+
+@pytest.fixture(scope="module")
+def pairs_training(pairs_run, tmp_path_factory):
+    model, model_run = _train(
+        pairs_run,
+        "pair_index",
+        tmp_path_factory.mktemp("pairs_training"),
+        input_kind="dynamic_pairs",
+        batch_size=64,
+        seed=3,
+        input_options=json.dumps(
+            {"image": {"height": DIGIT_IMAGE_SIZE, "width": DIGIT_IMAGE_SIZE, "channels": 1}}
+        ),
+        custom_config=json.dumps({"learning_rate": 0.5}),
+    )
+    return model, model_run, contract_trainer.received["fn_args"]
+
+
+@pytest.fixture(scope="module")
+def speaker_training(audio_run, tmp_path_factory):
+    model, model_run = _train(
+        audio_run,
+        "class_index",
+        tmp_path_factory.mktemp("speaker_training"),
+        input_kind="class_balanced",
+        n_classes_per_batch=N_CLASSES_PER_BATCH,
+        n_samples_per_class=N_SAMPLES_PER_CLASS,
+        train_split="train",
+        eval_split="eval",
+        input_options=json.dumps(
+            {"features": {"sample_rate": 16000, "crop_seconds": 0.5, "num_mel_bins": 24}}
+        ),
+    )
+    return model, model_run, contract_trainer.received["fn_args"]
+
+
+def test_pairs_training_writes_model_metrics_and_coverage(pairs_training):
+    model, model_run, fn_args = pairs_training
+    assert tf.saved_model.load(fn_args.serving_model_dir) is not None
+    assert fn_args.serving_model_dir.startswith(model.uri)
+    with open(os.path.join(model_run.uri, "metrics.json")) as f:
+        metrics = json.load(f)
+    assert metrics["epochs_run"] == 2
+    assert 0 < metrics["pair_coverage_epoch"] <= metrics["pair_coverage_total"] <= 1
+    assert metrics["invalid_pairs"] == 0
+    for artifact in (model, model_run):
+        assert artifact.get_float_custom_property("loss") == pytest.approx(metrics["loss"])
+    assert fn_args.custom_config == {
+        "learning_rate": 0.5,
+        "batch_size": 64,
+        "seed": 3,
+        "num_valid_pairs": fn_args.custom_config["num_valid_pairs"],
+    }
+    assert tf.io.gfile.exists(os.path.join(model_run.uri, "pair_coverage"))
+
+
+def test_pairs_batches_follow_the_contract_and_change_every_epoch(pairs_training, pairs_run):
+    _, _, fn_args = pairs_training
+    spec = fn_args.train_dataset.element_spec
+    image = tf.TensorSpec([64, DIGIT_IMAGE_SIZE, DIGIT_IMAGE_SIZE, 1], tf.float32)
+    assert spec == {
+        "x": image,
+        "y": image,
+        "x_index": tf.TensorSpec([64], tf.int64),
+        "y_index": tf.TensorSpec([64], tf.int64),
+    }
+    steps = int(fn_args.train_dataset.cardinality())
+    valid = ValidPairs.load(pairs_run["pair_index"].uri)
+    row_splits, values = valid.row_splits, valid.values
+    epochs = []
+    for _ in range(2):
+        batches = list(fn_args.train_dataset)
+        assert len(batches) == steps
+        x_index = np.concatenate([b["x_index"].numpy() for b in batches])
+        y_index = np.concatenate([b["y_index"].numpy() for b in batches])
+        assert set(x_index) == set(range(valid.num_x))  # every x, every epoch
+        for x, y in zip(x_index, y_index, strict=True):
+            assert y in values[row_splits[x] : row_splits[x + 1]]
+        for batch in batches[:2]:
+            pixels = batch["x"].numpy()
+            assert pixels.min() >= 0.0 and pixels.max() <= 1.0 and pixels.max() > 0.0
+        epochs.append(dict(zip(x_index, y_index, strict=True)))
+    assert epochs[0] != epochs[1]
+
+
+def test_speaker_batches_are_class_balanced_and_eval_covers_held_out_speakers(
+    speaker_training, audio_run
+):
+    model, model_run, fn_args = speaker_training
+    batch_size = N_CLASSES_PER_BATCH * N_SAMPLES_PER_CLASS
+    spec = fn_args.train_dataset.element_spec
+    assert spec["features"].shape.as_list() == [batch_size, spec["features"].shape[1], 24]
+    assert spec["lengths"] == tf.TensorSpec([batch_size], tf.int32)
+    assert spec["label"] == tf.TensorSpec([batch_size], tf.int64)
+    assert spec["index"] == tf.TensorSpec([batch_size], tf.int64)
+    train_ids = layout.load_npy(
+        os.path.join(layout.index_dir(audio_run["class_index"].uri, "train"), "class_ids.npy")
+    )
+    plans = []
+    for _ in range(2):
+        seen_classes = set()
+        indices = []
+        for batch in fn_args.train_dataset:
+            groups = batch["label"].numpy().reshape(N_CLASSES_PER_BATCH, N_SAMPLES_PER_CLASS)
+            assert (groups == groups[:, :1]).all()
+            assert len(set(groups[:, 0])) == N_CLASSES_PER_BATCH
+            np.testing.assert_array_equal(train_ids[batch["index"].numpy()], batch["label"])
+            seen_classes.update(groups[:, 0])
+            indices.append(batch["index"].numpy())
+        assert seen_classes == set(train_ids)  # every training speaker, every epoch
+        plans.append(np.concatenate(indices))
+    assert not np.array_equal(plans[0], plans[1])
+
+    eval_ids = layout.load_npy(
+        os.path.join(layout.index_dir(audio_run["class_index"].uri, "eval"), "class_ids.npy")
+    )
+    eval_batches = list(fn_args.eval_dataset)
+    np.testing.assert_array_equal(
+        np.concatenate([b["index"].numpy() for b in eval_batches]), np.arange(len(eval_ids))
+    )
+    np.testing.assert_array_equal(np.concatenate([b["label"] for b in eval_batches]), eval_ids)
+    for batch in eval_batches:
+        assert int(tf.reduce_max(batch["lengths"])) == batch["features"].shape[1]
+    assert fn_args.custom_config["n_classes_per_batch"] == N_CLASSES_PER_BATCH
+    assert model.get_float_custom_property("epochs_run") == 2.0
+
+
+def _anomalies_artifact(directory, split_anomalies: dict[str, bool]):
+    anomalies = make_artifact(
+        standard_artifacts.ExampleAnomalies, str(directory), list(split_anomalies)
+    )
+    for split, broken in split_anomalies.items():
+        found = anomalies_pb2.Anomalies()
+        if broken:
+            found.anomaly_info["image"].short_description = "Column dropped"
+        os.makedirs(directory / f"Split-{split}")
+        (directory / f"Split-{split}" / "SchemaDiff.pb").write_bytes(found.SerializeToString())
+    return anomalies
+
+
+def test_anomalies_in_a_training_split_stop_training(pairs_run, tmp_path):
+    anomalies = _anomalies_artifact(tmp_path / "anomalies", {"x": False, "y": True})
+    with pytest.raises(trainer_executor.AnomaliesFoundError, match="split 'y'.*image.*dropped"):
+        _train(
+            pairs_run,
+            "pair_index",
+            tmp_path,
+            extra_inputs={"anomalies": [anomalies]},
+            input_kind="dynamic_pairs",
+            batch_size=8,
+            input_options=json.dumps({"image": {"height": 8, "width": 8, "channels": 1}}),
+        )
+    assert not (tmp_path / "model").exists()
+
+
+def test_clean_anomalies_let_training_run(pairs_run, tmp_path):
+    anomalies = _anomalies_artifact(tmp_path / "anomalies", {"x": False, "y": False})
+    trainer_executor.check_no_anomalies(anomalies, ["x", "y"])
+
+
+@pytest.mark.parametrize(
+    ("result", "error"),
+    [
+        ([1.0], "dict of metrics"),
+        ({"loss": "low"}, "not a number"),
+        ({"loss": float("nan")}, "not finite"),
+    ],
+)
+def test_bad_run_fn_results_are_named(result, error):
+    with pytest.raises((TypeError, ValueError), match=error):
+        trainer_executor.checked_metrics(result)
+
+
+def test_a_run_fn_that_exports_nothing_fails(pairs_run, tmp_path):
+    module_file = tmp_path / "lazy_trainer.py"
+    module_file.write_text("def run_fn(fn_args):\n    return {'loss': 0.0}\n")
+    with pytest.raises(RuntimeError, match="exported nothing"):
+        _train(
+            pairs_run,
+            "pair_index",
+            tmp_path,
+            module_path=None,
+            module_file=str(module_file),
+            input_kind="dynamic_pairs",
+            batch_size=8,
+            input_options=json.dumps({"image": {"height": 8, "width": 8, "channels": 1}}),
+        )
+
+
+def test_missing_inputs_and_settings_are_named(pairs_run, tmp_path):
+    with pytest.raises(ValueError, match="class_index"):
+        _train(
+            {**pairs_run, "class_index": pairs_run["pair_index"]},
+            "pair_index",
+            tmp_path,
+            input_kind="class_balanced",
+            n_classes_per_batch=2,
+            n_samples_per_class=2,
+        )
+    with pytest.raises(ValueError, match="batch_size"):
+        _train(pairs_run, "pair_index", tmp_path, input_kind="dynamic_pairs")
+    with pytest.raises(ValueError, match="input_kind"):
+        _train(pairs_run, "pair_index", tmp_path, input_kind="triplets")
+
+
+def test_component_checks_its_configuration():
+    from tfx.types import channel
+
+    examples = channel.Channel(type=standard_artifacts.Examples)
+    with pytest.raises(ValueError, match="pair_index and batch_size"):
+        ResampledTrainer(
+            examples,
+            examples,
+            input_kind="dynamic_pairs",
+            num_epochs=1,
+            module_path=CONTRACT_MODULE,
+        )
+    with pytest.raises(ValueError, match="exactly one"):
+        ResampledTrainer(
+            examples,
+            examples,
+            input_kind="class_balanced",
+            num_epochs=1,
+            module_path=CONTRACT_MODULE,
+            module_file="trainer.py",
+        )
