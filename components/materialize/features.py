@@ -14,4 +14,8 @@ def int64_feature(value: int) -> tf.train.Feature:
 
 
 def serialize_example(features: dict[str, tf.train.Feature]) -> bytes:
-    return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
+    """Serializes with map keys sorted: plain serialization orders the feature map by hash
+    and insertion order, which differs between processes and would break byte-identical
+    re-runs."""
+    example = tf.train.Example(features=tf.train.Features(feature=features))
+    return example.SerializeToString(deterministic=True)

@@ -84,12 +84,11 @@ def read_bytes(root: str, path: str) -> bytes:
 def list_files(root: str) -> Iterator[str]:
     """Yields the path of every file below `root` (any gfile path), in no particular order.
 
-    Local symlinks to directories are followed when they resolve inside `root` (each real
-    directory is listed once, so links cannot loop); a symlink to a directory outside `root`
-    is yielded itself, so the reader rejects it as escaping the root instead of it vanishing.
+    Local symlinks to directories are not followed: one resolving inside `root` is an alias of
+    a directory listed under its real path; one resolving outside is yielded itself, so the
+    reader rejects it as escaping the root instead of it vanishing silently.
     """
     local = is_local(root)
-    visited = {os.path.realpath(root)} if local else set()
     pending = [root]
     while pending:
         directory = pending.pop()
@@ -97,18 +96,18 @@ def list_files(root: str) -> Iterator[str]:
             path = posixpath.join(directory, name.rstrip("/"))
             if not tf.io.gfile.isdir(path):
                 yield path
-                continue
-            if local and os.path.islink(path):
-                real = os.path.realpath(path)
-                try:
-                    check_inside_root(root, path)
-                except rejects.RejectedInput:
-                    yield path
-                    continue
-                if real in visited:
-                    continue
-                visited.add(real)
-            pending.append(path)
+            elif not (local and os.path.islink(path)):
+                pending.append(path)
+            elif not _resolves_inside(root, path):
+                yield path
+
+
+def _resolves_inside(root: str, path: str) -> bool:
+    try:
+        check_inside_root(root, path)
+    except rejects.RejectedInput:
+        return False
+    return True
 
 
 def relative_id(root: str, path: str) -> str:

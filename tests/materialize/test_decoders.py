@@ -1,0 +1,200 @@
+"""Image validation and audio decoding: what each input becomes, and how bad ones are refused."""
+
+from __future__ import annotations
+
+import io
+import struct
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from components import layout
+from components.materialize import audio, images, rejects
+from tests.materialize import generate
+from tests.materialize.readback import parse
+
+ENCODED = images.ImageStorage("encoded")
+
+
+@pytest.mark.parametrize(
+    "image_format, mode",
+    [("PNG", "RGB"), ("PNG", "L"), ("PNG", "LA"), ("PNG", "RGBA"), ("JPEG", "RGB"), ("JPEG", "L")],
+)
+def test_encoded_image_records_describe_what_tf_decodes(image_format, mode):
+    rng = np.random.default_rng(0)
+    data = generate.image_bytes(rng, image_format, (7, 13), mode)
+    record = parse(images.image_example("d/a.img", data, ENCODED))
+    decoded = tf.io.decode_image(record[layout.IMAGE_KEY], channels=0).numpy()
+    assert record[layout.IMAGE_KEY] == data
+    assert record[layout.ID_KEY] == b"d/a.img"
+    assert record[layout.IMAGE_FORMAT_KEY] == image_format.lower().encode()
+    assert (
+        decoded.shape
+        == (record["height"], record["width"], record["channels"])
+        == (
+            7,
+            13,
+            decoded.shape[2],
+        )
+    )
+
+
+@pytest.mark.parametrize("transparent", [False, True])
+def test_palette_png_channels_match_tf(transparent):
+    image = Image.new("P", (5, 3))
+    image.putpalette([0, 0, 0, 255, 0, 0] + [0] * 762)
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", **({"transparency": 0} if transparent else {}))
+    record = parse(images.image_example("p.png", buffer.getvalue(), ENCODED))
+    decoded = tf.io.decode_png(record[layout.IMAGE_KEY], channels=0).numpy()
+    assert record["channels"] == decoded.shape[2] == (4 if transparent else 3)
+
+
+@pytest.mark.parametrize("channels", [1, 3, 4])
+def test_raw_images_hold_resized_pixels(channels):
+    rng = np.random.default_rng(1)
+    data = generate.image_bytes(rng, "PNG", (9, 17))
+    storage = images.ImageStorage("raw", raw_height=6, raw_width=5, raw_channels=channels)
+    record = parse(images.image_example("a.png", data, storage))
+    mode = {1: "L", 3: "RGB", 4: "RGBA"}[channels]
+    expected = Image.open(io.BytesIO(data)).convert(mode).resize((5, 6), Image.Resampling.BILINEAR)
+    assert record[layout.IMAGE_FORMAT_KEY] == b"raw"
+    assert (record["height"], record["width"], record["channels"]) == (6, 5, channels)
+    pixels = np.frombuffer(record[layout.IMAGE_KEY], np.uint8).reshape(6, 5, channels)
+    np.testing.assert_array_equal(pixels, np.asarray(expected).reshape(6, 5, channels))
+
+
+def _gif() -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (4, 4)).save(buffer, format="GIF")
+    return buffer.getvalue()
+
+
+def _png() -> bytes:
+    return generate.image_bytes(np.random.default_rng(2), "PNG", (16, 16))
+
+
+@pytest.mark.parametrize(
+    "name, data, reason",
+    [
+        ("a.png", b"", rejects.CORRUPT_IMAGE),
+        ("a.png", b"hello, not an image", rejects.CORRUPT_IMAGE),
+        ("a.jpg", _png()[:8] + b"\0" * 40, rejects.CORRUPT_IMAGE),
+        ("a.png", _png()[: len(_png()) // 2], rejects.CORRUPT_IMAGE),
+        (
+            "a.png",
+            _png()[:40] + bytes(b ^ 0xFF for b in _png()[40:60]) + _png()[60:],
+            rejects.CORRUPT_IMAGE,
+        ),
+        ("a.gif", _gif(), rejects.UNSUPPORTED_FORMAT),
+        ("a.png", _gif(), rejects.CORRUPT_IMAGE),
+        ("notes.txt", b"text", rejects.UNSUPPORTED_FORMAT),
+        ("noext", b"", rejects.UNSUPPORTED_FORMAT),
+    ],
+)
+def test_bad_images_are_rejected_with_a_reason(name, data, reason):
+    for storage in (ENCODED, images.ImageStorage("raw", 4, 4, 3)):
+        with pytest.raises(rejects.RejectedInput) as caught:
+            images.image_example(name, data, storage)
+        assert caught.value.reason == reason
+        assert caught.value.detail
+
+
+def test_truncated_jpeg_is_rejected():
+    data = generate.image_bytes(np.random.default_rng(3), "JPEG", (64, 64))
+    with pytest.raises(rejects.RejectedInput) as caught:
+        images.image_example("a.jpg", data[: len(data) // 2], ENCODED)
+    assert caught.value.reason == rejects.CORRUPT_IMAGE
+
+
+def test_cmyk_jpeg_is_unsupported():
+    buffer = io.BytesIO()
+    Image.new("CMYK", (4, 4)).save(buffer, format="JPEG")
+    with pytest.raises(rejects.RejectedInput) as caught:
+        images.image_example("a.jpg", buffer.getvalue(), ENCODED)
+    assert caught.value.reason == rejects.UNSUPPORTED_FORMAT
+
+
+RNG = np.random.default_rng(4)
+MONO = generate.tone(RNG, 4000)
+STEREO = generate.tone(RNG, 4000, channels=2)
+
+
+@pytest.mark.parametrize("encode", [generate.wav_bytes, generate.flac_bytes])
+def test_mono_16k_int16_is_stored_exactly(encode):
+    waveform = audio.decode_audio(encode(MONO, 16000), "a.x", 16000)
+    assert waveform.sample_rate == 16000
+    np.testing.assert_array_equal(waveform.samples, MONO[:, 0])
+
+
+@pytest.mark.parametrize("encode", [generate.wav_bytes, generate.flac_bytes])
+def test_stereo_is_averaged_to_mono(encode):
+    waveform = audio.decode_audio(encode(STEREO, 16000), "a.x", 16000)
+    expected = np.round(STEREO.astype(np.float64).mean(axis=1))
+    assert np.abs(waveform.samples - expected).max() <= 1
+
+
+@pytest.mark.parametrize("rate_in, rate_out", [(8000, 16000), (44100, 16000), (16000, 22050)])
+def test_resampling_keeps_duration_and_timing(rate_in, rate_out):
+    seconds = 0.25
+    t = np.arange(int(rate_in * seconds)) / rate_in
+    samples = (np.sin(2 * np.pi * 300 * t) * 16000).astype(np.int16)[:, None]
+    waveform = audio.decode_audio(generate.wav_bytes(samples, rate_in), "a.wav", rate_out)
+    assert len(waveform.samples) == round(len(samples) * rate_out / rate_in)
+    expected = np.sin(2 * np.pi * 300 * np.arange(len(waveform.samples)) / rate_out) * 16000
+    # Away from the edges the resampled tone lines up with the ideal one (no filter delay).
+    middle = slice(100, -100)
+    assert np.abs(waveform.samples[middle] - expected[middle]).max() < 0.02 * 16000
+
+
+def _wav(format_tag: int, bits: int, payload: bytes, channels: int = 1, rate: int = 16000):
+    block = channels * bits // 8
+    fmt = struct.pack("<HHIIHH", format_tag, channels, rate, rate * block, block, bits)
+    return (
+        b"RIFF"
+        + struct.pack("<I", 4 + 8 + len(fmt) + 8 + len(payload))
+        + b"WAVE"
+        + b"fmt "
+        + struct.pack("<I", len(fmt))
+        + fmt
+        + b"data"
+        + struct.pack("<I", len(payload))
+        + payload
+    )
+
+
+def test_24_bit_and_float_wav_scale_to_int16():
+    values = MONO[:, 0].astype(np.int32)
+    pcm24 = b"".join(struct.pack("<i", v << 8)[:3] for v in values.tolist())
+    np.testing.assert_array_equal(
+        audio.decode_audio(_wav(1, 24, pcm24), "a.wav", 16000).samples, MONO[:, 0]
+    )
+    floats = (MONO[:, 0] / 32768.0).astype("<f4").tobytes()
+    np.testing.assert_array_equal(
+        audio.decode_audio(_wav(3, 32, floats), "a.wav", 16000).samples, MONO[:, 0]
+    )
+
+
+@pytest.mark.parametrize(
+    "name, data, reason",
+    [
+        ("a.wav", b"", rejects.CORRUPT_AUDIO),
+        ("a.flac", b"garbage", rejects.CORRUPT_AUDIO),
+        ("a.wav", generate.wav_bytes(MONO, 16000)[:30], rejects.CORRUPT_AUDIO),
+        ("a.wav", generate.wav_bytes(MONO, 16000)[:2000], rejects.CORRUPT_AUDIO),
+        ("a.flac", generate.flac_bytes(MONO, 16000)[:200], rejects.CORRUPT_AUDIO),
+        ("a.wav", generate.wav_bytes(np.zeros([0, 1], np.int16), 16000), rejects.EMPTY_AUDIO),
+        ("a.flac", generate.flac_bytes(np.zeros([0, 1], np.int16), 16000), rejects.EMPTY_AUDIO),
+        ("a.wav", _wav(1, 32, b"\0" * 64), rejects.UNSUPPORTED_FORMAT),
+        ("a.wav", _wav(2, 4, b"\0" * 64), rejects.UNSUPPORTED_FORMAT),
+        ("a.mp3", b"ID3\x03\x00" + b"\0" * 100, rejects.UNSUPPORTED_FORMAT),
+        ("a.ogg", b"OggS" + b"\0" * 100, rejects.UNSUPPORTED_FORMAT),
+    ],
+)
+def test_bad_audio_is_rejected_with_a_reason(name, data, reason):
+    with pytest.raises(rejects.RejectedInput) as caught:
+        audio.decode_audio(data, name, 16000)
+    assert caught.value.reason == reason
+    assert caught.value.detail and "{{" not in caught.value.detail
