@@ -155,7 +155,7 @@ def pcm16_num_samples(audio: tf.Tensor, index: tf.Tensor | None = None) -> tf.Te
     is empty or has an odd number of bytes.
     """
     num_bytes = tf.cast(tf.strings.length(audio), tf.int64)
-    bad = tf.logical_or(num_bytes == 0, num_bytes % 2 == 1)
+    bad = tf.logical_or(tf.equal(num_bytes, 0), tf.equal(num_bytes % 2, 1))
     where = index if index is not None else tf.range(tf.size(audio, out_type=tf.int64))
     check = tf.debugging.Assert(
         tf.logical_not(tf.reduce_any(bad)),

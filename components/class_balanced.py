@@ -65,7 +65,7 @@ DEFAULT_FEATURES = AudioFeatureConfig()
 
 # Longest within-class permutation prefix drawn by the partial Fisher-Yates shuffle; longer
 # prefixes (large n_p) shuffle every class in full instead.
-_MAX_PREFIX = 32
+_MAX_PREFIX = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,11 +232,18 @@ class ClassBalancedPlan:
         self._full_shuffle = epoch_mode == "samples" or self._prefix > _MAX_PREFIX
 
         const = lambda a: tf.constant(np.asarray(a, np.int64), tf.int64)
-        self._row_splits = const(np.concatenate([[0], np.cumsum(report.class_sizes)]))
+        row_splits = np.concatenate([[0], np.cumsum(report.class_sizes)])
+        self._row_splits = const(row_splits)
         self._usable = const(usable)
         self._usable_sizes = const(usable_sizes)
-        self._usable_starts = const(self._row_splits.numpy()[usable])
+        self._usable_starts = const(row_splits[usable])
         self._chunks = const(chunks)
+        # Chunk r of usable class u, for r < chunks[u], in class order (epoch-independent).
+        self._item_class = const(np.repeat(np.arange(num_usable), chunks))
+        self._item_round = const(
+            np.arange(self._num_items) - np.repeat(np.cumsum(chunks) - chunks, chunks)
+        )
+        self._sample_offsets = const(np.tile(np.arange(n_p), self.num_batches * n_c))
         self._round_starts = const(round_starts)
         self._batch_offsets = const(batch_offsets)
         self._fill_batch = const(fill_batch)
@@ -251,10 +258,7 @@ class ClassBalancedPlan:
 
         # Chunks of every usable class (class u has chunks 0..chunks[u]-1), ordered by round and,
         # within a round, randomly: the order in which the round fills its groups.
-        item_class = tf.repeat(tf.range(self._num_usable, dtype=tf.int64), self._chunks)
-        item_round = tf.range(self._num_items, dtype=tf.int64) - tf.repeat(
-            tf.cumsum(self._chunks, exclusive=True), self._chunks
-        )
+        item_class, item_round = self._item_class, self._item_round
         random_bits = tf.random.stateless_uniform(
             [self._num_items],
             seed=stream(_SALT_ROUND_ORDER),
@@ -283,9 +287,8 @@ class ClassBalancedPlan:
 
         # Expand each (class, appearance) to its n_p permutation positions, modulo the class size.
         sample_class = tf.repeat(batch_classes, n_p)
-        offsets = tf.tile(tf.range(n_p, dtype=tf.int64), [self.num_batches * n_c])
         sizes = tf.gather(self._usable_sizes, sample_class)
-        within = (tf.repeat(batch_appearances, n_p) * n_p + offsets) % sizes
+        within = (tf.repeat(batch_appearances, n_p) * n_p + self._sample_offsets) % sizes
         position = self._permuted_positions(sample_class, within, stream(_SALT_WITHIN_CLASS))
         label = tf.gather(self._usable, sample_class)
 
@@ -333,7 +336,7 @@ class ClassBalancedPlan:
             dtype=tf.int64,
         )
         candidates = tf.gather(class_order, (start[:, None] + column) % self._num_usable)
-        taken = tf.reduce_any(candidates[:, :, None] == members[:, None, :], axis=2)
+        taken = tf.reduce_any(tf.equal(candidates[:, :, None], members[:, None, :]), axis=2)
         rank = tf.cumsum(tf.cast(~taken, tf.int64), axis=1) - 1
         free_slots = n_c - self._fill_members
         chosen = (~taken) & (rank < free_slots[:, None])
@@ -367,36 +370,37 @@ def permutation_prefixes(sizes, length: int, seed) -> tf.Tensor:
     """int64 [R, length]: row `r` starts a uniform random permutation of `0..sizes[r]-1`.
 
     Entries `j < min(length, sizes[r])` are the first entries of the permutation (the rest are
-    0). A partial Fisher-Yates shuffle, vectorized over rows: step `j` swaps entry `j` with a
-    uniform entry of `[j, size)`; the few swapped entries are tracked in `[R, length]` tables, so
-    the cost is `O(R * length**2)`, independent of the class sizes (a full shuffle of 1M
-    records costs one 1M-key sort; this draws only what an epoch of the classes mode uses).
+    unspecified). A partial Fisher-Yates shuffle, vectorized over rows: step `j` swaps entry `j`
+    with a uniform entry `t_j` of `[j, size)`. Only the entries `0..length-1` and the targets
+    `t_j` are ever touched, so the shuffle runs on a dense `[R, 2 * length]` array of those
+    entries: the cost is `O(R * length**2)`, independent of the class sizes (a full shuffle of
+    1M records is a 1M-key sort; this draws only what an epoch of the classes mode uses).
     """
     sizes = tf.convert_to_tensor(sizes, tf.int64)
     rows = tf.shape(sizes, out_type=tf.int64)[0]
-    draws = tf.random.stateless_uniform([length, rows], seed=seed, dtype=tf.float64)
-    column = tf.range(length, dtype=tf.int64)[tf.newaxis, :]
-    # swapped_at[r, i] / swapped_value[r, i]: entry written at step i (-1: none yet).
-    swapped_at = tf.fill([rows, length], tf.constant(-1, tf.int64))
-    swapped_value = tf.zeros([rows, length], tf.int64)
-
-    def current(position: tf.Tensor) -> tf.Tensor:
-        latest = tf.reduce_max(tf.where(swapped_at == position[:, None], column, -1), axis=1)
-        value = tf.gather(swapped_value, tf.maximum(latest, 0), batch_dims=1)
-        return tf.where(latest >= 0, value, position)
-
+    step = tf.range(length, dtype=tf.int64)[tf.newaxis, :]
+    remaining = sizes[:, tf.newaxis] - step
+    draws = tf.random.stateless_uniform(tf.shape(remaining), seed=seed, dtype=tf.float64)
+    offset = tf.cast(draws * tf.cast(tf.maximum(remaining, 1), tf.float64), tf.int64)
+    # Steps past the end of a small row swap an entry with itself.
+    targets = step + tf.clip_by_value(offset, 0, tf.maximum(remaining - 1, 0))
+    # Dense slot of each target: entries below `length` are their own slot; a target at or
+    # beyond it gets slot `length + i`, i the first step that targets the same entry.
+    first_same = tf.argmax(
+        tf.cast(tf.equal(targets[:, :, tf.newaxis], targets[:, tf.newaxis, :]), tf.int32),
+        axis=2,
+        output_type=tf.int64,
+    )
+    slots = tf.where(targets < length, targets, length + first_same)
+    entries = tf.concat([tf.broadcast_to(step, [rows, length]), targets], axis=1)
+    slot_ids = tf.range(2 * length, dtype=tf.int64)[tf.newaxis, :]
     prefix = []
     for j in range(length):
-        remaining = sizes - j
-        step_valid = remaining > 0
-        offset = tf.cast(draws[j] * tf.cast(tf.maximum(remaining, 1), tf.float64), tf.int64)
-        target = j + tf.minimum(offset, tf.maximum(remaining - 1, 0))
-        picked = current(target)
-        displaced = current(tf.fill([rows], tf.constant(j, tf.int64)))
-        prefix.append(tf.where(step_valid, picked, 0))
-        write = column == j
-        swapped_at = tf.where(write, target[:, None], swapped_at)
-        swapped_value = tf.where(write, displaced[:, None], swapped_value)
+        slot = slots[:, j]
+        prefix.append(tf.gather(entries, slot, batch_dims=1))
+        # Entry j is never read again (later targets are > j), so only the target slot changes.
+        moved = tf.equal(slot_ids, slot[:, tf.newaxis])
+        entries = tf.where(moved, entries[:, j : j + 1], entries)
     return tf.stack(prefix, axis=1)
 
 

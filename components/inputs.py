@@ -3,6 +3,13 @@
 Import from here; the modules behind it hold one concept each.
 """
 
+from components.audio_features import AudioFeatureConfig, SpecAugment
+from components.class_balanced import (
+    ClassBalancedPlan,
+    ClassBalancedSampler,
+    ClassReport,
+    class_balanced,
+)
 from components.coverage import PairCoverage, PairCoverageCallback
 from components.epoch_plan import EpochState
 from components.pairs import (
@@ -17,6 +24,11 @@ from components.record_store import DamagedRecord, DamagedRecordError, RecordSto
 from components.sources import record_store_from, tensor_parser
 
 __all__ = [
+    "AudioFeatureConfig",
+    "ClassBalancedPlan",
+    "ClassBalancedSampler",
+    "ClassReport",
+    "SpecAugment",
     "DamagedRecord",
     "DamagedRecordError",
     "EpochState",
@@ -26,6 +38,7 @@ __all__ = [
     "PairingState",
     "RecordStore",
     "ValidPairs",
+    "class_balanced",
     "dynamic_pairs",
     "dynamic_pairs_from_run",
     "example_check",
