@@ -29,8 +29,13 @@ def epoch_batches(dataset) -> list[dict[str, np.ndarray]]:
     return [{k: v.numpy() for k, v in batch.items()} for batch in dataset]
 
 
-@pytest.mark.parametrize("backend", ["memory", "disk"])
-def test_batches_from_a_materialized_run(run, backend):
+@pytest.mark.parametrize(
+    "backend, budget, expected_backend",
+    [("memory", 1 << 30, "memory"), ("disk", 1 << 30, "disk"), ("auto", 1, "disk")],
+)
+def test_batches_from_a_materialized_run(run, backend, budget, expected_backend):
+    """The last case reads records and the class index's record numbers from disk (memory
+    budget of 1 byte)."""
     output_dir, info = run
     n_c, n_p = 4, 2
     sampler = ClassBalancedSampler(
@@ -39,9 +44,10 @@ def test_batches_from_a_materialized_run(run, backend):
         n_samples_per_class=n_p,
         seed=1,
         backend=backend,
+        memory_budget_bytes=budget,
         features=CROP,
     )
-    assert sampler.store.backend == backend
+    assert sampler.store.backend == expected_backend
     assert sampler.classes == [f"spk{c:05d}" for c in range(len(SIZES))]
     dataset = sampler.dataset()
     batch_size, frames = n_c * n_p, CROP.crop_frames
