@@ -32,7 +32,6 @@ from components.epoch_plan import (
     EpochState,
     epoch_dataset,
     epoch_seed,
-    stateless_permutation,
     worker_slice,
 )
 from components.parsing import ImageSpec, example_check, image_example_parser
@@ -308,6 +307,7 @@ class PairPlanner:
         self._row_splits = tf.constant(valid_pairs.row_splits)
         self._values = tf.constant(valid_pairs.values)
         self._planned_x = tf.constant(valid_pairs.planned_x)
+        self._all_x_planned = len(valid_pairs.planned_x) == valid_pairs.num_x
         if strategy == "least_sampled":
             degrees = np.diff(valid_pairs.row_splits)
             row_dtype = np.int32 if valid_pairs.num_x < 2**31 else np.int64
@@ -318,28 +318,38 @@ class PairPlanner:
     def plan(self, epoch) -> dict[str, tf.Tensor]:
         """The global plan of `epoch`: `x_index`, `y_index`, int64 [num_batches, batch_size]."""
         epoch = tf.convert_to_tensor(epoch, tf.int64)
-        num_planned = tf.shape(self._planned_x, out_type=tf.int64)[0]
-        order = stateless_permutation(num_planned, epoch_seed(self.seed, epoch, SALT_ORDER))
-        x_index = tf.gather(self._planned_x, order)
+        # Choices are made in x order, where every read of the index is sequential; one shuffle
+        # of the (x, y) rows then orders the epoch. Random gathers into the index would cost
+        # more than the shuffle at 10M x.
         if self.strategy == "uniform":
-            starts = tf.gather(self._row_splits, x_index)
-            degrees = tf.gather(self._row_splits, x_index + 1) - starts
+            starts = self._row_splits[:-1]
+            degrees = self._row_splits[1:] - starts
+            if not self._all_x_planned:
+                starts = tf.gather(starts, self._planned_x)
+                degrees = tf.gather(degrees, self._planned_x)
             uniform = tf.random.stateless_uniform(
-                [num_planned], epoch_seed(self.seed, epoch, SALT_CHOICE), dtype=tf.float64
+                tf.shape(starts), epoch_seed(self.seed, epoch, SALT_CHOICE), dtype=tf.float64
             )
-            offsets = tf.cast(tf.floor(uniform * tf.cast(degrees, tf.float64)), tf.int64)
+            offsets = tf.cast(uniform * tf.cast(degrees, tf.float64), tf.int64)
             positions = starts + tf.minimum(offsets, degrees - 1)
         else:
-            positions = tf.gather(self._least_sampled_positions(epoch), order)
-        y_index = tf.gather(self._values, positions)
+            positions = self._least_sampled_positions(epoch)
+        pairs = tf.stack([self._planned_x, tf.gather(self._values, positions)], axis=1)
+        pairs = tf.random.experimental.stateless_shuffle(
+            pairs, seed=epoch_seed(self.seed, epoch, SALT_ORDER)
+        )
+        pairs = tf.reshape(self._fit_to_batches(pairs), [self.num_batches, self.batch_size, 2])
+        return {"x_index": pairs[..., 0], "y_index": pairs[..., 1]}
+
+    def _fit_to_batches(self, ordered: tf.Tensor) -> tf.Tensor:
+        """Cuts (drop) or extends (wrap: the start of this epoch's order again) to whole batches."""
         total = self.num_batches * self.batch_size
-        # "wrap" fills the last batches with the first x of this epoch's order again.
-        take = tf.math.floormod(tf.range(total, dtype=tf.int64), num_planned)
-        shape = [self.num_batches, self.batch_size]
-        return {
-            "x_index": tf.reshape(tf.gather(x_index, take), shape),
-            "y_index": tf.reshape(tf.gather(y_index, take), shape),
-        }
+        num_planned = len(self.valid_pairs.planned_x)
+        if total <= num_planned:
+            return ordered[:total]
+        if total - num_planned <= num_planned:
+            return tf.concat([ordered, ordered[: total - num_planned]], axis=0)
+        return tf.gather(ordered, tf.math.floormod(tf.range(total, dtype=tf.int64), num_planned))
 
     def _least_sampled_positions(self, epoch: tf.Tensor) -> tf.Tensor:
         """int64 [num_planned]: the chosen pair (position in values) of each planned x.

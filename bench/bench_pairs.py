@@ -1,0 +1,367 @@
+"""Benchmark: per-epoch dynamic pairs vs what users run today, on one materialized run.
+
+1. **Plan rate** (pairs planned per second), 100k x of average degree 8 (`--quick`: 20k):
+   * baseline: the `Dataset.from_generator` pairing of shared/background/pairing-per-epoch.txt
+     (a Python loop over x, `tf.random.shuffle` of each x's valid list, one pair per `yield`),
+     reimplemented here yielding indices only. A full epoch takes minutes, so it is timed on the
+     first `--baseline-x` x and extrapolated (reported as such);
+   * ours: `PairPlanner.plan` (uniform and least_sampled) inside a `tf.function`, whole epoch.
+2. **Scale**: one uniform (and one least_sampled) plan of 10M x, average degree 8 (`--quick`: 1M).
+3. **End to end** records/s (2 records per pair) of `dynamic_pairs` on the disk backend, reading
+   and `parse_example`-ing x and y records by index, vs a sequential `TFRecordDataset` +
+   `batch` + `parse_example` pass over the same shards. Page cache warm (one pass first).
+4. **Peak memory** (not with `--quick`): a run of >= 2 GB of shards; one process per
+   measurement (peak RSS): the TF baseline (sequential read + parse of every record), the disk
+   backend and the memory backend (one epoch of pairs each). Big files are deleted afterwards.
+
+Prints ratios and a JSON result (also written to `--output`). Medians of `--repeats` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf  # noqa: E402
+
+from components import layout  # noqa: E402
+from components.pairs import PairPlanner, ValidPairs, dynamic_pairs, open_pairs_run  # noqa: E402
+
+BATCH_SIZE = 256
+AVERAGE_DEGREE = 8
+FEATURES = {
+    layout.ID_KEY: tf.io.FixedLenFeature([], tf.string),
+    layout.IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
+    layout.HEIGHT_KEY: tf.io.FixedLenFeature([], tf.int64),
+}
+
+
+# --------------------------------------------------------------------------------- data
+
+
+def random_csr(num_x: int, num_y: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Degrees uniform in [1, 2 * AVERAGE_DEGREE - 1] (mean AVERAGE_DEGREE), y uniform."""
+    rng = np.random.default_rng(seed)
+    degrees = rng.integers(1, 2 * AVERAGE_DEGREE, size=num_x, dtype=np.int64)
+    row_splits = np.concatenate([[0], np.cumsum(degrees)]).astype(np.int64)
+    values = rng.integers(0, num_y, size=int(row_splits[-1]), dtype=np.int64)
+    return row_splits, values
+
+
+def image_records(num: int, side: int, prefix: str, seed: int) -> list[bytes]:
+    """Raw-pixel image Examples, as the Beam stage writes them (`side` x `side` x 3)."""
+    rng = np.random.default_rng(seed)
+    pixels = rng.integers(0, 256, size=side * side * 3, dtype=np.uint8).tobytes()
+    records = []
+    for i in range(num):
+        # Vary the first bytes so records differ without generating every pixel.
+        image = i.to_bytes(8, "little") + pixels[8:]
+        feature = {
+            layout.ID_KEY: _bytes(f"{prefix}{i:08d}".encode()),
+            layout.IMAGE_KEY: _bytes(image),
+            layout.IMAGE_FORMAT_KEY: _bytes(b"raw"),
+            layout.HEIGHT_KEY: _int(side),
+            layout.WIDTH_KEY: _int(side),
+            layout.CHANNELS_KEY: _int(3),
+        }
+        records.append(
+            tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+        )
+    return records
+
+
+def write_record_set(output_dir, record_set, num, side, num_shards, seed) -> None:
+    directory = layout.examples_dir(output_dir, record_set)
+    bounds = np.linspace(0, num, num_shards + 1).astype(int)
+    paths, rows = [], []
+    for shard in range(num_shards):
+        records = image_records(
+            int(bounds[shard + 1] - bounds[shard]), side, record_set, seed + shard
+        )
+        path = os.path.join(directory, layout.shard_name(shard, num_shards))
+        offsets = layout.write_shard(path, records)
+        paths.append(path)
+        rows.append(np.column_stack([np.full(len(offsets), shard), offsets]))
+        del records
+    ids = [f"{record_set}{i:08d}" for i in range(num)]
+    layout.save_record_set_index(output_dir, record_set, paths, np.concatenate(rows), ids)
+
+
+def write_run(output_dir, num_x, num_y, side, num_shards) -> dict:
+    write_record_set(output_dir, "x", num_x, side, num_shards, seed=1)
+    write_record_set(output_dir, "y", num_y, side, max(1, num_shards // 4), seed=1000)
+    row_splits, values = random_csr(num_x, num_y, seed=0)
+    layout.save_csr(layout.pairs_index_dir(output_dir), row_splits, values)
+    return {
+        "num_x": num_x,
+        "num_y": num_y,
+        "num_pairs": len(values),
+        "shard_bytes": shard_bytes(output_dir),
+    }
+
+
+def shard_bytes(output_dir: str) -> int:
+    total = 0
+    for record_set in ("x", "y"):
+        directory = layout.examples_dir(output_dir, record_set)
+        total += sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory))
+    return total
+
+
+def all_shards(output_dir: str) -> list[str]:
+    paths = []
+    for record_set in ("x", "y"):
+        directory = layout.examples_dir(output_dir, record_set)
+        paths += sorted(os.path.join(directory, f) for f in os.listdir(directory))
+    return paths
+
+
+# --------------------------------------------------------------------------------- plan rate
+
+
+def baseline_from_generator(valid_pairs: tf.RaggedTensor, num_x: int) -> tf.data.Dataset:
+    """The background write-up's pairing, yielding (x index, y index) one pair at a time."""
+
+    def pair_generator():
+        for x_idx in range(num_x):
+            curr_valid_y = valid_pairs[x_idx]
+            selected_y_idx = tf.random.shuffle(curr_valid_y)[0]
+            yield x_idx, selected_y_idx
+
+    ds = tf.data.Dataset.from_generator(
+        pair_generator,
+        output_signature=(
+            tf.TensorSpec(shape=[], dtype=tf.int64),
+            tf.TensorSpec(shape=[], dtype=tf.int64),
+        ),
+    )
+    return ds.shuffle(2048).batch(BATCH_SIZE).prefetch(tf.data.AUTOTUNE)
+
+
+def time_baseline(row_splits, values, subset_x: int, repeats: int) -> float:
+    ragged = tf.RaggedTensor.from_row_splits(values, row_splits)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        pairs = sum(int(b[0].shape[0]) for b in baseline_from_generator(ragged, subset_x))
+        times.append(time.perf_counter() - start)
+        assert pairs == subset_x
+    return subset_x / statistics.median(times)
+
+
+def time_plan(valid: ValidPairs, strategy: str, repeats: int) -> float:
+    """Median seconds of one epoch plan, traced once (as inside the tf.data graph)."""
+    planner = PairPlanner(valid, strategy=strategy, seed=0, batch_size=BATCH_SIZE)
+    plan = tf.function(planner.plan)
+    plan(tf.constant(0, tf.int64))["y_index"].numpy()  # trace
+    times = []
+    for epoch in range(1, repeats + 1):
+        start = time.perf_counter()
+        plan(tf.constant(epoch, tf.int64))["y_index"].numpy()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def plan_rate(run_dir: str, baseline_x: int, repeats: int) -> dict:
+    row_splits, values = layout.load_csr(layout.pairs_index_dir(run_dir), mmap=False)
+    num_x = len(row_splits) - 1
+    valid = ValidPairs.build((row_splits, values))
+    baseline = time_baseline(row_splits, values, min(baseline_x, num_x), max(1, repeats // 2))
+    result = {
+        "num_x": num_x,
+        "num_pairs": len(values),
+        "baseline_from_generator_pairs_per_s": baseline,
+        "baseline_timed_on_x": min(baseline_x, num_x),
+        "baseline_epoch_s_extrapolated": num_x / baseline,
+    }
+    for strategy in ("uniform", "least_sampled"):
+        seconds = time_plan(valid, strategy, repeats)
+        result[f"{strategy}_epoch_s"] = seconds
+        result[f"{strategy}_pairs_per_s"] = num_x / seconds
+        result[f"{strategy}_speedup"] = num_x / seconds / baseline
+    return result
+
+
+def scale(num_x: int, repeats: int) -> dict:
+    row_splits, values = random_csr(num_x, num_x // 4, seed=3)
+    valid = ValidPairs.build((row_splits, values), num_y=num_x // 4)
+    del row_splits, values
+    result = {"num_x": num_x, "num_pairs": valid.num_pairs}
+    for strategy in ("uniform", "least_sampled"):
+        result[f"{strategy}_plan_s"] = time_plan(valid, strategy, repeats)
+    return result
+
+
+# --------------------------------------------------------------------------------- end to end
+
+
+def parse(serialized):
+    return tf.io.parse_example(serialized, FEATURES)
+
+
+def sequential_baseline(paths: list[str]) -> tf.data.Dataset:
+    return tf.data.TFRecordDataset(paths).batch(BATCH_SIZE).map(parse).prefetch(tf.data.AUTOTUNE)
+
+
+def pairs_dataset(run_dir: str, backend: str, verify_crc: bool = True) -> tf.data.Dataset:
+    x_store, y_store, valid = open_pairs_run(
+        run_dir, backend=backend, memory_budget_bytes=1 << 40, verify_crc=verify_crc
+    )
+    return dynamic_pairs(x_store, y_store, valid, batch_size=BATCH_SIZE, parse_fn=parse)
+
+
+def records_per_s(dataset: tf.data.Dataset, records_per_row: int, repeats: int) -> float:
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        rows = sum(int(b[layout.IMAGE_KEY].shape[0]) for b in _images(dataset))
+        rates.append(rows * records_per_row / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
+def _images(dataset):
+    for element in dataset:
+        yield element.get("x", element)
+
+
+def end_to_end(run_dir: str, repeats: int) -> dict:
+    paths = all_shards(run_dir)
+    baseline = sequential_baseline(paths)
+    records_per_s(baseline, 1, 1)  # warm the page cache
+    result = {"baseline_sequential_records_per_s": records_per_s(baseline, 1, repeats)}
+    for name, verify in (("disk", True), ("disk_no_crc", False)):
+        rate = records_per_s(pairs_dataset(run_dir, "disk", verify), 2, repeats)
+        result[f"{name}_records_per_s"] = rate
+        result[f"{name}_ratio"] = rate / result["baseline_sequential_records_per_s"]
+    return result
+
+
+# --------------------------------------------------------------------------------- memory
+
+
+def peak_rss_worker(mode: str, run_dir: str) -> None:
+    """Runs one measurement in this (fresh) process and prints its peak RSS in bytes."""
+    if mode == "baseline":
+        for _ in sequential_baseline(all_shards(run_dir)):
+            pass
+    else:
+        for _ in pairs_dataset(run_dir, mode):
+            pass
+    print(json.dumps({"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+
+
+def peak_memory(scratch: str, target_bytes: int) -> dict:
+    side = 52  # 8 KB raw images
+    record_bytes = side * side * 3 + 120
+    num_x = int(target_bytes / record_bytes * 0.95)
+    run_dir = os.path.join(scratch, "big")
+    try:
+        info = write_run(run_dir, num_x, max(1, num_x // 20), side, num_shards=16)
+        result = {"shard_bytes": info["shard_bytes"], "num_x": num_x}
+        for mode in ("baseline", "disk", "memory"):
+            output = subprocess.run(
+                [sys.executable, __file__, "--peak-rss-worker", mode, run_dir],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            result[f"{mode}_peak_rss_bytes"] = json.loads(output.strip().splitlines()[-1])[
+                "peak_rss_bytes"
+            ]
+        for mode in ("disk", "memory"):
+            extra = result[f"{mode}_peak_rss_bytes"] - result["baseline_peak_rss_bytes"]
+            result[f"{mode}_over_baseline_fraction_of_shards"] = extra / info["shard_bytes"]
+        return result
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, fewer repeats")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--baseline-x", type=int, default=None, help="x timed for the baseline")
+    parser.add_argument("--memory-gb", type=float, default=2.2, help="shard bytes, memory test")
+    parser.add_argument(
+        "--output", default=os.path.join(os.path.dirname(__file__), "results", "pairs.json")
+    )
+    parser.add_argument("--peak-rss-worker", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.peak_rss_worker:
+        peak_rss_worker(*args.peak_rss_worker)
+        return
+
+    repeats = args.repeats or (3 if args.quick else 5)
+    num_x = 20_000 if args.quick else 100_000
+    baseline_x = args.baseline_x or (2_000 if args.quick else 10_000)
+    scratch = tempfile.mkdtemp(prefix="bench-pairs-")
+    try:
+        run_dir = os.path.join(scratch, "run")
+        started = time.perf_counter()
+        report = {"quick": args.quick, "repeats": repeats, "batch_size": BATCH_SIZE}
+        report["run"] = write_run(run_dir, num_x, num_x // 5, side=32, num_shards=8)
+        report["plan_rate"] = plan_rate(run_dir, baseline_x, repeats)
+        report["scale"] = scale(1_000_000 if args.quick else 10_000_000, max(3, repeats // 2))
+        report["end_to_end"] = end_to_end(run_dir, repeats)
+        if not args.quick:
+            report["peak_memory"] = peak_memory(scratch, int(args.memory_gb * (1 << 30)))
+        report["seconds"] = time.perf_counter() - started
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    plan = report["plan_rate"]
+    print(
+        f"plan rate, {plan['num_x']} x: uniform {plan['uniform_speedup']:.0f}x, "
+        f"least_sampled {plan['least_sampled_speedup']:.0f}x the from_generator baseline "
+        f"({plan['baseline_from_generator_pairs_per_s']:.0f} pairs/s, timed on "
+        f"{plan['baseline_timed_on_x']} x, extrapolated)"
+    )
+    print(
+        f"scale, {report['scale']['num_x']} x: uniform plan {report['scale']['uniform_plan_s']:.2f}"
+        f" s, least_sampled {report['scale']['least_sampled_plan_s']:.2f} s"
+    )
+    e2e = report["end_to_end"]
+    print(
+        f"end to end: disk backend {e2e['disk_ratio']:.2f}x sequential TFRecordDataset "
+        f"({e2e['disk_records_per_s']:.0f} vs {e2e['baseline_sequential_records_per_s']:.0f} "
+        f"records/s); without CRC checks {e2e['disk_no_crc_ratio']:.2f}x"
+    )
+    if "peak_memory" in report:
+        memory = report["peak_memory"]
+        print(
+            f"peak memory over the TF baseline, {memory['shard_bytes'] / 2**30:.2f} GB of shards: "
+            f"disk {memory['disk_over_baseline_fraction_of_shards']:.1%}, memory "
+            f"{memory['memory_over_baseline_fraction_of_shards']:.1%} of the shard bytes"
+        )
+    os.makedirs(os.path.dirname(args.output), exist_ok=True)
+    with open(args.output, "w") as f:
+        json.dump(report, f, indent=2, default=float)
+    print(json.dumps(report, indent=2, default=float))
+
+
+def _bytes(value: bytes) -> tf.train.Feature:
+    return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+
+
+def _int(value: int) -> tf.train.Feature:
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+
+
+if __name__ == "__main__":
+    main()
