@@ -134,8 +134,8 @@ class KubeflowConfig:
 
 # Smaller training for the test suite: same data, same components, fewer epochs.
 TEST_OVERRIDES = {
-    CycleGanConfig: {"num_epochs": 2},
-    SpeakerConfig: {"num_epochs": 2},
+    CycleGanConfig: {"num_epochs": 2, "batch_size": 64},
+    SpeakerConfig: {"num_epochs": 3},
 }
 
 
