@@ -8,14 +8,7 @@ import pytest
 import tensorflow as tf
 
 from components.models import cyclegan
-from pipeline.sample_data import write_digit_domains
 from tests.models import synthetic
-
-
-@pytest.fixture(scope="module")
-def digits(tmp_path_factory):
-    domains = write_digit_domains(str(tmp_path_factory.mktemp("digits") / "domains"))
-    return synthetic.digit_pairs(domains)
 
 
 @pytest.mark.parametrize("shape", [(32, 32, 1), (16, 24, 3)])

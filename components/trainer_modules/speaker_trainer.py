@@ -1,0 +1,123 @@
+"""Trainer user module: a speaker-embedding net on class-balanced batches, scored by EER.
+
+`fn_args.train_dataset` yields `{"features": float32 [B, T, n_mels] log-mel, "lengths": int32
+[B], "label": int64 [B], "index": int64 [B]}` with B = n_classes_per_batch *
+n_samples_per_class, grouped by class. `fn_args.eval_dataset` holds held-out speakers in plain
+batches; every pair of its utterances is a verification trial.
+
+`custom_config` keys read here (others are left to the executor): `n_samples_per_class`
+(required), `n_classes_per_batch` (checked against the batch size when that is static),
+`loss` ("ge2e", "angular_prototypical" or "aam_softmax"), `num_train_classes` (aam_softmax
+only), `learning_rate` (1e-3), `channels` (128), `embedding_dim` (128),
+`max_eval_utterances` (4000), `seed` (0).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import keras
+import tensorflow as tf
+
+from components.models import speaker
+from components.trainer_modules import training_log
+
+CHANCE_EER = 0.5
+
+
+def _n_mels(fn_args, n_classes_per_batch: int | None, n_samples_per_class: int) -> int:
+    spec = fn_args.train_dataset.element_spec
+    required = (speaker.FEATURES_KEY, speaker.LENGTHS_KEY, speaker.LABEL_KEY)
+    if not isinstance(spec, dict) or any(key not in spec for key in required):
+        raise ValueError(
+            f"the speaker trainer needs batches with keys {required}; train_dataset yields {spec}"
+        )
+    features = spec[speaker.FEATURES_KEY].shape
+    if features.rank != 3 or features[-1] is None:
+        raise ValueError(f"'features' must be [B, T, n_mels] with known n_mels, got {features}")
+    batch_size = features[0]
+    if batch_size is not None:
+        if batch_size % n_samples_per_class:
+            raise ValueError(
+                f"batch size {batch_size} is not a multiple of n_samples_per_class="
+                f"{n_samples_per_class}"
+            )
+        if (
+            n_classes_per_batch is not None
+            and batch_size != n_classes_per_batch * n_samples_per_class
+        ):
+            raise ValueError(
+                f"batch size {batch_size} != n_classes_per_batch * n_samples_per_class = "
+                f"{n_classes_per_batch} * {n_samples_per_class}"
+            )
+    return int(features[-1])
+
+
+def run_fn(fn_args) -> dict[str, float]:
+    """Trains the embedding net, scores held-out speakers, exports the net.
+
+    Returns `eer` (held-out speakers, after training), `eer_chance` (0.5, for reference),
+    `eer_before_training` (the same trials scored by the untrained net), `eer_threshold`, the
+    trial counts, `loss_first_epoch`, `loss_last_epoch`, `epochs`, and the last epoch's logs
+    (`loss` and whatever the callbacks logged).
+    """
+    training_log.check_common_args(fn_args)
+    eval_dataset = getattr(fn_args, "eval_dataset", None)
+    if eval_dataset is None:
+        raise ValueError(
+            "the speaker trainer reports the EER on held-out speakers: fn_args.eval_dataset "
+            "is required"
+        )
+    config = dict(fn_args.custom_config or {})
+    if "n_samples_per_class" not in config:
+        raise ValueError("custom_config must give n_samples_per_class (n_p of the batches)")
+    n_samples_per_class = int(config["n_samples_per_class"])
+    n_classes_per_batch = config.get("n_classes_per_batch")
+    n_mels = _n_mels(
+        fn_args,
+        None if n_classes_per_batch is None else int(n_classes_per_batch),
+        n_samples_per_class,
+    )
+    keras.utils.set_random_seed(int(config.get("seed", 0)))
+    model = speaker.SpeakerEmbeddingModel(
+        n_mels,
+        n_samples_per_class=n_samples_per_class,
+        loss=str(config.get("loss", "ge2e")),
+        num_classes=config.get("num_train_classes"),
+        channels=int(config.get("channels", 128)),
+        embedding_dim=int(config.get("embedding_dim", 128)),
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(float(config.get("learning_rate", 1e-3))),
+        jit_compile=False,  # T changes between batches; XLA would recompile for each
+    )
+    max_eval_utterances = int(config.get("max_eval_utterances", 4000))
+    before = speaker.evaluate_verification(
+        model.embedding_model, eval_dataset, max_utterances=max_eval_utterances
+    )
+    history = model.fit(
+        fn_args.train_dataset,
+        epochs=int(fn_args.num_epochs),
+        callbacks=list(fn_args.callbacks or [])
+        + training_log.logging_callbacks(fn_args.model_run_dir),
+        verbose=2,
+    ).history
+    training_log.write_history(fn_args.model_run_dir, history)
+    metrics = training_log.last_epoch_metrics(history)
+    training_log.require_finite(metrics, ["loss"])
+    verification = speaker.evaluate_verification(
+        model.embedding_model, eval_dataset, max_utterances=max_eval_utterances
+    )
+    speaker.export_embedding_model(model.embedding_model, fn_args.serving_model_dir)
+    metrics.update(verification)
+    metrics.update(
+        eer_chance=CHANCE_EER,
+        eer_before_training=before["eer"],
+        loss_first_epoch=float(history["loss"][0]),
+        loss_last_epoch=float(history["loss"][-1]),
+        epochs=float(len(history["loss"])),
+    )
+    with tf.summary.create_file_writer(fn_args.model_run_dir).as_default():
+        tf.summary.scalar("eval/eer", metrics["eer"], step=len(history["loss"]))
+    logging.info("speaker model trained: %s", metrics)
+    return metrics

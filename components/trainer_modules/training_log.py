@@ -1,0 +1,70 @@
+"""What the trainer modules keep of a `fit`: callbacks that log, the history file, metrics."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+
+import keras
+import tensorflow as tf
+
+HISTORY_FILE = "history.json"
+
+
+def logging_callbacks(model_run_dir: str) -> list[keras.callbacks.Callback]:
+    """TensorBoard scalars per epoch under `model_run_dir` (the TFX ModelRun artifact)."""
+    return [
+        keras.callbacks.TensorBoard(
+            log_dir=model_run_dir, write_graph=False, update_freq="epoch", profile_batch=0
+        )
+    ]
+
+
+def write_history(model_run_dir: str, history: Mapping[str, Sequence[float]]) -> str:
+    """Writes the per-epoch logs of `fit` to `<model_run_dir>/history.json`; returns the path."""
+    path = os.path.join(model_run_dir, HISTORY_FILE)
+    tf.io.gfile.makedirs(model_run_dir)
+    epochs = {key: [float(v) for v in values] for key, values in history.items()}
+    with tf.io.gfile.GFile(path, "w") as f:
+        f.write(json.dumps(epochs, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def last_epoch_metrics(history: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    """The last epoch's value of every numeric log (losses, and what callbacks added)."""
+    metrics = {}
+    for key, values in history.items():
+        if len(values) == 0:
+            continue
+        try:
+            metrics[key] = float(values[-1])
+        except (TypeError, ValueError):
+            continue  # not a number (a callback may log strings); not a metric
+    return metrics
+
+
+def require_finite(metrics: Mapping[str, float], keys: Sequence[str]) -> None:
+    """Raises RuntimeError when training diverged: a loss in `keys` is missing, NaN or inf."""
+    for key in keys:
+        value = metrics.get(key)
+        if value is None or not math.isfinite(value):
+            raise RuntimeError(
+                f"training diverged or logged nothing: final {key} is {value}; lower the "
+                "learning rate or check the inputs for NaN/inf"
+            )
+
+
+def check_common_args(fn_args) -> None:
+    """Raises ValueError naming the first missing or invalid `fn_args` attribute."""
+    for name in ("train_dataset", "num_epochs", "serving_model_dir", "model_run_dir"):
+        if getattr(fn_args, name, None) is None:
+            raise ValueError(f"fn_args.{name} is required")
+    if int(fn_args.num_epochs) < 1:
+        raise ValueError(f"fn_args.num_epochs must be at least 1, got {fn_args.num_epochs}")
+    if not isinstance(fn_args.train_dataset, tf.data.Dataset):
+        raise ValueError(
+            f"fn_args.train_dataset must be a tf.data.Dataset, got "
+            f"{type(fn_args.train_dataset).__name__}"
+        )

@@ -1,0 +1,202 @@
+"""The trainer user modules' `run_fn`, end to end, with `fn_args` as the trainer component
+builds it (a plain namespace here) and the real pair-coverage callback."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import types
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from components.coverage import PairCoverage, PairCoverageCallback
+from components.models.cyclegan import LOSS_NAMES
+from components.trainer_modules import cyclegan_trainer, speaker_trainer
+from tests.models import synthetic
+
+
+def make_fn_args(tmp_path, train_dataset, **overrides) -> types.SimpleNamespace:
+    fields = {
+        "train_dataset": train_dataset,
+        "eval_dataset": None,
+        "callbacks": [],
+        "num_epochs": 2,
+        "serving_model_dir": str(tmp_path / "serving_model"),
+        "model_run_dir": str(tmp_path / "model_run"),
+        "custom_config": {},
+    }
+    fields.update(overrides)
+    return types.SimpleNamespace(**fields)
+
+
+class EpochRecorder(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.epochs = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epochs.append(epoch)
+
+
+@pytest.fixture(scope="module")
+def digit_subset(digits):
+    """The first 320 x of the digit domains with their valid pairs (into all 1,797 y)."""
+    x, y, valid_pairs = digits
+    return x[:320], y, valid_pairs[:320]
+
+
+def test_cyclegan_run_fn_trains_logs_coverage_and_exports(tmp_path, digit_subset):
+    x, y, valid_pairs = digit_subset
+    coverage = PairCoverage(valid_pairs, num_y=len(y))
+    train = coverage.observe(synthetic.pair_batches(x, y, valid_pairs, batch_size=32))
+    recorder = EpochRecorder()
+    fn_args = make_fn_args(
+        tmp_path,
+        train,
+        eval_dataset=synthetic.pair_batches(x[:64], y, valid_pairs[:64], batch_size=32),
+        callbacks=[PairCoverageCallback(coverage), recorder],
+        custom_config={"image_size": 32, "batch_size": 32, "seed": 1},
+    )
+    metrics = cyclegan_trainer.run_fn(fn_args)
+
+    assert recorder.epochs == [0, 1]
+    assert all(isinstance(v, float) for v in metrics.values()), metrics
+    for name in LOSS_NAMES:
+        assert np.isfinite(metrics[name]) and np.isfinite(metrics[f"val_{name}"]), metrics
+    with open(os.path.join(fn_args.model_run_dir, "history.json")) as f:
+        history = json.load(f)
+    assert metrics["cycle_loss_first_epoch"] == history["cycle_loss"][0]
+    assert metrics["cycle_loss_last_epoch"] == history["cycle_loss"][-1] == metrics["cycle_loss"]
+    assert metrics["epochs"] == 2.0
+    # The executor's coverage callback logged through fit into the history and the metrics:
+    # each epoch draws one valid y for each of the 320 x (10 batches of 32).
+    assert len(history["pair_coverage_epoch"]) == 2
+    assert 0 < metrics["pair_coverage_epoch"] <= 320 / coverage.num_pairs + 1e-9
+    assert metrics["pair_coverage_epoch"] < metrics["pair_coverage_total"] <= 1.0
+    assert metrics["invalid_pairs"] == 0.0
+    assert glob.glob(
+        os.path.join(fn_args.model_run_dir, "**", "events.out.tfevents*"), recursive=True
+    )
+
+    loaded = tf.saved_model.load(fn_args.serving_model_dir)
+    translated = loaded.signatures["serving_default"](images=tf.constant(x[:4]))["images"]
+    assert translated.shape == (4, 32, 32, 1)
+
+
+@pytest.fixture(scope="module")
+def speakers():
+    rng = np.random.default_rng(7)
+    envelopes = synthetic.speaker_envelopes(rng, 24)
+    train = synthetic.class_balanced_batches(
+        rng, envelopes[:18], n_classes_per_batch=4, n_samples_per_class=4, num_batches=24
+    )
+    held_out = synthetic.plain_batches(rng, envelopes[18:], per_speaker=5, batch_size=10)
+    return train, held_out
+
+
+SPEAKER_CONFIG = {
+    "n_classes_per_batch": 4,
+    "n_samples_per_class": 4,
+    "channels": 48,
+    "embedding_dim": 24,
+    "learning_rate": 2e-3,
+}
+
+
+def test_speaker_run_fn_reports_eer_on_held_out_speakers_and_exports(tmp_path, speakers):
+    train, held_out = speakers
+    recorder = EpochRecorder()
+    fn_args = make_fn_args(
+        tmp_path,
+        train,
+        eval_dataset=held_out,
+        callbacks=[recorder],
+        num_epochs=3,
+        custom_config=SPEAKER_CONFIG,
+    )
+    metrics = speaker_trainer.run_fn(fn_args)
+
+    assert recorder.epochs == [0, 1, 2]
+    assert all(isinstance(v, float) for v in metrics.values()), metrics
+    assert metrics["eer_chance"] == 0.5
+    assert metrics["eer"] < 0.25, metrics
+    assert metrics["eer"] < metrics["eer_before_training"], metrics
+    assert metrics["loss_last_epoch"] < metrics["loss_first_epoch"]
+    assert metrics["num_speakers"] == 6 and metrics["num_utterances"] == 30
+    assert metrics["epochs"] == 3.0
+    with open(os.path.join(fn_args.model_run_dir, "history.json")) as f:
+        assert len(json.load(f)["loss"]) == 3
+
+    loaded = tf.saved_model.load(fn_args.serving_model_dir)
+    batch = next(iter(held_out))
+    embedding = loaded.signatures["serving_default"](
+        features=batch["features"], lengths=batch["lengths"]
+    )["embedding"]
+    assert embedding.shape == (10, 24)
+
+
+def test_speaker_run_fn_refuses_bad_setups_before_training(tmp_path, speakers):
+    train, held_out = speakers
+    cases = [
+        ({"eval_dataset": None}, ValueError, "eval_dataset is required"),
+        ({"custom_config": {"n_classes_per_batch": 4}}, ValueError, "n_samples_per_class"),
+        (
+            {"custom_config": {**SPEAKER_CONFIG, "n_classes_per_batch": 3}},
+            ValueError,
+            "batch size 16 != n_classes_per_batch",
+        ),
+        (
+            {"custom_config": {**SPEAKER_CONFIG, "n_samples_per_class": 3}},
+            ValueError,
+            "not a multiple",
+        ),
+        ({"num_epochs": 0}, ValueError, "num_epochs"),
+        ({"train_dataset": [1, 2]}, ValueError, "tf.data.Dataset"),
+        ({"serving_model_dir": None}, ValueError, "serving_model_dir"),
+    ]
+    for overrides, error, message in cases:
+        fields = {"eval_dataset": held_out, "custom_config": SPEAKER_CONFIG, **overrides}
+        with pytest.raises(error, match=message):
+            speaker_trainer.run_fn(
+                make_fn_args(tmp_path, fields.pop("train_dataset", train), **fields)
+            )
+    pairs = tf.data.Dataset.from_tensors({"x": tf.zeros([2, 8, 8, 1]), "y": tf.zeros([2, 8, 8, 1])})
+    with pytest.raises(ValueError, match="keys"):
+        speaker_trainer.run_fn(
+            make_fn_args(tmp_path, pairs, eval_dataset=held_out, custom_config=SPEAKER_CONFIG)
+        )
+    assert not os.path.exists(tmp_path / "serving_model")
+
+
+def test_cyclegan_run_fn_refuses_bad_setups_before_training(tmp_path, speakers, digit_subset):
+    x, y, valid_pairs = digit_subset
+    pairs = synthetic.pair_batches(x, y, valid_pairs, batch_size=32)
+    with pytest.raises(ValueError, match="image_size=64"):
+        cyclegan_trainer.run_fn(make_fn_args(tmp_path, pairs, custom_config={"image_size": 64}))
+    with pytest.raises(ValueError, match="pair batches"):
+        cyclegan_trainer.run_fn(make_fn_args(tmp_path, speakers[0]))
+    mismatched = tf.data.Dataset.from_tensors(
+        {"x": tf.zeros([2, 32, 32, 1]), "y": tf.zeros([2, 32, 32, 3])}
+    )
+    with pytest.raises(ValueError, match="same known H, W, C"):
+        cyclegan_trainer.run_fn(make_fn_args(tmp_path, mismatched))
+    assert not os.path.exists(tmp_path / "serving_model")
+
+
+def test_diverged_training_is_an_error_not_a_metric(tmp_path, speakers):
+    train, held_out = speakers
+    poisoned = train.map(lambda batch: {**batch, "features": batch["features"] * np.nan})
+    fn_args = make_fn_args(
+        tmp_path,
+        poisoned,
+        eval_dataset=held_out,
+        num_epochs=1,
+        custom_config={**SPEAKER_CONFIG, "channels": 8, "embedding_dim": 4},
+    )
+    with pytest.raises(RuntimeError, match="diverged"):
+        speaker_trainer.run_fn(fn_args)
+    assert not os.path.exists(fn_args.serving_model_dir)
