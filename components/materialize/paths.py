@@ -49,12 +49,24 @@ def _has_drive(path: str) -> bool:
 
 
 def is_local(path: str) -> bool:
-    return "://" not in path or path.startswith("file://")
+    return "://" not in path
 
 
 def check_inside_root(root: str, path: str) -> None:
-    """Raises `RejectedInput(SYMLINK_ESCAPES_ROOT)` if a local `path` resolves outside `root`."""
+    """Raises `RejectedInput(SYMLINK_ESCAPES_ROOT)` if a local `path` resolves outside `root`.
+
+    `path` is `root` joined with a normalized id. Only a symlink below `root` can lead out, so
+    the full resolution runs only when one of the id's components is a link.
+    """
     if not is_local(path):
+        return
+    relative = os.path.relpath(path, root)
+    current = root
+    for part in relative.split(os.sep):
+        current = os.path.join(current, part)
+        if os.path.islink(current):
+            break
+    else:
         return
     real_root = os.path.realpath(root)
     real_path = os.path.realpath(path)
@@ -88,18 +100,35 @@ def list_files(root: str) -> Iterator[str]:
     a directory listed under its real path; one resolving outside is yielded itself, so the
     reader rejects it as escaping the root instead of it vanishing silently.
     """
-    local = is_local(root)
+    if is_local(root):
+        yield from _list_local_files(root)
+        return
     pending = [root]
     while pending:
         directory = pending.pop()
         for name in tf.io.gfile.listdir(directory):
             path = posixpath.join(directory, name.rstrip("/"))
-            if not tf.io.gfile.isdir(path):
-                yield path
-            elif not (local and os.path.islink(path)):
+            if tf.io.gfile.isdir(path):
                 pending.append(path)
-            elif not _resolves_inside(root, path):
+            else:
                 yield path
+
+
+def _list_local_files(root: str) -> Iterator[str]:
+    # os.scandir reads the entry types with the listing; a gfile.isdir per entry costs a
+    # stat each (~80 us), as much as reading a small image.
+    pending = [root]
+    while pending:
+        directory = pending.pop()
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                path = posixpath.join(directory, entry.name)
+                if not entry.is_dir():
+                    yield path
+                elif not entry.is_symlink():
+                    pending.append(path)
+                elif not _resolves_inside(root, path):
+                    yield path
 
 
 def _resolves_inside(root: str, path: str) -> bool:
