@@ -41,6 +41,16 @@ class EpochState(tf.Module):
         self.epoch = tf.Variable(initial_epoch, dtype=tf.int64, trainable=False, name="epoch")
 
 
+def index_variable(values, dtype: tf.DType | None = None, name: str | None = None) -> tf.Variable:
+    """Holds a large constant (an index, serialized records) for use inside tf.data functions.
+
+    A tf.data function captures a variable by handle, but copies a captured constant into the
+    dataset graph every time an iterator is created, that is every epoch (and a graph holds at
+    most 2 GB). The variable is not trainable and, held outside a `tf.Module`, not checkpointed.
+    """
+    return tf.Variable(values, dtype=dtype, trainable=False, name=name, shape=None)
+
+
 def epoch_seed(seed: int, epoch, salt: int = 0) -> tf.Tensor:
     """Returns the int64 [2] seed of the random stream `(seed, epoch, salt)`.
 

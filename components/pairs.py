@@ -32,6 +32,7 @@ from components.epoch_plan import (
     EpochState,
     epoch_dataset,
     epoch_seed,
+    index_variable,
     worker_slice,
 )
 from components.parsing import ImageSpec, example_check, image_example_parser
@@ -304,15 +305,15 @@ class PairPlanner:
                 f"{valid_pairs.num_pairs} pairs"
             )
         self.state = state
-        self._row_splits = tf.constant(valid_pairs.row_splits)
-        self._values = tf.constant(valid_pairs.values)
-        self._planned_x = tf.constant(valid_pairs.planned_x)
+        self._row_splits = index_variable(valid_pairs.row_splits, name="row_splits")
+        self._values = index_variable(valid_pairs.values, name="values")
+        self._planned_x = index_variable(valid_pairs.planned_x, name="planned_x")
         self._all_x_planned = len(valid_pairs.planned_x) == valid_pairs.num_x
         if strategy == "least_sampled":
             degrees = np.diff(valid_pairs.row_splits)
             row_dtype = np.int32 if valid_pairs.num_x < 2**31 else np.int64
-            self._row_ids = tf.constant(
-                np.repeat(np.arange(valid_pairs.num_x, dtype=row_dtype), degrees)
+            self._row_ids = index_variable(
+                np.repeat(np.arange(valid_pairs.num_x, dtype=row_dtype), degrees), name="row_ids"
             )
 
     def plan(self, epoch) -> dict[str, tf.Tensor]:

@@ -10,10 +10,10 @@ Two backends behind one interface:
 
 Every record is checked against its TFRecord frame (the length field against the index, and the
 masked CRC32C of the payload; the memory backend also checks the length CRC) unless
-`verify_crc=False` (the length is checked always), and, when a `payload_check` is given, its
-payload too (for example `components.parsing.example_check`: is it a parsable `tf.train.Example`
-with the features the parser needs). A damaged record (CRC mismatch, truncated shard, wrong frame length, failed payload
-check) either fails the read with an error naming the record, shard path and offset
+`verify_crc=False` (the length is checked always), and, when a `payload_check` is given, its payload
+too (for example `components.parsing.example_check`: is it a parsable `tf.train.Example` with the
+features the parser needs). A damaged record (CRC mismatch, truncated shard, wrong frame length,
+failed payload check) either fails the read with an error naming the record, shard path and offset
 (`on_damaged="fail"`, the default), or comes back as `b""` with `ok=False`, is counted in
 `damaged_count` and listed in `damaged_records` (`on_damaged="skip"`).
 """
@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from components import layout
+from components.epoch_plan import index_variable
 
 # A payload check returns None for a good payload and the reason otherwise.
 PayloadCheck = Callable[[bytes], "str | None"]
@@ -91,8 +92,8 @@ class RecordStore:
         backend: str,
         num_records: int,
         record_set: str | None = None,
-        records: tf.Tensor | None = None,
-        records_ok: tf.Tensor | None = None,
+        records: tf.Variable | None = None,
+        records_ok: tf.Variable | None = None,
         reader: _ShardReader | None = None,
         on_damaged: str = "fail",
         damaged_records: Sequence[DamagedRecord] = (),
@@ -181,6 +182,7 @@ class RecordStore:
         records = tf.convert_to_tensor(records, dtype=tf.string)
         if records.shape.rank != 1:
             raise ValueError(f"records must be a vector [N], got shape {records.shape}")
+        records = index_variable(records, name="records")
         return cls(
             backend="memory",
             num_records=int(records.shape[0]),
@@ -433,8 +435,11 @@ def _load_all(
                 records[index] = b""
                 ok[index] = False
         del data
-    records_tensor = tf.constant(records, dtype=tf.string)
-    return records_tensor, (tf.constant(ok) if damaged else None), damaged
+    return (
+        index_variable(records, dtype=tf.string, name="records"),
+        index_variable(ok, name="records_ok") if damaged else None,
+        damaged,
+    )
 
 
 def _check_offsets(offsets: np.ndarray, num_records: int, num_shards: int, where: str) -> None:
