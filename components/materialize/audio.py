@@ -55,7 +55,7 @@ def decode_audio(data: bytes, source_name: str, sample_rate: int) -> Waveform:
     decode = tfio.audio.decode_wav if header.container == "wav" else tfio.audio.decode_flac
     try:
         decoded = decode(data, dtype=header.dtype).numpy()
-    except (tf.errors.OpError, ValueError) as error:
+    except Exception as error:  # Any decoder failure is a property of this file.
         raise rejects.RejectedInput(rejects.CORRUPT_AUDIO, _op_error_text(error)) from error
     if decoded.shape[0] == 0:
         raise rejects.RejectedInput(rejects.EMPTY_AUDIO, "no samples")

@@ -8,6 +8,7 @@ shuffled once, to its shard.
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable
 from typing import NamedTuple
 
 import apache_beam as beam
@@ -24,7 +25,9 @@ REJECTED = common.REJECTED
 _EXAMPLE_OVERHEAD_BYTES = 96  # feature keys and proto framing around the PCM bytes
 
 
-def run_audio(config: AudioConfig, make_pipeline=None) -> dict:
+def run_audio(
+    config: AudioConfig, make_pipeline: Callable[[], beam.Pipeline] | None = None
+) -> dict:
     """Runs the audio job and returns its summary (the content of `summary.json`).
 
     `make_pipeline` returns a fresh `beam.Pipeline`; None builds one from
@@ -168,9 +171,16 @@ def _vocabularies(_, speakers_by_set: dict[str, list[str]]) -> dict[str, list[st
 
 
 def build_audio_pipeline(
-    pipeline: beam.Pipeline, config: AudioConfig, manifest_format: manifest.ManifestFormat
+    pipeline: beam.Pipeline,
+    config: AudioConfig,
+    manifest_format: manifest.ManifestFormat | None = None,
 ) -> None:
-    """Adds the audio job to `pipeline` (the transforms the TFX component reuses)."""
+    """Adds the audio job to `pipeline` (the transforms the TFX component reuses).
+
+    `manifest_format` is read from the manifest when not given.
+    """
+    if manifest_format is None:
+        manifest_format = manifest.inspect_manifest(config.manifest, config.manifest_format)
     output_dir = config.output_dir
     lines = (
         pipeline

@@ -21,11 +21,18 @@ class IdIndex:
     @classmethod
     def from_ids(cls, ids: Iterable[str]) -> IdIndex:
         """Sorts `ids`; raises ValueError on a duplicate (callers deduplicate first)."""
-        encoded = np.sort(_encode(list(ids)))
-        if len(encoded) > 1 and bool(np.any(encoded[1:] == encoded[:-1])):
-            duplicate = encoded[1:][encoded[1:] == encoded[:-1]][0].decode()
-            raise ValueError(f"duplicate record id {duplicate!r}")
-        return cls(encoded)
+        return cls.sorting(ids)[0]
+
+    @classmethod
+    def sorting(cls, ids: Iterable[str]) -> tuple[IdIndex, np.ndarray]:
+        """(the index, int64 [N] order): `order[r]` is the input position of record r."""
+        encoded = _encode(list(ids))
+        order = np.argsort(encoded, kind="stable").astype(np.int64)
+        encoded = encoded[order]
+        repeated = np.flatnonzero(encoded[1:] == encoded[:-1])
+        if len(repeated):
+            raise ValueError(f"duplicate record id {encoded[repeated[0]].decode()!r}")
+        return cls(encoded), order
 
     def __len__(self) -> int:
         return len(self._ids)

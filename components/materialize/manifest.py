@@ -108,7 +108,10 @@ def _fields(line: str, manifest: ManifestFormat, source: str) -> dict:
         if not isinstance(fields, dict):
             raise rejects.RejectedInput(rejects.MALFORMED_ROW, "a JSON line must be an object")
         return fields
-    values = next(csv.reader([line]), [])
+    try:
+        values = next(csv.reader([line]), [])
+    except csv.Error as error:
+        raise rejects.RejectedInput(rejects.MALFORMED_ROW, f"invalid CSV: {error}") from error
     if len(values) != len(manifest.columns):
         raise rejects.RejectedInput(
             rejects.MALFORMED_ROW,

@@ -59,7 +59,12 @@ def parse_entry(line: str, pairs_format: str) -> PairEntry:
             )
         x_id = entry["x"]
     else:
-        values = next(csv.reader([line]), [])
+        try:
+            values = next(csv.reader([line]), [])
+        except csv.Error as error:
+            raise rejects.RejectedInput(
+                rejects.MALFORMED_PAIR_ENTRY, f"invalid CSV: {error}"
+            ) from error
         if len(values) != 2:
             raise rejects.RejectedInput(
                 rejects.MALFORMED_PAIR_ENTRY, f"expected 2 fields x,y; got {len(values)}"

@@ -9,15 +9,16 @@ numbers only.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import posixpath
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import apache_beam as beam
 import numpy as np
 
 from components import layout
 from components.materialize import common, images, pair_list, paths, rejects, shards
-from components.materialize.config import PairsConfig
+from components.materialize.config import PairsConfig, ShardingConfig
 from components.materialize.id_index import IdIndex
 from components.materialize.shards import IdTable, ShardPlan
 from components.materialize.verdict import Verdict, decide
@@ -27,7 +28,9 @@ Y = "y"
 REJECTED = common.REJECTED
 
 
-def run_pairs(config: PairsConfig, make_pipeline=None) -> dict:
+def run_pairs(
+    config: PairsConfig, make_pipeline: Callable[[], beam.Pipeline] | None = None
+) -> dict:
     """Runs the pairs job and returns its summary (the content of `summary.json`).
 
     `make_pipeline` returns a fresh `beam.Pipeline` (e.g. TFX's
@@ -60,8 +63,13 @@ class XSelection:
     plan: ShardPlan
 
 
-def select_x(x_table: IdTable, survivors: np.ndarray, mentioned: np.ndarray, sharding):
-    """Plans the x record set over the candidates (by index) with at least one valid pair."""
+def select_x(
+    x_table: IdTable, survivors: np.ndarray, mentioned: np.ndarray, sharding: ShardingConfig
+) -> XSelection:
+    """Plans the x record set over the candidates with at least one valid pair.
+
+    `survivors` and `mentioned` are sorted int64 candidate indices (positions in `x_table`).
+    """
     candidate_record = np.full([len(x_table)], -1, np.int64)
     candidate_record[survivors] = np.arange(len(survivors), dtype=np.int64)
     is_mentioned = np.zeros([len(x_table)], bool)
@@ -175,6 +183,16 @@ class _ResolveEdges(beam.DoFn):
                         f"{self._pairs_path}: x={x_ids[k]} y={bad_y[k]}", reason, _DETAIL[reason]
                     ),
                 )
+        for i, entry in enumerate(entries):
+            if not entry.y_ids and x_candidate[i] < 0:
+                rejected = common.table(rejected_tables, X).ids.lookup([entry.x_id])[0] >= 0
+                reason = rejects.PAIR_REJECTED_X if rejected else rejects.PAIR_UNKNOWN_X
+                yield beam.pvalue.TaggedOutput(
+                    REJECTED,
+                    rejects.Reject(
+                        f"{self._pairs_path}: x={entry.x_id} y=(none)", reason, _DETAIL[reason]
+                    ),
+                )
         yield edge_x[valid], edge_y[valid], np.unique(x_candidate[x_candidate >= 0])
 
 
@@ -197,7 +215,8 @@ class _UnionIndices(beam.CombineFn):
         return accumulator
 
     def merge_accumulators(self, accumulators):
-        return [np.unique(np.concatenate([np.zeros([0], np.int64), *sum(accumulators, [])]))]
+        parts = itertools.chain.from_iterable(accumulators)
+        return [np.unique(np.concatenate([np.zeros([0], np.int64), *parts]))]
 
     def extract_output(self, accumulator) -> np.ndarray:
         return np.unique(np.concatenate([np.zeros([0], np.int64), *accumulator]))

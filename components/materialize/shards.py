@@ -63,9 +63,8 @@ class CollectIds(beam.CombineFn):
 
     def extract_output(self, accumulator) -> IdTable:
         ids, sizes = accumulator
-        order = sorted(range(len(ids)), key=lambda i: ids[i].encode("utf-8"))
-        index = IdIndex.from_ids(ids[i] for i in order)
-        return IdTable(index, np.asarray(sizes, np.int64)[np.asarray(order, np.int64)])
+        index, order = IdIndex.sorting(ids)
+        return IdTable(index, np.asarray(sizes, np.int64).reshape([-1])[order])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,6 +8,8 @@ import struct
 import numpy as np
 import pytest
 import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from components import layout
@@ -198,3 +200,32 @@ def test_bad_audio_is_rejected_with_a_reason(name, data, reason):
         audio.decode_audio(data, name, 16000)
     assert caught.value.reason == reason
     assert caught.value.detail and "{{" not in caught.value.detail
+
+
+VALID_FILES = {
+    "a.png": generate.image_bytes(np.random.default_rng(5), "PNG", (12, 9)),
+    "a.jpg": generate.image_bytes(np.random.default_rng(6), "JPEG", (12, 9)),
+    "a.wav": generate.wav_bytes(generate.tone(np.random.default_rng(7), 300, 2), 8000),
+    "a.flac": generate.flac_bytes(generate.tone(np.random.default_rng(8), 300), 16000),
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    name=st.sampled_from(sorted(VALID_FILES)),
+    cut=st.integers(0, 4096),
+    flips=st.lists(st.tuples(st.integers(0, 4095), st.integers(1, 255)), max_size=6),
+)
+def test_damaged_files_are_decoded_or_rejected_never_crash(name, cut, flips):
+    data = bytearray(VALID_FILES[name][: max(cut, 1)] if cut < 4000 else VALID_FILES[name])
+    for position, mask in flips:
+        if position < len(data):
+            data[position] ^= mask
+    try:
+        if name.endswith((".png", ".jpg")):
+            images.image_example(name, bytes(data), ENCODED)
+        else:
+            waveform = audio.decode_audio(bytes(data), name, 16000)
+            assert waveform.samples.dtype == np.int16 and len(waveform.samples) > 0
+    except rejects.RejectedInput as error:
+        assert error.reason in rejects.RECORD_REASONS and error.detail

@@ -114,6 +114,7 @@ def bad_inputs(tmp_path):
     pairs["x2.png"] = []  # listed without any y
     pairs["bad/corrupt.png"] = ["y1.png"]  # rejected x
     pairs["nobody.png"] = ["y1.png"]  # unknown x
+    pairs["ghost.png"] = []  # unknown x, listed without any y
     pairs["x3.png"] += ["../y/y1.png"]  # unsafe y, the line's other entries survive
     pairs_path = tmp_path / "pairs.jsonl"
     generate.write_pairs_jsonl(str(pairs_path), pairs)
@@ -160,6 +161,7 @@ def test_every_bad_input_is_a_counted_reject_and_nothing_good_is_lost(tmp_path):
         (rejects.PAIR_REJECTED_Y, "x=x0.png y=bad/empty.jpg"),
         (rejects.PAIR_REJECTED_X, "x=bad/corrupt.png y=y1.png"),
         (rejects.PAIR_UNKNOWN_X, "x=nobody.png y=y1.png"),
+        (rejects.PAIR_UNKNOWN_X, "x=ghost.png y=(none)"),
         (rejects.UNSAFE_PAIR_PATH, "x=x3.png y=../y/y1.png"),
         (rejects.UNSAFE_PAIR_PATH, '{"x": "/etc/passwd", "y": ["y1.png"]}'),
         (rejects.MALFORMED_PAIR_ENTRY, "{not json"),

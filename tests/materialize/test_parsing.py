@@ -89,6 +89,7 @@ def test_pair_entry_jsonl_keeps_safe_ids_and_reports_unsafe_ones():
         ("a.png", "csv", rejects.MALFORMED_PAIR_ENTRY),
         ("a.png,b.png,c.png", "csv", rejects.MALFORMED_PAIR_ENTRY),
         ("../a.png,b.png", "csv", rejects.UNSAFE_PAIR_PATH),
+        ("a\0.png,b.png", "csv", rejects.MALFORMED_PAIR_ENTRY),
     ],
 )
 def test_pair_entry_rejects(line, pairs_format, reason):
@@ -127,6 +128,7 @@ def test_manifest_rows_parse_in_both_formats():
         ('{"speaker": "s"}', JSONL, rejects.MALFORMED_ROW),
         ("/abs/a.wav,spk,train", CSV, rejects.UNSAFE_PATH),
         ('{"path": "../a.wav", "speaker": "s"}', JSONL, rejects.UNSAFE_PATH),
+        ("a\0.wav,spk,train", CSV, rejects.MALFORMED_ROW),
     ],
 )
 def test_manifest_row_rejects(line, manifest_format, reason):
