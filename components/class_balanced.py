@@ -231,7 +231,9 @@ class ClassBalancedPlan:
         self._prefix = min(max_appearances * n_p, int(usable_sizes.max()))
         self._full_shuffle = epoch_mode == "samples" or self._prefix > _MAX_PREFIX
 
-        const = lambda a: tf.constant(np.asarray(a, np.int64), tf.int64)
+        # Variables, not constants: tf.data captures a variable by handle but copies a constant
+        # into the dataset graph for every iterator, that is every epoch.
+        const = lambda a: epoch_plan.index_variable(np.asarray(a, np.int64), tf.int64)
         row_splits = np.concatenate([[0], np.cumsum(report.class_sizes)])
         self._row_splits = const(row_splits)
         self._usable = const(usable)
@@ -827,7 +829,7 @@ def _record_number_lookup(values: np.ndarray, memory_budget_bytes: int) -> Calla
     """positions (int64 tensor) -> `values[positions]`: in the graph when `values` fits the
     budget, else from the memory-mapped index file (one `numpy_function` per epoch plan)."""
     if not isinstance(values, np.memmap) or values.nbytes <= memory_budget_bytes:
-        table = tf.constant(np.asarray(values, np.int64))
+        table = epoch_plan.index_variable(np.asarray(values, np.int64), tf.int64, "record_numbers")
         return lambda positions: tf.gather(table, positions)
 
     def lookup(positions: tf.Tensor) -> tf.Tensor:
