@@ -35,6 +35,7 @@ class EpochState(tf.Module):
     """
 
     def __init__(self, initial_epoch: int = 0, name: str | None = None):
+        require_no_strategy_scope("a sampler state")
         super().__init__(name=name)
         if initial_epoch < 0:
             raise ValueError(f"initial_epoch must be >= 0, got {initial_epoch}")
@@ -48,7 +49,19 @@ def index_variable(values, dtype: tf.DType | None = None, name: str | None = Non
     dataset graph every time an iterator is created, that is every epoch (and a graph holds at
     most 2 GB). The variable is not trainable and, held outside a `tf.Module`, not checkpointed.
     """
+    require_no_strategy_scope("a sampler index")
     return tf.Variable(values, dtype=dtype, trainable=False, name=name, shape=None)
+
+
+def require_no_strategy_scope(what: str) -> None:
+    """Sampler variables are per input pipeline; a strategy scope would make them distributed
+    variables, which tf.data functions cannot update."""
+    if tf.distribute.has_strategy() and tf.distribute.in_cross_replica_context():
+        raise ValueError(
+            f"create {what} outside `strategy.scope()`: build the dataset in the function given "
+            "to `strategy.distribute_datasets_from_function`, and create the sampler state "
+            "before entering the scope"
+        )
 
 
 def epoch_seed(seed: int, epoch, salt: int = 0) -> tf.Tensor:

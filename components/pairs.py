@@ -269,9 +269,12 @@ class PairPlanner:
         seed: int,
         batch_size: int,
         num_workers: int = 1,
+        replicas_per_worker: int = 1,
         remainder: str = "wrap",
         state: PairingState | None = None,
     ):
+        """`num_batches` is a multiple of `num_workers * replicas_per_worker`, so that every
+        replica gets the same number of batches (a strategy drops a last, partial step)."""
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
         if remainder not in REMAINDERS:
@@ -283,11 +286,12 @@ class PairPlanner:
         self.seed = int(seed)
         self.batch_size = int(batch_size)
         num_planned = len(valid_pairs.planned_x)
-        global_batch = self.batch_size * num_workers
+        step = num_workers * replicas_per_worker
+        global_batch = self.batch_size * step
         if remainder == "wrap":
-            self.num_batches = math.ceil(num_planned / global_batch) * num_workers
+            self.num_batches = math.ceil(num_planned / global_batch) * step
         else:
-            self.num_batches = (num_planned // global_batch) * num_workers
+            self.num_batches = (num_planned // global_batch) * step
             if not self.num_batches:
                 raise ValueError(
                     f"remainder='drop' leaves no batch: {num_planned} x, batch_size "
@@ -480,12 +484,18 @@ def dynamic_pairs(
     worker, workers = worker_slice(
         input_context, worker_index=worker_index, num_workers=num_workers
     )
+    replicas_per_worker = 1
+    if input_context is not None:
+        replicas_per_worker = max(
+            1, input_context.num_replicas_in_sync // input_context.num_input_pipelines
+        )
     planner = PairPlanner(
         valid_pairs,
         strategy=strategy,
         seed=seed,
         batch_size=batch_size,
         num_workers=workers,
+        replicas_per_worker=replicas_per_worker,
         remainder=remainder,
         state=state,
     )

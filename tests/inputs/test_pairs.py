@@ -420,3 +420,19 @@ def test_bad_arguments_are_rejected():
     other = PairingState(ValidPairs.build([[0], [1]]), "uniform")
     with pytest.raises(ValueError, match="state was made for"):
         dynamic_pairs(x, y, rows, batch_size=2, state=other)
+
+
+def test_batches_divide_evenly_over_workers_and_their_replicas():
+    rows = [[0]] * 10
+    for workers, replicas in [(1, 2), (2, 2), (3, 1)]:
+        planner = _planner(rows, 1, batch_size=2, num_workers=workers, replicas_per_worker=replicas)
+        assert planner.num_batches % (workers * replicas) == 0
+        assert planner.num_batches * 2 >= 10
+
+
+def test_building_under_a_strategy_scope_is_a_clear_error():
+    with (
+        tf.distribute.OneDeviceStrategy("/cpu:0").scope(),
+        pytest.raises(ValueError, match="outside `strategy.scope"),
+    ):
+        dynamic_pairs(np.arange(2), np.arange(2), [[0], [1]], batch_size=2)
