@@ -65,13 +65,13 @@ def main(argv: list[str] | None = None) -> None:
         f"batch {cyclegan.batch_size})"
     )
     print(
-        f"  cycle loss      {gan['cycle_loss_first_epoch']:.4f} (epoch 1) -> "
+        f"  cycle loss         {gan['cycle_loss_first_epoch']:.4f} (epoch 1) -> "
         f"{gan['cycle_loss_last_epoch']:.4f} (epoch {int(gan['epochs'])})"
     )
     for name in ("identity_loss", "generator_adv_loss", "discriminator_loss"):
-        print(f"  {name:<15} {gan[name]:.4f} (last epoch)")
+        print(f"  {name:<18} {gan[name]:.4f} (last epoch)")
     print(
-        f"  pair coverage   {gan['pair_coverage_epoch']:.1%} of the valid pairs in the last "
+        f"  pair coverage      {gan['pair_coverage_epoch']:.1%} of the valid pairs in the last "
         f"epoch, {gan['pair_coverage_total']:.1%} over all epochs; invalid pairs served: "
         f"{int(gan['invalid_pairs'])}"
     )

@@ -94,7 +94,7 @@ def latest_run(metadata_path: str, pipeline_name: str) -> dict[str, NodeResult]:
     ]
     newest = max(runs, key=lambda c: (c.create_time_since_epoch, c.id))
     results = {}
-    for execution in store.get_executions_by_context(newest.id):
+    for execution in sorted(store.get_executions_by_context(newest.id), key=lambda e: e.id):
         node_id = _node_id(store, execution.id, pipeline_name)
         events = store.get_events_by_execution_ids([execution.id])
         output_events = [e for e in events if e.type == metadata_store_pb2.Event.OUTPUT]

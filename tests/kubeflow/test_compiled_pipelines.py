@@ -1,0 +1,172 @@
+"""Both pipelines compiled to KFP v2 and every compiled task run through its container command's
+entrypoint, in order, against a local pipeline root (small data, one epoch)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+
+import pytest
+import tensorflow as tf
+from google.protobuf import json_format
+from kfp.pipeline_spec import pipeline_spec_pb2
+from tfx.utils import import_utils
+
+from kubeflow import local_run, runner
+from pipeline import config
+from pipeline.sample_data import write_digit_domains
+
+pytestmark = pytest.mark.slow
+
+TASKS = ["ImportSchemaGen", "StatisticsGen", "ExampleValidator", "ResampledTrainer"]
+NUM_SPEAKERS = 10
+UTTERANCES_PER_SPEAKER = 5
+
+
+def _copy_speaker_subset(target: str) -> None:
+    """A corpus folder with part of the bundled speakers (copied: symlinks leaving the data
+    root would be rejected by the Beam stage)."""
+    with open(config.SPEAKER_MANIFEST) as f:
+        rows = list(csv.DictReader(f))
+    speakers = sorted({r["speaker"] for r in rows})[:NUM_SPEAKERS]
+    kept = [
+        row
+        for speaker in speakers
+        for row in [r for r in rows if r["speaker"] == speaker][:UTTERANCES_PER_SPEAKER]
+    ]
+    for row in kept:
+        os.makedirs(os.path.join(target, os.path.dirname(row["path"])), exist_ok=True)
+        shutil.copyfile(
+            os.path.join(config.SPEAKER_CORPUS_DIR, row["path"]), os.path.join(target, row["path"])
+        )
+    with open(os.path.join(target, "manifest.csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["path", "speaker"])
+        writer.writeheader()
+        writer.writerows({"path": r["path"], "speaker": r["speaker"]} for r in kept)
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    root = tmp_path_factory.mktemp("kubeflow")
+    data_root = str(root / "sample_data")
+    write_digit_domains(os.path.join(data_root, runner.DIGITS_DIR), image_size=8)
+    _copy_speaker_subset(os.path.join(data_root, runner.SPEAKERS_DIR))
+    cyclegan, speaker = runner.pipeline_configs(
+        data_root,
+        config.SCHEMAS_DIR,
+        cyclegan={"image_size": 8, "num_epochs": 1, "batch_size": 128},
+        speaker={
+            "num_epochs": 1,
+            "n_classes_per_batch": 3,
+            "n_samples_per_class": 2,
+            "crop_seconds": 0.5,
+            "num_mel_bins": 24,
+        },
+    )
+    kubeflow_config = config.KubeflowConfig(
+        image="tfx-dynamic-inputs:test",
+        output_dir=str(root / "specs"),
+        pipeline_root="gs://unused-bucket/root",
+    )
+    paths = runner.compile_all(kubeflow_config, cyclegan, speaker)
+    names = (cyclegan.pipeline_name, speaker.pipeline_name)
+    return dict(zip(names, paths, strict=True)), root
+
+
+@pytest.fixture(scope="module")
+def local_runs(compiled):
+    specs, root = compiled
+    return {
+        name: (
+            local_run.run_pipeline_job(path, str(root / "local_root" / name), in_process=True),
+            str(root / "local_root" / name / "local-run"),
+        )
+        for name, path in specs.items()
+    }
+
+
+def test_specs_parse_and_wire_the_five_tasks(compiled):
+    specs, _ = compiled
+    for name, path in specs.items():
+        with open(path) as f:
+            job = json.load(f)
+        spec = json_format.ParseDict(job["pipelineSpec"], pipeline_spec_pb2.PipelineSpec())
+        tasks = spec.root.dag.tasks
+        materialize = "MaterializePairs" if "cyclegan" in name else "MaterializeAudio"
+        assert set(tasks) == {materialize, *TASKS}
+        assert set(tasks["StatisticsGen"].dependent_tasks) == {materialize}
+        assert set(tasks["ResampledTrainer"].dependent_tasks) == {materialize, "ExampleValidator"}
+        for executor in spec.deployment_spec["executors"].values():
+            container = executor["container"]
+            assert container["image"] == "tfx-dynamic-inputs:test"
+            args = list(container["args"])
+            # Every executor class is importable from the installed project.
+            import_utils.import_class_by_path(args[args.index("--executor_class_path") + 1])
+        index_types = {
+            definition.artifact_type.instance_schema.splitlines()[0]
+            for key, definition in spec.components[materialize].output_definitions.artifacts.items()
+            if key != "examples"
+        }
+        assert (
+            index_types
+            <= {
+                "title: components.OffsetIndex",
+                "title: components.PairIndex",
+                "title: components.ClassIndex",
+            }
+            and len(index_types) == 2
+        )
+
+
+def _output(outputs: dict, task: str, key: str) -> dict:
+    [artifact] = outputs[task]["artifacts"][key]["artifacts"]
+    return artifact
+
+
+def test_tasks_ran_after_their_producers(compiled, local_runs):
+    specs, _ = compiled
+    for name, path in specs.items():
+        outputs, _ = local_runs[name]
+        order = list(outputs)
+        spec = local_run.load_pipeline_job(path)["pipelineSpec"]
+        for task_name, task in spec["root"]["dag"]["tasks"].items():
+            for producer in task.get("dependentTasks", []):
+                assert order.index(producer) < order.index(task_name)
+
+
+def test_every_task_of_the_cyclegan_spec_runs_and_hands_on_its_outputs(local_runs):
+    outputs, run_root = local_runs["cyclegan-dynamic-pairs"]
+    assert set(outputs) == {"MaterializePairs", *TASKS}
+    examples = _output(outputs, "MaterializePairs", "examples")
+    assert examples["uri"] == os.path.join(run_root, "MaterializePairs", "examples")
+    assert json.loads(examples["metadata"]["split_names"]) == ["x", "y"]
+    assert tf.io.gfile.glob(os.path.join(examples["uri"], "Split-x", "*.tfrecord"))
+    offset_index = _output(outputs, "MaterializePairs", "offset_index")
+    assert offset_index["metadata"]["num_records"] == {"x": 1797.0, "y": 1797.0}
+    anomalies = _output(outputs, "ExampleValidator", "anomalies")
+    assert anomalies["metadata"]["blessed"] == {"x": 1.0, "y": 1.0}
+    model_run = _output(outputs, "ResampledTrainer", "model_run")
+    with open(os.path.join(model_run["uri"], "metrics.json")) as f:
+        metrics = json.load(f)
+    assert model_run["metadata"]["cycle_loss"] == pytest.approx(metrics["cycle_loss"])
+    assert metrics["invalid_pairs"] == 0
+    model = _output(outputs, "ResampledTrainer", "model")
+    assert tf.saved_model.load(os.path.join(model["uri"], "Format-Serving")).signatures
+
+
+def test_every_task_of_the_speaker_spec_runs_and_hands_on_its_outputs(local_runs):
+    outputs, run_root = local_runs["speaker-class-balanced"]
+    assert set(outputs) == {"MaterializeAudio", *TASKS}
+    examples = _output(outputs, "MaterializeAudio", "examples")
+    assert json.loads(examples["metadata"]["split_names"]) == ["eval", "train"]
+    class_index = _output(outputs, "MaterializeAudio", "class_index")
+    assert class_index["metadata"]["num_classes"] == {"eval": 3.0, "train": 7.0}
+    model_run = _output(outputs, "ResampledTrainer", "model_run")
+    with open(os.path.join(model_run["uri"], "metrics.json")) as f:
+        metrics = json.load(f)
+    assert 0.0 <= metrics["eer"] <= 1.0
+    assert model_run["metadata"]["eer"] == pytest.approx(metrics["eer"])
+    for task in outputs:
+        assert os.path.exists(os.path.join(run_root, task, local_run.EXECUTOR_OUTPUT_FILE))
