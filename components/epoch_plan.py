@@ -194,20 +194,30 @@ def epoch_dataset(
 
 
 def _epoch_in_progress(next_epoch: tf.Variable) -> tf.Tensor:
-    check = tf.debugging.assert_positive(
-        next_epoch.value(),
-        message="initial_step > 0 resumes the epoch in progress, state.epoch - 1; restore the "
-        "sampler state from a checkpoint written during that epoch first",
+    # tf.debugging.Assert, not assert_positive: the latter's message ops cost milliseconds at
+    # every iterator creation, that is every epoch.
+    check = tf.debugging.Assert(
+        next_epoch.value() > 0,
+        [
+            "initial_step > 0 resumes the epoch in progress, state.epoch - 1; restore the "
+            "sampler state from a checkpoint written during that epoch first"
+        ],
     )
     with tf.control_dependencies([check]):
         return next_epoch.value() - 1
 
 
 def _check_rows(rows: tf.Tensor, num_batches: int) -> tf.Tensor:
-    check = tf.debugging.assert_equal(
-        tf.shape(rows, out_type=tf.int64)[0],
-        tf.constant(num_batches, tf.int64),
-        message="plan_fn returned a plan whose leading dimension is not num_batches",
+    if rows.shape.rank is not None and rows.shape.rank > 0 and rows.shape[0] is not None:
+        if rows.shape[0] != num_batches:
+            raise ValueError(
+                f"plan_fn returned a plan whose leading dimension ({rows.shape[0]}) is not "
+                f"num_batches ({num_batches})"
+            )
+        return rows
+    check = tf.debugging.Assert(
+        tf.equal(tf.shape(rows, out_type=tf.int64)[0], num_batches),
+        ["plan_fn returned a plan whose leading dimension is not num_batches"],
     )
     with tf.control_dependencies([check]):
         return tf.identity(rows)

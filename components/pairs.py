@@ -363,10 +363,9 @@ class PairPlanner:
         epoch's choices, so it yields the same plan and leaves the counts as they were.
         """
         state = self.state
-        in_order = tf.debugging.assert_greater_equal(
-            epoch,
-            state.planned_epoch.value(),
-            message="least_sampled plans must be computed in epoch order",
+        in_order = tf.debugging.Assert(
+            epoch >= state.planned_epoch.value(),
+            ["least_sampled plans must be computed in epoch order"],
         )
         with tf.control_dependencies([in_order]):
             replay = tf.equal(epoch, state.planned_epoch.value())

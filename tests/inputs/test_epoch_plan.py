@@ -191,6 +191,10 @@ def test_bad_arguments_are_rejected():
         epoch_dataset(plan, num_batches=0, state=EpochState())
     with pytest.raises(ValueError, match="initial_epoch"):
         EpochState(initial_epoch=-1)
-    ds = epoch_dataset(plan, num_batches=3, state=EpochState())
+    with pytest.raises(ValueError, match=r"leading dimension \(4\) is not num_batches \(3\)"):
+        epoch_dataset(plan, num_batches=3, state=EpochState())
+    dynamic = epoch_dataset(
+        lambda epoch: {"ids": tf.zeros([epoch + 1, 2], tf.int64)}, num_batches=3, state=EpochState()
+    )
     with pytest.raises(tf.errors.InvalidArgumentError, match="not num_batches"):
-        _rows(ds)
+        _rows(dynamic)
