@@ -54,7 +54,7 @@ class _MaterializeExecutor(base_beam_executor.BaseBeamExecutor):
     def _move_index(self, run_dir: str, record_sets: list[str], index_uri: str) -> None:
         raise NotImplementedError
 
-    def _describe_index(self, index: types.Artifact, summary: dict, record_sets: list[str]):
+    def _describe_index(self, index: types.Artifact, record_sets: list[str]) -> None:
         raise NotImplementedError
 
     def Do(
@@ -68,6 +68,11 @@ class _MaterializeExecutor(base_beam_executor.BaseBeamExecutor):
         offset_index = artifact_utils.get_single_instance(output_dict[OFFSET_INDEX_KEY])
         index = artifact_utils.get_single_instance(output_dict[self._INDEX_KEY])
         run_dir = offset_index.uri
+        # A retried execution may reuse its output URIs: start from empty ones, so no shard or
+        # index file of an earlier attempt survives next to the new ones.
+        for artifact in (examples, offset_index, index):
+            if tf.io.gfile.exists(artifact.uri):
+                tf.io.gfile.rmtree(artifact.uri)
 
         summary = self._run_job(job_config(self._CONFIG_CLASS, exec_properties, run_dir))
         record_sets = record_sets_of(run_dir)
@@ -93,7 +98,7 @@ class _MaterializeExecutor(base_beam_executor.BaseBeamExecutor):
             artifacts.REJECTS_BY_REASON_PROPERTY, dict(rejects.get("by_reason", {}))
         )
         offset_index.set_string_custom_property(artifacts.EXAMPLES_URI_PROPERTY, examples.uri)
-        self._describe_index(index, summary, record_sets)
+        self._describe_index(index, record_sets)
 
 
 class PairsExecutor(_MaterializeExecutor):
@@ -108,7 +113,7 @@ class PairsExecutor(_MaterializeExecutor):
     def _move_index(self, run_dir: str, record_sets: list[str], index_uri: str) -> None:
         move_tree(layout.pairs_index_dir(run_dir), layout.pairs_index_dir(index_uri))
 
-    def _describe_index(self, index: types.Artifact, summary: dict, record_sets: list[str]):
+    def _describe_index(self, index: types.Artifact, record_sets: list[str]) -> None:
         row_splits, _ = layout.load_csr(layout.pairs_index_dir(index.uri))
         index.set_int_custom_property(artifacts.NUM_PAIRS_PROPERTY, int(row_splits[-1]))
 
@@ -134,7 +139,7 @@ class AudioExecutor(_MaterializeExecutor):
                 elif tf.io.gfile.exists(path):
                     tf.io.gfile.rename(path, os.path.join(target, part), overwrite=True)
 
-    def _describe_index(self, index: types.Artifact, summary: dict, record_sets: list[str]):
+    def _describe_index(self, index: types.Artifact, record_sets: list[str]) -> None:
         num_classes = {}
         for record_set in record_sets:
             classes = os.path.join(layout.index_dir(index.uri, record_set), layout.CLASSES_FILE)

@@ -221,3 +221,21 @@ def test_component_specs_reject_wrong_parameter_types():
     component = MaterializeAudio(manifest="m", root="r", sample_rate=8000)
     assert set(component.outputs) == {"examples", "offset_index", "class_index"}
     assert component.exec_properties["sample_rate"] == 8000
+
+
+def test_a_retry_into_the_same_uris_leaves_no_stale_shards(domains_with_a_corrupt_image, tmp_path):
+    root = str(tmp_path / "out")
+    for num_shards in (3, 1):
+        outputs = materialize(
+            materialize_executor.PairsExecutor,
+            root,
+            "pair_index",
+            artifacts.PairIndex,
+            _pairs_properties(domains_with_a_corrupt_image, num_shards=num_shards),
+        )
+    assert _files_below(outputs["examples"].uri) == [
+        "Split-x/data-00000-of-00001.tfrecord",
+        "Split-y/data-00000-of-00001.tfrecord",
+    ]
+    store = RecordStore.open(outputs["offset_index"].uri, "y")
+    assert store.num_records == 12
