@@ -44,9 +44,9 @@ class EpochRecorder(keras.callbacks.Callback):
 
 @pytest.fixture(scope="module")
 def digit_subset(digits):
-    """The first 320 x of the digit domains with their valid pairs (into all 1,797 y)."""
+    """The first 192 x of the digit domains with their valid pairs (into all 1,797 y)."""
     x, y, valid_pairs = digits
-    return x[:320], y, valid_pairs[:320]
+    return x[:192], y, valid_pairs[:192]
 
 
 def test_cyclegan_run_fn_trains_logs_coverage_and_exports(tmp_path, digit_subset):
@@ -73,9 +73,9 @@ def test_cyclegan_run_fn_trains_logs_coverage_and_exports(tmp_path, digit_subset
     assert metrics["cycle_loss_last_epoch"] == history["cycle_loss"][-1] == metrics["cycle_loss"]
     assert metrics["epochs"] == 2.0
     # The executor's coverage callback logged through fit into the history and the metrics:
-    # each epoch draws one valid y for each of the 320 x (10 batches of 32).
+    # each epoch draws one valid y for each of the 192 x (6 batches of 32).
     assert len(history["pair_coverage_epoch"]) == 2
-    assert 0 < metrics["pair_coverage_epoch"] <= 320 / coverage.num_pairs + 1e-9
+    assert 0 < metrics["pair_coverage_epoch"] <= 192 / coverage.num_pairs + 1e-9
     assert metrics["pair_coverage_epoch"] < metrics["pair_coverage_total"] <= 1.0
     assert metrics["invalid_pairs"] == 0.0
     assert glob.glob(
