@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
-from collections.abc import Iterable
 from typing import NamedTuple
 
 import apache_beam as beam
@@ -99,42 +99,25 @@ def reject_counter(reason: str) -> beam.metrics.metricbase.Counter:
     return beam.metrics.Metrics.counter(COUNTER_NAMESPACE, f"rejected_{reason}")
 
 
-class _CountByReason(beam.CombineFn):
-    def create_accumulator(self) -> dict[str, int]:
-        return {}
-
-    def add_input(self, counts: dict[str, int], reject: Reject) -> dict[str, int]:
-        counts[reject.reason] = counts.get(reject.reason, 0) + 1
-        return counts
-
-    def merge_accumulators(self, accumulators: Iterable[dict[str, int]]) -> dict[str, int]:
-        merged: dict[str, int] = {}
-        for counts in accumulators:
-            for reason, n in counts.items():
-                merged[reason] = merged.get(reason, 0) + n
-        return merged
-
-    def extract_output(self, counts: dict[str, int]) -> dict[str, int]:
-        return dict(sorted(counts.items()))
-
-
 def _count_reject(reject: Reject) -> Reject:
     reject_counter(reject.reason).inc()
     return reject
 
 
-def _write_rejects(rejects: list[Reject], output_dir: str) -> int:
-    lines = sorted(reject.to_json() for reject in rejects)
-    layout.save_lines(os.path.join(output_dir, layout.REJECTS_FILE), lines)
-    return len(lines)
+def _write_rejects(rejects: list[Reject], output_dir: str) -> dict[str, int]:
+    layout.save_lines(
+        os.path.join(output_dir, layout.REJECTS_FILE), sorted(r.to_json() for r in rejects)
+    )
+    return dict(sorted(collections.Counter(r.reason for r in rejects).items()))
 
 
 class RecordRejects(beam.PTransform):
     """Counts rejects (a Beam counter per reason) and writes them, sorted, to `rejects.jsonl`.
 
     Input: PCollection[Reject]. Output: a singleton PCollection[dict[str, int]], the number of
-    rejects per reason (sorted by reason; empty when nothing was rejected). The file is written
-    whatever the job's verdict, so a failed run still says what went wrong.
+    rejects per reason (sorted by reason; empty when nothing was rejected), available once the
+    file is written. The file is written whatever the job's verdict, so a failed run still
+    says what went wrong.
     """
 
     def __init__(self, output_dir: str):
@@ -142,10 +125,9 @@ class RecordRejects(beam.PTransform):
         self._output_dir = output_dir
 
     def expand(self, rejects: beam.PCollection) -> beam.PCollection:
-        counted = rejects | "Count" >> beam.Map(_count_reject)
-        (
-            counted
+        return (
+            rejects
+            | "Count" >> beam.Map(_count_reject)
             | "Gather" >> beam.combiners.ToList()
             | "Write" >> beam.Map(_write_rejects, self._output_dir)
         )
-        return counted | "ByReason" >> beam.CombineGlobally(_CountByReason())
