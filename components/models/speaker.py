@@ -359,8 +359,20 @@ def _equal_error_rate_and_threshold(scores, same_speaker) -> tuple[float, float]
     return float(eer), threshold
 
 
-def embed(embedding_model: keras.Model, batches: Iterable) -> tuple[np.ndarray, np.ndarray]:
-    """L2-normalized embeddings float32 [N, D] and labels int64 [N] of all batches."""
+def embed(
+    embedding_model: keras.Model,
+    batches: Iterable,
+    *,
+    max_utterances: int | None = None,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """L2-normalized embeddings float32 [N, D] and labels int64 [N] of the utterances of
+    `batches` (dicts with `features`, `lengths`, `label`).
+
+    With `max_utterances`, a uniform random sample of at most that many utterances, drawn by
+    reservoir sampling as the batches stream past: memory stays at `max_utterances` rows however
+    large the data, and the sample depends only on `seed` and the utterance order.
+    """
     n_mels = embedding_model.inputs[0].shape[-1]
 
     # One trace for every batch shape.
@@ -373,17 +385,40 @@ def embed(embedding_model: keras.Model, batches: Iterable) -> tuple[np.ndarray, 
     def normalized_embeddings(features, lengths):
         return tf.math.l2_normalize(embedding_model([features, lengths], training=False), axis=-1)
 
-    embeddings, labels = [], []
-    for batch in batches:
-        output = normalized_embeddings(
-            tf.convert_to_tensor(batch[FEATURES_KEY], tf.float32),
-            tf.cast(batch[LENGTHS_KEY], tf.int32),
-        )
-        embeddings.append(output.numpy())
-        labels.append(np.asarray(batch[LABEL_KEY], np.int64))
-    if not embeddings:
-        raise ValueError("the evaluation data has no batches")
-    return np.concatenate(embeddings), np.concatenate(labels)
+    def embedded_batches():
+        for batch in batches:
+            output = normalized_embeddings(
+                tf.convert_to_tensor(batch[FEATURES_KEY], tf.float32),
+                tf.cast(batch[LENGTHS_KEY], tf.int32),
+            )
+            yield output.numpy(), np.asarray(batch[LABEL_KEY], np.int64).reshape(-1)
+
+    return reservoir_sample(embedded_batches(), max_utterances, seed)
+
+
+def reservoir_sample(
+    batches: Iterable[tuple[np.ndarray, np.ndarray]], max_rows: int | None, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """A uniform sample of at most `max_rows` rows of a stream of `(rows [n, D], labels [n])`
+    batches (all rows when `max_rows` is None), by Algorithm R: memory O(max_rows * D)."""
+    rng = np.random.default_rng(seed)
+    kept_rows: list[np.ndarray] = []
+    kept_labels: list[int] = []
+    seen = 0
+    for rows, labels in batches:
+        for row, label in zip(rows, labels, strict=True):
+            if max_rows is None or seen < max_rows:
+                kept_rows.append(row)
+                kept_labels.append(int(label))
+            else:
+                slot = int(rng.integers(0, seen + 1))
+                if slot < max_rows:
+                    kept_rows[slot] = row
+                    kept_labels[slot] = int(label)
+            seen += 1
+    if not kept_rows:
+        raise ValueError("the evaluation data has no utterances")
+    return np.stack(kept_rows), np.asarray(kept_labels, np.int64)
 
 
 def evaluate_verification(
@@ -396,28 +431,28 @@ def evaluate_verification(
     """Verification EER on the utterances of `batches`: every pair is one trial.
 
     Cosine scores of all N(N-1)/2 pairs; a pair is a target trial when both share a label.
-    Above `max_utterances` a seeded random subset is scored (the trials grow as N^2).
+    Above `max_utterances` a seeded uniform sample is scored (see `embed`): the trials grow as
+    N^2, and memory stays bounded however large the evaluation set.
 
     Args:
       embedding_model: maps `[features, lengths]` to embeddings.
       batches: an iterable (e.g. `tf.data.Dataset`) of dicts with `features`, `lengths`,
         `label`; held-out speakers, any batch order.
       max_utterances: the most utterances scored.
-      seed: picks the subset.
+      seed: picks the sample.
 
     Returns:
       `eer`, `eer_threshold` (cosine), and the counts `num_utterances`, `num_speakers`,
       `num_target_trials`, `num_nontarget_trials`.
     """
-    embeddings, labels = embed(embedding_model, batches)
-    if len(labels) > max_utterances:
-        keep = np.sort(np.random.default_rng(seed).choice(len(labels), max_utterances, False))
-        embeddings, labels = embeddings[keep], labels[keep]
+    embeddings, labels = embed(embedding_model, batches, max_utterances=max_utterances, seed=seed)
     if np.unique(labels).size < 2:
         raise ValueError("verification needs utterances of at least two speakers")
-    first, second = np.triu_indices(len(labels), k=1)
-    scores = np.einsum("nd,nd->n", embeddings[first], embeddings[second])
-    same = labels[first] == labels[second]
+    # Work on the N x N score matrix (N^2 * 6 bytes: 96 MB at 4,000 utterances), never on
+    # per-trial copies of the embeddings (N^2 * D * 4 bytes).
+    upper = np.triu(np.ones((len(labels), len(labels)), dtype=bool), k=1)
+    scores = (embeddings @ embeddings.T)[upper]
+    same = (labels[:, np.newaxis] == labels[np.newaxis, :])[upper]
     eer, threshold = _equal_error_rate_and_threshold(scores, same)
     return {
         "eer": eer,

@@ -183,7 +183,7 @@ def test_verification_needs_two_speakers_and_some_batches():
     one_speaker = [synthetic.utterances(rng, synthetic.speaker_envelopes(rng, 1), np.zeros(4, int))]
     with pytest.raises(ValueError, match="two speakers"):
         speaker.evaluate_verification(net, one_speaker)
-    with pytest.raises(ValueError, match="no batches"):
+    with pytest.raises(ValueError, match="no utterances"):
         speaker.evaluate_verification(net, [])
 
 
@@ -206,3 +206,38 @@ def test_exported_model_loads_and_gives_unit_embeddings_of_the_net(tmp_path, tra
         features=batch["features"][:, :50], lengths=tf.minimum(batch["lengths"], 50)
     )
     assert shorter["embedding"].shape == output.shape
+
+
+def test_embed_samples_a_bounded_subset_of_the_utterances():
+    rng = np.random.default_rng(6)
+    net = speaker.build_embedding_model(synthetic.N_MELS, channels=4, embedding_dim=3)
+    envelopes = synthetic.speaker_envelopes(rng, 40)
+    batches = [synthetic.utterances(rng, envelopes, np.arange(s, s + 8)) for s in range(0, 40, 8)]
+    everything, labels = speaker.embed(net, batches)
+    np.testing.assert_array_equal(labels, np.arange(40))  # labels double as utterance ids
+    sample, sample_labels = speaker.embed(net, batches, max_utterances=10, seed=3)
+    assert sample.shape == (10, 3) and len(set(sample_labels)) == 10
+    np.testing.assert_allclose(sample, everything[sample_labels], atol=1e-6)
+
+
+@pytest.mark.parametrize("batch_size", [1, 7, 40])
+def test_reservoir_sample_is_uniform_deterministic_and_bounded(batch_size):
+    rows = np.arange(40, dtype=np.float32)[:, None] * np.ones((1, 2), np.float32)
+    stream = (
+        lambda: (  # noqa: E731
+            (rows[s : s + batch_size], np.arange(40)[s : s + batch_size])
+            for s in range(0, 40, batch_size)
+        )
+    )
+    inclusions = np.zeros(40)
+    for seed in range(400):
+        sample, labels = speaker.reservoir_sample(stream(), 10, seed)
+        assert sample.shape == (10, 2) and len(set(labels)) == 10
+        np.testing.assert_array_equal(sample[:, 0], labels)  # rows travel with their labels
+        inclusions[labels] += 1
+    np.testing.assert_array_equal(speaker.reservoir_sample(stream(), 10, 399)[1], labels)
+    # Each row is kept with probability 10/40: 100 of 400 times, std ~8.7.
+    assert np.all(np.abs(inclusions - 100) < 40), inclusions
+    everything, all_labels = speaker.reservoir_sample(stream(), None)
+    np.testing.assert_array_equal(all_labels, np.arange(40))
+    assert speaker.reservoir_sample(stream(), 100)[0].shape == (40, 2)
