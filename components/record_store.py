@@ -406,10 +406,14 @@ def _load_all(
     offsets: np.ndarray,
     verify_crc: bool,
     payload_check: PayloadCheck | None,
-) -> tuple[tf.Tensor, tf.Tensor | None, list[DamagedRecord]]:
-    """Reads every record into one tf.string tensor, checking each frame."""
+) -> tuple[tf.Variable, tf.Variable | None, list[DamagedRecord]]:
+    """Reads every record into one tf.string variable, checking each frame.
+
+    Shard by shard, so that besides the variable only one shard is held at a time (in its file
+    bytes and its payloads): peak memory stays near the record bytes, not a multiple of them.
+    """
     num_records = len(offsets)
-    records = np.empty(num_records, dtype=object)
+    records = index_variable(tf.fill([num_records], ""), name="records")
     ok = np.ones(num_records, dtype=bool)
     damaged: list[DamagedRecord] = []
     all_offsets = np.asarray(offsets)
@@ -417,6 +421,7 @@ def _load_all(
         with tf.io.gfile.GFile(path, "rb") as f:
             data = f.read()
         in_shard = np.flatnonzero(all_offsets[:, 0] == shard)
+        payloads = []
         for index, offset, length in zip(
             in_shard.tolist(),
             all_offsets[in_shard, 1].tolist(),
@@ -428,18 +433,18 @@ def _load_all(
             reason = _frame_problem(frame, length, verify_crc)
             if reason is None and payload_check is not None:
                 reason = payload_check(payload)
-            if reason is None:
-                records[index] = payload
-            else:
+            if reason is not None:
                 damaged.append(DamagedRecord(index, path, offset, reason))
-                records[index] = b""
+                payload = b""
                 ok[index] = False
+            payloads.append(payload)
         del data
-    return (
-        index_variable(records, dtype=tf.string, name="records"),
-        index_variable(ok, name="records_ok") if damaged else None,
-        damaged,
-    )
+        if payloads:
+            records.scatter_nd_update(
+                in_shard[:, None], tf.constant(np.array(payloads, dtype=object), tf.string)
+            )
+        del payloads
+    return records, (index_variable(ok, name="records_ok") if damaged else None), damaged
 
 
 def _check_offsets(offsets: np.ndarray, num_records: int, num_shards: int, where: str) -> None:
