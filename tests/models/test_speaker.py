@@ -223,12 +223,11 @@ def test_embed_samples_a_bounded_subset_of_the_utterances():
 @pytest.mark.parametrize("batch_size", [1, 7, 40])
 def test_reservoir_sample_is_uniform_deterministic_and_bounded(batch_size):
     rows = np.arange(40, dtype=np.float32)[:, None] * np.ones((1, 2), np.float32)
-    stream = (
-        lambda: (  # noqa: E731
-            (rows[s : s + batch_size], np.arange(40)[s : s + batch_size])
-            for s in range(0, 40, batch_size)
-        )
-    )
+
+    def stream():
+        for start in range(0, 40, batch_size):
+            yield rows[start : start + batch_size], np.arange(40)[start : start + batch_size]
+
     inclusions = np.zeros(40)
     for seed in range(400):
         sample, labels = speaker.reservoir_sample(stream(), 10, seed)
