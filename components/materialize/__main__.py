@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from components.materialize.audio_pipeline import run_audio
 from components.materialize.config import (
     IMAGE_STORAGE_MODES,
     MANIFEST_FORMATS,
@@ -20,6 +21,7 @@ from components.materialize.config import (
     ShardingConfig,
 )
 from components.materialize.errors import MaterializeError
+from components.materialize.pairs_pipeline import run_pairs
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -95,9 +97,6 @@ def main(argv: list[str] | None = None) -> int:
         "beam_pipeline_args": tuple(beam_args),
     }
     try:
-        # Imported here so `--help` and argument errors do not wait for TensorFlow and Beam.
-        from components.materialize import run_audio, run_pairs
-
         if args.job == "pairs":
             config = PairsConfig(
                 x_dir=args.x_dir,

@@ -116,8 +116,7 @@ def _validate_common(sharding: ShardingConfig, max_reject_fraction: float, batch
 
 
 def _require_dir(path: str, flag: str) -> None:
-    # TensorFlow is imported on use so the CLI's --help and flag errors answer at once.
-    import tensorflow as tf
+    import tensorflow as tf  # on use: the configs alone stay importable without TensorFlow
 
     if not path or not tf.io.gfile.isdir(path):
         raise MaterializeError(f"--{flag}: not a directory: {path!r}")
