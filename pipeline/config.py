@@ -134,7 +134,7 @@ class KubeflowConfig:
 
 # Smaller training for the test suite: same data, same components, fewer epochs.
 TEST_OVERRIDES = {
-    CycleGanConfig: {"num_epochs": 2, "batch_size": 64},
+    CycleGanConfig: {"num_epochs": 2, "batch_size": 128, "image_size": 8},
     SpeakerConfig: {"num_epochs": 3},
 }
 

@@ -29,8 +29,9 @@ def _run_twice(module, pipeline_config, work_dir):
 @pytest.fixture(scope="module")
 def cyclegan_runs(tmp_path_factory):
     work_dir = str(tmp_path_factory.mktemp("cyclegan"))
-    pipeline_config = config.for_tests(
-        run_local.cyclegan_config(os.path.join(work_dir, run_local.DIGITS_DIR))
+    pipeline_config = run_local.cyclegan_config(
+        os.path.join(work_dir, run_local.DIGITS_DIR),
+        **config.TEST_OVERRIDES[config.CycleGanConfig],
     )
     return _run_twice(cyclegan_pipeline, pipeline_config, work_dir)
 
