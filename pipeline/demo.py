@@ -86,6 +86,12 @@ def main(argv: list[str] | None = None) -> None:
         f"utterances): {eer['eer']:.1%} (untrained network: {eer['eer_before_training']:.1%}, "
         f"chance: {eer['eer_chance']:.0%})"
     )
+    states = {r.state for r in (*cyclegan_results.values(), *speaker_results.values())}
+    if states == {"CACHED"}:
+        print(
+            "\n(inputs unchanged: every component was served from the ML Metadata cache; "
+            "--no-cache re-executes them)"
+        )
     print(f"\nML Metadata: {run_settings.metadata_path}")
     print(f"demo wall time: {time.monotonic() - started:.0f} s")
 
