@@ -316,7 +316,9 @@ def equal_error_rate(scores, same_speaker) -> float:
 
 def _equal_error_rate_and_threshold(scores, same_speaker) -> tuple[float, float]:
     """The EER and the threshold of the first operating point with FRR <= FAR."""
-    scores = np.asarray(scores, dtype=np.float64).ravel()
+    scores = np.asarray(scores).ravel()
+    if not np.issubdtype(scores.dtype, np.floating):
+        scores = scores.astype(np.float64)
     same_speaker = np.asarray(same_speaker).ravel()
     if same_speaker.dtype != np.bool_:
         if not np.isin(same_speaker, (0, 1)).all():
@@ -335,7 +337,8 @@ def _equal_error_rate_and_threshold(scores, same_speaker) -> tuple[float, float]
             "need both same-speaker and different-speaker trials, got "
             f"{num_target} and {num_nontarget}"
         )
-    order = np.argsort(-scores, kind="stable")
+    # Any order of tied scores will do: only the boundaries between distinct scores are used.
+    order = np.argsort(scores)[::-1]
     sorted_scores = scores[order]
     # Accepting the k best-scoring trials, k = 0..N; only k at a change of score (or the ends)
     # is reachable by a threshold, since tied scores are accepted together.
