@@ -48,7 +48,7 @@ def check_record_set(output_dir, record_set, rows, expected):
     assert readback.read_lines(os.path.join(index, layout.CLASSES_FILE)) == vocabulary
     records = readback.records_by_index(output_dir, record_set)
     assert records == readback.records_sequential(output_dir, record_set)
-    readback.assert_matches_schema(records, readback.load_schema("speech.pbtxt"))
+    readback.assert_matches_schema(records, readback.load_schema("audio_record.pbtxt"))
     labels = []
     for record_id, record in zip(ids, records, strict=True):
         parsed = readback.parse(record)

@@ -51,7 +51,7 @@ def check_run(output_dir, x_files, y_files, pairs):
         parsed = [readback.parse(record) for record in by_index]
         assert [p[layout.ID_KEY].decode() for p in parsed] == ids
         assert [p[layout.IMAGE_KEY] for p in parsed] == [files[i] for i in ids]
-        readback.assert_matches_schema(by_index, readback.load_schema("images.pbtxt"))
+        readback.assert_matches_schema(by_index, readback.load_schema("image_record.pbtxt"))
     row_splits, values = readback.csr(layout.pairs_index_dir(output_dir))
     assert row_splits.dtype == values.dtype == np.int64
     assert [
@@ -287,7 +287,7 @@ def test_raw_storage_stores_fixed_size_pixels(tmp_path):
         )
     )
     records = readback.records_by_index(str(tmp_path / "raw"), "y")
-    readback.assert_matches_schema(records, readback.load_schema("images.pbtxt"))
+    readback.assert_matches_schema(records, readback.load_schema("image_record.pbtxt"))
     for record in records:
         parsed = readback.parse(record)
         assert parsed[layout.IMAGE_FORMAT_KEY] == b"raw"
