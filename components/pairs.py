@@ -171,7 +171,8 @@ def _csr_arrays(valid_pairs) -> tuple[np.ndarray, np.ndarray]:
     elif isinstance(valid_pairs, list):
         lengths = np.fromiter((len(row) for row in valid_pairs), np.int64, len(valid_pairs))
         row_splits = np.concatenate([[0], np.cumsum(lengths)])
-        values = np.fromiter((y for row in valid_pairs for y in row), np.int64, int(row_splits[-1]))
+        # np.array, not np.fromiter: a float or string y must fail the integer check below.
+        values = np.array([y for row in valid_pairs for y in row])
     else:
         raise TypeError(
             "valid_pairs must be a tf.RaggedTensor, a (row_splits, values) tuple or a list of "

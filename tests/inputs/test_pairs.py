@@ -272,6 +272,8 @@ def test_bad_valid_pairs_fail_with_a_clear_error():
         ValidPairs.build((np.array([1, 2]), np.array([0, 1])))
     with pytest.raises(ValueError, match="non-decreasing"):
         ValidPairs.build((np.array([0, 2, 1, 3]), np.array([0, 1, 2])))
+    with pytest.raises(ValueError, match="values must be a 1-D integer array"):
+        ValidPairs.build([[0], [1.5]])
     with pytest.raises(TypeError, match="valid_pairs must be"):
         ValidPairs.build({"x": [1]})
     with pytest.raises(ValueError, match="no x has a valid pair"):
