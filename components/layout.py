@@ -1,6 +1,6 @@
 """On-disk layout of a materialized run: the contract between the Beam stage and the readers.
 
-One run writes one directory (any `tf.io.gfile` path)::
+One run writes one directory (any path both Beam `FileSystems` and `tf.io.gfile` reach)::
 
     <output_dir>/
       summary.json                       counts per record set and class, pair degrees, rejects
@@ -21,6 +21,11 @@ Index files live outside the `Split-*` folders because tfx-bsl rejects a split f
 file kinds; the `examples/` folder is therefore a valid TFX `Examples` artifact URI as it stands.
 
 Shard paths in `shards.json` are relative to the run directory, so a run can be moved or copied.
+
+Writers (`write_shard`, `save_*`) run in Beam workers and go through Beam's `FileSystems`, with
+TFRecord frames built in Python, so a worker that only writes never imports TensorFlow (a
+10-25 s start-up per worker process). Readers (`load_*`) run in input pipelines and use
+`tf.io.gfile`. Both import their file layer on first use: importing this module is cheap.
 """
 
 from __future__ import annotations
@@ -28,10 +33,12 @@ from __future__ import annotations
 import io
 import json
 import os
+import struct
 import tempfile
+from typing import IO
 
+import google_crc32c
 import numpy as np
-import tensorflow as tf
 
 SUMMARY_FILE = "summary.json"
 REJECTS_FILE = "rejects.jsonl"
@@ -52,6 +59,7 @@ VALUES_FILE = "values.npy"
 FRAME_HEADER_BYTES = 12
 FRAME_FOOTER_BYTES = 4
 FRAME_OVERHEAD_BYTES = FRAME_HEADER_BYTES + FRAME_FOOTER_BYTES
+_CRC_MASK_DELTA = 0xA282EAD8
 
 # Feature keys of the two record kinds (see schemas/*.pbtxt).
 ID_KEY = "id"
@@ -87,22 +95,49 @@ def shard_name(shard: int, num_shards: int) -> str:
     return f"data-{shard:05d}-of-{num_shards:05d}.tfrecord"
 
 
+def masked_crc32c(data: bytes) -> int:
+    """The CRC32C of `data`, masked as TFRecord frames store it."""
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + _CRC_MASK_DELTA) & 0xFFFFFFFF
+
+
+def tfrecord_frame(record: bytes) -> bytes:
+    """One TFRecord frame: the bytes `tf.io.TFRecordWriter` writes for `record`, uncompressed."""
+    length = struct.pack("<Q", len(record))
+    return b"".join(
+        (
+            length,
+            struct.pack("<I", masked_crc32c(length)),
+            record,
+            struct.pack("<I", masked_crc32c(record)),
+        )
+    )
+
+
 def write_shard(path: str, records: list[bytes]) -> np.ndarray:
-    """Writes serialized records to one uncompressed TFRecord shard at any gfile path.
+    """Writes serialized records to one uncompressed TFRecord shard at any Beam `FileSystems` path.
 
     Returns int64 [n, 2]: the frame offset and payload length of each record, in order. Offsets
     follow from the lengths (every frame is payload + 16 bytes), so nothing is read back. The
     shard is written to a temporary name and renamed, so a reader never sees half a shard.
     """
+    from apache_beam.io.filesystem import BeamIOError
+    from apache_beam.io.filesystems import FileSystems
+
     lengths = np.fromiter((len(r) for r in records), dtype=np.int64, count=len(records))
     frame_ends = np.cumsum(lengths + FRAME_OVERHEAD_BYTES)
     offsets = frame_ends - (lengths + FRAME_OVERHEAD_BYTES)
-    tf.io.gfile.makedirs(os.path.dirname(path))
     temporary = f"{path}.tmp-{os.getpid()}"
-    with tf.io.TFRecordWriter(temporary) as writer:
+    with _create(temporary) as f:
         for record in records:
-            writer.write(record)
-    tf.io.gfile.rename(temporary, path, overwrite=True)
+            f.write(tfrecord_frame(record))
+    try:
+        FileSystems.rename([temporary], [path])  # replaces `path` locally and on object stores
+    except BeamIOError:
+        if not FileSystems.exists(path):
+            raise
+        FileSystems.delete([path])  # file systems whose rename refuses to replace (HDFS)
+        FileSystems.rename([temporary], [path])
     return np.stack([offsets, lengths], axis=1)
 
 
@@ -132,11 +167,10 @@ def save_record_set_index(
 
 
 def save_npy(path: str, array: np.ndarray) -> None:
-    """Writes `array` as .npy to any gfile path."""
+    """Writes `array` as .npy to any Beam `FileSystems` path."""
     buffer = io.BytesIO()
     np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
-    tf.io.gfile.makedirs(os.path.dirname(path))
-    with tf.io.gfile.GFile(path, "wb") as f:
+    with _create(path) as f:
         f.write(buffer.getvalue())
 
 
@@ -148,7 +182,7 @@ def load_npy(path: str, mmap: bool = True) -> np.ndarray:
     if "://" in path:
         fd, local = tempfile.mkstemp(suffix=".npy")
         os.close(fd)
-        tf.io.gfile.copy(path, local, overwrite=True)
+        _gfile().copy(path, local, overwrite=True)
         path = local
     if not os.path.exists(path):
         raise FileNotFoundError(f"index file not found: {path}")
@@ -169,22 +203,34 @@ def load_csr(directory: str, mmap: bool = True) -> tuple[np.ndarray, np.ndarray]
 
 
 def save_json(path: str, obj: object) -> None:
-    tf.io.gfile.makedirs(os.path.dirname(path))
-    with tf.io.gfile.GFile(path, "w") as f:
-        f.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    with _create(path) as f:
+        f.write((json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
 
 
 def load_json(path: str) -> object:
-    with tf.io.gfile.GFile(path) as f:
+    with _gfile().GFile(path) as f:
         return json.loads(f.read())
 
 
 def save_lines(path: str, lines: list[str]) -> None:
-    tf.io.gfile.makedirs(os.path.dirname(path))
-    with tf.io.gfile.GFile(path, "w") as f:
-        f.write("".join(f"{line}\n" for line in lines))
+    with _create(path) as f:
+        f.write("".join(f"{line}\n" for line in lines).encode())
 
 
 def load_lines(path: str) -> list[str]:
-    with tf.io.gfile.GFile(path) as f:
+    with _gfile().GFile(path) as f:
         return f.read().splitlines()
+
+
+def _create(path: str) -> IO[bytes]:
+    """Opens `path` for writing, uncompressed whatever its name; a local parent folder is made."""
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def _gfile():
+    import tensorflow as tf  # on use: the writers above must not pull TensorFlow into workers
+
+    return tf.io.gfile
