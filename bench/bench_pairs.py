@@ -222,12 +222,15 @@ def pairs_dataset(run_dir: str, backend: str, verify_crc: bool = True) -> tf.dat
     return dynamic_pairs(x_store, y_store, valid, batch_size=BATCH_SIZE, parse_fn=parse)
 
 
-def records_per_s(dataset: tf.data.Dataset, records_per_row: int) -> float:
-    """Records per second of one pass, consumed inside the TF runtime (as a training loop
-    would), so Python iteration overhead does not count against either contender."""
-    start = time.perf_counter()
+def records_per_s(dataset: tf.data.Dataset, records_per_row: int) -> tuple[float, float]:
+    """(records per second, CPU microseconds per record) of one pass, consumed inside the TF
+    runtime (as a training loop would), so Python iteration overhead counts against neither
+    contender. CPU time (all threads, user + system) shows the cost independently of how many
+    cores other work on the machine leaves free."""
+    cpu, start = time.process_time(), time.perf_counter()
     rows = dataset.reduce(tf.constant(0, tf.int64), lambda total, batch: total + _rows(batch))
-    return int(rows) * records_per_row / (time.perf_counter() - start)
+    records = int(rows) * records_per_row
+    return records / (time.perf_counter() - start), (time.process_time() - cpu) / records * 1e6
 
 
 def _rows(batch) -> tf.Tensor:
@@ -245,20 +248,27 @@ def end_to_end(run_dir: str, repeats: int) -> dict:
     }
     baseline = sequential_baseline(all_shards(run_dir))
     records_per_s(baseline, 1)  # warm the page cache
-    rates: dict[str, list[float]] = {"baseline": [], **{name: [] for name in contenders}}
+    names = ["baseline", *contenders]
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
     for _ in range(repeats):
-        rates["baseline"].append(records_per_s(baseline, 1))
-        for name, (dataset, per_row) in contenders.items():
-            rates[name].append(records_per_s(dataset, per_row))
+        for name in names:
+            dataset, per_row = contenders.get(name, (baseline, 1))
+            rate, cpu_us = records_per_s(dataset, per_row)
+            rates[name].append(rate)
+            cpu[name].append(cpu_us)
     result = {
         "baseline_sequential_records_per_s": statistics.median(rates["baseline"]),
+        "baseline_cpu_us_per_record": statistics.median(cpu["baseline"]),
         "repeats_records_per_s": rates,
+        "repeats_cpu_us_per_record": cpu,
     }
     for name in contenders:
         result[f"{name}_records_per_s"] = statistics.median(rates[name])
         result[f"{name}_ratio"] = statistics.median(
             [ours / base for ours, base in zip(rates[name], rates["baseline"], strict=True)]
         )
+        result[f"{name}_cpu_us_per_record"] = statistics.median(cpu[name])
     return result
 
 
@@ -393,6 +403,15 @@ def print_summary(report: dict) -> None:
             f"({e2e['disk_records_per_s']:.0f} vs {e2e['baseline_sequential_records_per_s']:.0f} "
             f"records/s); without CRC checks {e2e['disk_no_crc_ratio']:.2f}x; memory backend "
             f"{e2e['memory_ratio']:.2f}x"
+        )
+        print(
+            "  CPU per record: baseline {:.1f} us, disk {:.1f} us, disk without CRC {:.1f} us, "
+            "memory {:.1f} us".format(
+                e2e["baseline_cpu_us_per_record"],
+                e2e["disk_cpu_us_per_record"],
+                e2e["disk_no_crc_cpu_us_per_record"],
+                e2e["memory_cpu_us_per_record"],
+            )
         )
     if "peak_memory" in report:
         memory = report["peak_memory"]

@@ -24,6 +24,7 @@ import dataclasses
 import os
 import struct
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 
 import google_crc32c
@@ -316,6 +317,7 @@ class _ShardReader:
             with self._open_lock:
                 if self._fds is None:
                     self._fds = [os.open(p, os.O_RDONLY) for p in self._shard_paths]
+                    weakref.finalize(self, _close_all, self._fds)
         return self._fds
 
     def locate(self, index: int) -> tuple[str, int]:
@@ -375,10 +377,10 @@ class _ShardReader:
             records[bad] = b""
         return records, ~bad, damaged
 
-    def __del__(self):
-        if self._fds is not None:
-            for fd in self._fds:
-                os.close(fd)
+
+def _close_all(fds: list[int], close=os.close) -> None:
+    for fd in fds:
+        close(fd)
 
 
 def _frame_problem(frame: bytes, length: int, verify_crc: bool) -> str | None:
