@@ -33,6 +33,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import posixpath
 import struct
 import tempfile
 from typing import IO
@@ -89,6 +90,18 @@ def pairs_index_dir(output_dir: str) -> str:
 
 def class_records_dir(output_dir: str, record_set: str) -> str:
     return os.path.join(index_dir(output_dir, record_set), CLASS_RECORDS_INDEX)
+
+
+def resolve(output_dir: str, relative_path: str) -> str:
+    """The path of `relative_path` (as stored in `shards.json`) under the run `output_dir`.
+
+    `..` segments are folded here because object stores (gs://, s3://) do not resolve them, and
+    `os.path.normpath` would collapse the `//` of a URI scheme.
+    """
+    if "://" in output_dir:
+        scheme, rest = output_dir.split("://", 1)
+        return f"{scheme}://{posixpath.normpath(posixpath.join(rest, relative_path))}"
+    return os.path.normpath(os.path.join(output_dir, relative_path))
 
 
 def shard_name(shard: int, num_shards: int) -> str:

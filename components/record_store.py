@@ -147,7 +147,7 @@ class RecordStore:
                 f"record set {record_set!r} not found in {output_dir}: no {shards_path}"
             )
         manifest = layout.load_json(shards_path)
-        shard_paths = [os.path.join(output_dir, p) for p in manifest["shards"]]
+        shard_paths = [layout.resolve(output_dir, p) for p in manifest["shards"]]
         offsets = layout.load_npy(os.path.join(index_dir, layout.OFFSETS_FILE), mmap=True)
         num_records = int(manifest["num_records"])
         _check_offsets(offsets, num_records, len(shard_paths), index_dir)

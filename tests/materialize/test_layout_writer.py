@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -105,3 +106,24 @@ def test_writers_do_not_import_tensorflow(tmp_path):
         "b",
         "c",
     ]
+
+
+@pytest.mark.parametrize(
+    "output_dir, relative, expected",
+    [
+        (
+            "gs://bucket/root/offset_index/7",
+            "../../examples/7/Split-x/a.tfrecord",
+            "gs://bucket/root/examples/7/Split-x/a.tfrecord",
+        ),
+        ("s3://b/run", "examples/Split-y/a.tfrecord", "s3://b/run/examples/Split-y/a.tfrecord"),
+        (
+            "/tmp/root/offset_index/7",
+            "../../examples/7/Split-x/a.tfrecord",
+            "/tmp/root/examples/7/Split-x/a.tfrecord",
+        ),
+        ("run", "examples/Split-x/a.tfrecord", "run/examples/Split-x/a.tfrecord"),
+    ],
+)
+def test_resolve_folds_parent_segments_and_keeps_uri_schemes(output_dir, relative, expected):
+    assert layout.resolve(output_dir, relative) == expected
