@@ -346,28 +346,25 @@ def write_run(output_dir, num_records, num_classes, seed, num_shards=8, sample_r
     rng = np.random.default_rng(seed)
     labels = class_labels(num_records, num_classes, seed)
     bounds = np.linspace(0, num_records, num_shards + 1).astype(int)
-    directory = layout.examples_dir(output_dir, "train")
-    paths, rows = [], []
-    for shard in range(num_shards):
-        records = []
-        for i in range(bounds[shard], bounds[shard + 1]):
-            length = int(rng.integers(int(1.5 * sample_rate), 4 * sample_rate))
-            pcm = (rng.standard_normal(length) * 3000).astype("<i2")
-            feature = {
-                layout.AUDIO_KEY: _bytes(tf, pcm.tobytes()),
-                layout.NUM_SAMPLES_KEY: _int(tf, length),
-                layout.SAMPLE_RATE_KEY: _int(tf, sample_rate),
-                layout.LABEL_KEY: _int(tf, int(labels[i])),
-                layout.ID_KEY: _bytes(tf, f"utt{i:07d}".encode()),
-            }
-            example = tf.train.Example(features=tf.train.Features(feature=feature))
-            records.append(example.SerializeToString())
-        path = os.path.join(directory, layout.shard_name(shard, num_shards))
-        offsets = layout.write_shard(path, records)
-        paths.append(path)
-        rows.append(np.column_stack([np.full(len(offsets), shard), offsets]))
+
+    def utterance(i: int) -> bytes:
+        length = int(rng.integers(int(1.5 * sample_rate), 4 * sample_rate))
+        pcm = (rng.standard_normal(length) * 3000).astype("<i2")
+        feature = {
+            layout.AUDIO_KEY: _bytes(tf, pcm.tobytes()),
+            layout.NUM_SAMPLES_KEY: _int(tf, length),
+            layout.SAMPLE_RATE_KEY: _int(tf, sample_rate),
+            layout.LABEL_KEY: _int(tf, int(labels[i])),
+            layout.ID_KEY: _bytes(tf, f"utt{i:07d}".encode()),
+        }
+        return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+    shards = (
+        [utterance(i) for i in range(bounds[shard], bounds[shard + 1])]
+        for shard in range(num_shards)
+    )
     ids = [f"utt{i:07d}" for i in range(num_records)]
-    layout.save_record_set_index(output_dir, "train", paths, np.concatenate(rows), ids)
+    paths = layout.write_record_set(output_dir, "train", shards, num_shards, ids)
     index_dir = layout.index_dir(output_dir, "train")
     layout.save_npy(os.path.join(index_dir, layout.CLASS_IDS_FILE), labels)
     sizes = np.bincount(labels, minlength=num_classes)

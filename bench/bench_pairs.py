@@ -83,20 +83,13 @@ def image_records(num: int, side: int, prefix: str, seed: int) -> list[bytes]:
 
 
 def write_record_set(output_dir, record_set, num, side, num_shards, seed) -> None:
-    directory = layout.examples_dir(output_dir, record_set)
     bounds = np.linspace(0, num, num_shards + 1).astype(int)
-    paths, rows = [], []
-    for shard in range(num_shards):
-        records = image_records(
-            int(bounds[shard + 1] - bounds[shard]), side, record_set, seed + shard
-        )
-        path = os.path.join(directory, layout.shard_name(shard, num_shards))
-        offsets = layout.write_shard(path, records)
-        paths.append(path)
-        rows.append(np.column_stack([np.full(len(offsets), shard), offsets]))
-        del records
+    shards = (
+        image_records(int(bounds[shard + 1] - bounds[shard]), side, record_set, seed + shard)
+        for shard in range(num_shards)
+    )
     ids = [f"{record_set}{i:08d}" for i in range(num)]
-    layout.save_record_set_index(output_dir, record_set, paths, np.concatenate(rows), ids)
+    layout.write_record_set(output_dir, record_set, shards, num_shards, ids)
 
 
 def write_run(output_dir, num_x, num_y, side, num_shards) -> dict:

@@ -36,6 +36,7 @@ import os
 import posixpath
 import struct
 import tempfile
+from collections.abc import Iterable
 from typing import IO
 
 import google_crc32c
@@ -177,6 +178,33 @@ def save_record_set_index(
         },
     )
     save_lines(os.path.join(directory, IDS_FILE), ids)
+
+
+def write_record_set(
+    output_dir: str,
+    record_set: str,
+    shards: Iterable[list[bytes]],
+    num_shards: int,
+    ids: list[str],
+) -> list[str]:
+    """Writes a whole record set: `num_shards` shards in order, then its index.
+
+    `shards` yields the serialized records of each shard in turn (a generator keeps only one
+    shard in memory); `ids` are the source ids of all records, in record order. Returns the
+    shard paths.
+    """
+    directory = examples_dir(output_dir, record_set)
+    paths, rows = [], []
+    for shard, records in enumerate(shards):
+        path = os.path.join(directory, shard_name(shard, num_shards))
+        offsets = write_shard(path, records)
+        paths.append(path)
+        rows.append(np.column_stack([np.full(len(offsets), shard, np.int64), offsets]))
+    if len(paths) != num_shards:
+        raise ValueError(f"{record_set}: got {len(paths)} shards, expected {num_shards}")
+    offsets = np.concatenate(rows) if rows else np.zeros([0, 3], np.int64)
+    save_record_set_index(output_dir, record_set, paths, offsets, ids)
+    return paths
 
 
 def save_npy(path: str, array: np.ndarray) -> None:

@@ -56,15 +56,12 @@ def write_audio_run(
         for i, w, c in zip(ids, waveforms, class_ids, strict=True)
     ]
     bounds = np.linspace(0, len(records), num_shards + 1).astype(int)
-    directory = layout.examples_dir(output_dir, record_set)
-    paths, rows = [], []
-    for shard in range(num_shards):
-        path = os.path.join(directory, layout.shard_name(shard, num_shards))
-        offsets = layout.write_shard(path, records[bounds[shard] : bounds[shard + 1]])
-        paths.append(path)
-        rows.append(np.column_stack([np.full(len(offsets), shard), offsets]))
-    layout.save_record_set_index(
-        output_dir, record_set, paths, np.concatenate(rows).astype(np.int64), ids
+    layout.write_record_set(
+        output_dir,
+        record_set,
+        (records[begin:end] for begin, end in zip(bounds[:-1], bounds[1:], strict=True)),
+        num_shards,
+        ids,
     )
     index_dir = layout.index_dir(output_dir, record_set)
     layout.save_npy(os.path.join(index_dir, layout.CLASS_IDS_FILE), class_ids)

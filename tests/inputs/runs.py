@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import tensorflow as tf
 
@@ -32,17 +30,14 @@ def write_record_set(
 ) -> list[str]:
     """Writes `records` in order to `num_shards` shards plus the offset index; returns paths."""
     bounds = np.linspace(0, len(records), num_shards + 1).astype(int)
-    directory = layout.examples_dir(output_dir, record_set)
-    paths, rows = [], []
-    for shard in range(num_shards):
-        path = os.path.join(directory, layout.shard_name(shard, num_shards))
-        offsets = layout.write_shard(path, records[bounds[shard] : bounds[shard + 1]])
-        paths.append(path)
-        rows.append(np.column_stack([np.full(len(offsets), shard), offsets]))
-    offsets = np.concatenate(rows).astype(np.int64) if rows else np.zeros([0, 3], np.int64)
     ids = [f"{record_set}-{i:06d}" for i in range(len(records))]
-    layout.save_record_set_index(output_dir, record_set, paths, offsets, ids)
-    return paths
+    return layout.write_record_set(
+        output_dir,
+        record_set,
+        (records[begin:end] for begin, end in zip(bounds[:-1], bounds[1:], strict=True)),
+        num_shards,
+        ids,
+    )
 
 
 def write_pairs(output_dir: str, valid_pairs: list[list[int]]) -> None:

@@ -127,3 +127,23 @@ def test_writers_do_not_import_tensorflow(tmp_path):
 )
 def test_resolve_folds_parent_segments_and_keeps_uri_schemes(output_dir, relative, expected):
     assert layout.resolve(output_dir, relative) == expected
+
+
+def test_write_record_set_reads_back_in_order_and_checks_the_shard_count(tmp_path):
+    records = [f"record-{i}".encode() * (i % 5) for i in range(11)]
+    ids = [f"id-{i:02d}" for i in range(11)]
+    shards = [records[:4], records[4:4], records[4:]]
+    paths = layout.write_record_set(str(tmp_path), "x", iter(shards), 3, ids)
+    assert [os.path.basename(p) for p in paths] == [layout.shard_name(s, 3) for s in range(3)]
+    read_back = [r.numpy() for r in tf.data.TFRecordDataset(paths)]
+    assert read_back == records
+    offsets = np.asarray(
+        layout.load_npy(os.path.join(layout.index_dir(str(tmp_path), "x"), layout.OFFSETS_FILE))
+    )
+    assert offsets[:, 0].tolist() == [0] * 4 + [2] * 7
+    assert (
+        layout.load_lines(os.path.join(layout.index_dir(str(tmp_path), "x"), layout.IDS_FILE))
+        == ids
+    )
+    with pytest.raises(ValueError, match="got 2 shards, expected 3"):
+        layout.write_record_set(str(tmp_path / "short"), "x", iter(shards[:2]), 3, ids[:4])
