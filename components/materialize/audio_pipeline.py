@@ -56,19 +56,17 @@ class Utterance(NamedTuple):
 
 
 class _ParseRows(beam.DoFn):
-    def __init__(self, manifest_path: str, manifest_format: manifest.ManifestFormat, root: str):
+    def __init__(self, manifest_path: str, manifest_format: manifest.ManifestFormat):
         super().__init__()
         self._manifest_path = manifest_path
         self._format = manifest_format
-        self._root = root
 
     def process(self, line: str):
         try:
             yield manifest.parse_row(line, self._format, self._manifest_path)
         except rejects.RejectedInput as error:
             yield beam.pvalue.TaggedOutput(
-                REJECTED,
-                rejects.Reject(f"{self._manifest_path}: {line[:200]}", error.reason, error.detail),
+                REJECTED, rejects.Reject.of_line(self._manifest_path, line, error)
             )
 
 
@@ -191,7 +189,7 @@ def build_audio_pipeline(
         | "SkipBlank" >> beam.Filter(lambda line: bool(line.strip()))
     )
     parsed = lines | "Parse" >> beam.ParDo(
-        _ParseRows(config.manifest, manifest_format, config.root)
+        _ParseRows(config.manifest, manifest_format)
     ).with_outputs(REJECTED, main="rows")
     unique = (
         parsed.rows

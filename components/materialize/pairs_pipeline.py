@@ -131,8 +131,7 @@ class _ParsePairEntries(beam.DoFn):
             entry = pair_list.parse_entry(line, self._pairs_format)
         except rejects.RejectedInput as error:
             yield beam.pvalue.TaggedOutput(
-                REJECTED,
-                rejects.Reject(f"{self._pairs_path}: {line[:200]}", error.reason, error.detail),
+                REJECTED, rejects.Reject.of_line(self._pairs_path, line, error)
             )
             return
         for raw_y, detail in entry.unsafe_y:

@@ -77,6 +77,11 @@ class Reject(NamedTuple):
     record_set: str = ""
     id: str = ""
 
+    @classmethod
+    def of_line(cls, path: str, line: str, error: RejectedInput) -> Reject:
+        """The reject of one unparsable line of a manifest or pair list."""
+        return cls(f"{path}: {line[:200]}", error.reason, error.detail)
+
     def to_json(self) -> str:
         fields = {"source": self.source, "reason": self.reason, "detail": self.detail}
         if self.record_set:
