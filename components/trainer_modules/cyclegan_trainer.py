@@ -71,17 +71,9 @@ def run_fn(fn_args) -> dict[str, float]:
         # Measured on CPU: XLA made 3 epochs of this four-network step 3x slower (compile included).
         jit_compile=False,
     )
-    history = model.fit(
-        fn_args.train_dataset,
-        epochs=int(fn_args.num_epochs),
-        validation_data=getattr(fn_args, "eval_dataset", None),
-        callbacks=list(fn_args.callbacks or [])
-        + training_log.logging_callbacks(fn_args.model_run_dir),
-        verbose=2,
-    ).history
-    training_log.write_history(fn_args.model_run_dir, history)
-    metrics = training_log.last_epoch_metrics(history)
-    training_log.require_finite(metrics, LOSS_NAMES)
+    history, metrics = training_log.fit_and_log(
+        model, fn_args, LOSS_NAMES, validation_data=getattr(fn_args, "eval_dataset", None)
+    )
     export_generators(model, fn_args.serving_model_dir)
     metrics.update(
         cycle_loss_first_epoch=float(history["cycle_loss"][0]),

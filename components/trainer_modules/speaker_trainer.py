@@ -95,16 +95,7 @@ def run_fn(fn_args) -> dict[str, float]:
     before = speaker.evaluate_verification(
         model.embedding_model, eval_dataset, max_utterances=max_eval_utterances
     )
-    history = model.fit(
-        fn_args.train_dataset,
-        epochs=int(fn_args.num_epochs),
-        callbacks=list(fn_args.callbacks or [])
-        + training_log.logging_callbacks(fn_args.model_run_dir),
-        verbose=2,
-    ).history
-    training_log.write_history(fn_args.model_run_dir, history)
-    metrics = training_log.last_epoch_metrics(history)
-    training_log.require_finite(metrics, ["loss"])
+    history, metrics = training_log.fit_and_log(model, fn_args, ["loss"])
     verification = speaker.evaluate_verification(
         model.embedding_model, eval_dataset, max_utterances=max_eval_utterances
     )

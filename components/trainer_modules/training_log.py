@@ -1,4 +1,4 @@
-"""What the trainer modules keep of a `fit`: callbacks that log, the history file, metrics."""
+"""How the trainer modules run `fit`: logging callbacks, the history file, checked metrics."""
 
 from __future__ import annotations
 
@@ -11,6 +11,30 @@ import keras
 import tensorflow as tf
 
 HISTORY_FILE = "history.json"
+
+
+def fit_and_log(
+    model: keras.Model,
+    fn_args,
+    loss_names: Sequence[str],
+    validation_data: tf.data.Dataset | None = None,
+) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """`model.fit` on `fn_args.train_dataset` with the executor's and the logging callbacks.
+
+    Writes `history.json` to `fn_args.model_run_dir` and returns `(history, last-epoch
+    metrics)`; raises RuntimeError if a loss in `loss_names` ended non-finite.
+    """
+    history = model.fit(
+        fn_args.train_dataset,
+        epochs=int(fn_args.num_epochs),
+        validation_data=validation_data,
+        callbacks=list(fn_args.callbacks or []) + logging_callbacks(fn_args.model_run_dir),
+        verbose=2,
+    ).history
+    write_history(fn_args.model_run_dir, history)
+    metrics = last_epoch_metrics(history)
+    require_finite(metrics, loss_names)
+    return history, metrics
 
 
 def logging_callbacks(model_run_dir: str) -> list[keras.callbacks.Callback]:
