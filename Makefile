@@ -20,7 +20,7 @@ FIND_PY310 = for p in "$(PYTHON310)" python3.10 $$HOME/.pyenv/versions/3.10*/bin
 help:
 	@echo "make demo      set up, then run both pipelines on the bundled sample data"
 	@echo "make test      set up, then run the test suite"
-	@echo "make setup     create .venv (python3.10) from requirements.lock (idempotent)"
+	@echo "make setup     create .venv (python3.10) from requirements.lock, build the native op (idempotent)"
 	@echo "make lint      ruff"
 	@echo "make bench     run every benchmark under bench/ (BENCH_ARGS=$(BENCH_ARGS))"
 	@echo "make kubeflow  compile both pipelines to KFP v2 JSON under kubeflow/"
@@ -28,7 +28,7 @@ help:
 
 setup: $(STAMP)
 
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements.lock pyproject.toml components/native/read_records_op.cc
 	@py=$$($(FIND_PY310) | head -n 1); \
 	if [ -z "$$py" ]; then \
 	  echo "error: python3.10 not found. TFX 1.16 needs Python 3.10: install it (e.g. 'pyenv install 3.10') or pass PYTHON310=/path/to/python3.10." >&2; \
@@ -38,6 +38,7 @@ $(STAMP): requirements.lock pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check "uv>=0.4"
 	$(VENV)/bin/uv pip sync --python $(PY) requirements.lock
 	$(VENV)/bin/uv pip install --python $(PY) --no-deps -e .
+	$(PY) -m components.native
 	@touch $(STAMP)
 
 demo: setup

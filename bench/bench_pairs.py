@@ -208,9 +208,15 @@ def sequential_baseline(paths: list[str]) -> tf.data.Dataset:
     return tf.data.TFRecordDataset(paths).batch(BATCH_SIZE).map(parse).prefetch(tf.data.AUTOTUNE)
 
 
-def pairs_dataset(run_dir: str, backend: str, verify_crc: bool = True) -> tf.data.Dataset:
+def pairs_dataset(
+    run_dir: str, backend: str, verify_crc: bool = True, reader: str = "auto"
+) -> tf.data.Dataset:
     x_store, y_store, valid = open_pairs_run(
-        run_dir, backend=backend, memory_budget_bytes=1 << 40, verify_crc=verify_crc
+        run_dir,
+        backend=backend,
+        memory_budget_bytes=1 << 40,
+        verify_crc=verify_crc,
+        reader=reader,
     )
     return dynamic_pairs(x_store, y_store, valid, batch_size=BATCH_SIZE, parse_fn=parse)
 
@@ -237,6 +243,7 @@ def end_to_end(run_dir: str, repeats: int) -> dict:
     contenders = {
         "disk": (pairs_dataset(run_dir, "disk"), 2),
         "disk_no_crc": (pairs_dataset(run_dir, "disk", verify_crc=False), 2),
+        "disk_python_reader": (pairs_dataset(run_dir, "disk", reader="python"), 2),
         "memory": (pairs_dataset(run_dir, "memory"), 2),
     }
     baseline = sequential_baseline(all_shards(run_dir))
@@ -251,6 +258,7 @@ def end_to_end(run_dir: str, repeats: int) -> dict:
             rates[name].append(rate)
             cpu[name].append(cpu_us)
     result = {
+        "disk_reader": open_pairs_run(run_dir, backend="disk")[0].disk_reader,
         "baseline_sequential_records_per_s": statistics.median(rates["baseline"]),
         "baseline_cpu_us_per_record": statistics.median(cpu["baseline"]),
         "repeats_records_per_s": rates,
@@ -392,17 +400,19 @@ def print_summary(report: dict) -> None:
     if "end_to_end" in report:
         e2e = report["end_to_end"]
         print(
-            f"end to end: disk backend {e2e['disk_ratio']:.2f}x sequential TFRecordDataset "
-            f"({e2e['disk_records_per_s']:.0f} vs {e2e['baseline_sequential_records_per_s']:.0f} "
-            f"records/s); without CRC checks {e2e['disk_no_crc_ratio']:.2f}x; memory backend "
-            f"{e2e['memory_ratio']:.2f}x"
+            f"end to end: disk backend ({e2e['disk_reader']} reader) {e2e['disk_ratio']:.2f}x "
+            f"sequential TFRecordDataset ({e2e['disk_records_per_s']:.0f} vs "
+            f"{e2e['baseline_sequential_records_per_s']:.0f} records/s); without CRC checks "
+            f"{e2e['disk_no_crc_ratio']:.2f}x; Python reader "
+            f"{e2e['disk_python_reader_ratio']:.2f}x; memory backend {e2e['memory_ratio']:.2f}x"
         )
         print(
             "  CPU per record: baseline {:.1f} us, disk {:.1f} us, disk without CRC {:.1f} us, "
-            "memory {:.1f} us".format(
+            "Python reader {:.1f} us, memory {:.1f} us".format(
                 e2e["baseline_cpu_us_per_record"],
                 e2e["disk_cpu_us_per_record"],
                 e2e["disk_no_crc_cpu_us_per_record"],
+                e2e["disk_python_reader_cpu_us_per_record"],
                 e2e["memory_cpu_us_per_record"],
             )
         )

@@ -528,11 +528,13 @@ def open_pairs_run(
     verify_crc: bool = True,
     check_examples: bool = False,
     on_invalid: str = "fail",
+    reader: str = "auto",
 ) -> tuple[RecordStore, RecordStore, ValidPairs]:
     """Opens the `x` and `y` record sets and the valid-pair index of a materialized run.
 
     `check_examples` also checks that each record is a parsable image Example (a damaged record
-    otherwise); it costs a protobuf parse per record read on the disk backend.
+    otherwise); it costs a protobuf parse per record read on the disk backend. `reader`: the disk
+    backend's reader (see `RecordStore.open`).
     """
     payload_check = example_check([layout.IMAGE_KEY]) if check_examples else None
     stores = [
@@ -544,6 +546,7 @@ def open_pairs_run(
             on_damaged=on_damaged,
             verify_crc=verify_crc,
             payload_check=payload_check,
+            reader=reader,
         )
         for record_set in (X_RECORD_SET, Y_RECORD_SET)
     ]

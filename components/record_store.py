@@ -4,12 +4,14 @@ Two backends behind one interface:
 
 * ``memory``: every record in one `tf.string` tensor, read with `tf.gather` (fully native).
 * ``disk``: the offset index (`components.layout` `offsets.npy`, int64 [N, 3]: shard, frame
-  offset, payload length) is memory-mapped and each batch of indices is read with `os.pread` on
-  shard files kept open, inside one `tf.numpy_function` per batch. Memory does not grow with the
-  number or size of records.
+  offset, payload length) is memory-mapped and each batch of indices is read with one `pread` per
+  record on shard files kept open. Memory does not grow with the number or size of records.
+  Two readers do this: the native op `ReadRecordsByIndex` (`components.native`, C++, no Python
+  per batch; used when it is built, the default) and a Python reader (`os.pread` in one
+  `tf.numpy_function` per batch; used without a compiler, or for a `payload_check`).
 
-Every record is checked against its TFRecord frame (the length field against the index, and the
-masked CRC32C of the payload; the memory backend also checks the length CRC) unless
+Every record is checked against its TFRecord frame, as `tf.data.TFRecordDataset` does (the length
+field against the index, and the masked CRC32C of the length and of the payload) unless
 `verify_crc=False` (the length is checked always), and, when a `payload_check` is given, its payload
 too (for example `components.parsing.example_check`: is it a parsable `tf.train.Example` with the
 features the parser needs). A damaged record (CRC mismatch, truncated shard, wrong frame length,
@@ -21,6 +23,8 @@ failed payload check) either fails the read with an error naming the record, sha
 from __future__ import annotations
 
 import dataclasses
+import functools
+import logging
 import os
 import struct
 import threading
@@ -31,20 +35,21 @@ import google_crc32c
 import numpy as np
 import tensorflow as tf
 
-from components import layout
+from components import layout, native
 from components.epoch_plan import index_variable
 
 # A payload check returns None for a good payload and the reason otherwise.
 PayloadCheck = Callable[[bytes], "str | None"]
 
 BACKENDS = ("auto", "memory", "disk")
+READERS = ("auto", "native", "python")
 ON_DAMAGED = ("fail", "skip")
 
 _CRC_MASK_DELTA = 0xA282EAD8
 
 
 _ZERO_LENGTH_FIELD = bytes(8)
-_ZERO_CRC_FIELD = bytes(4)
+_ZERO_CRC_FIELDS = bytes(8)
 
 
 def masked_crc32c(data: bytes) -> int:
@@ -54,7 +59,7 @@ def masked_crc32c(data: bytes) -> int:
 
 
 def _mask_crc(crcs: np.ndarray) -> np.ndarray:
-    """`masked_crc32c` on uint32 [n] raw CRC32C values, vectorized."""
+    """`masked_crc32c` on raw CRC32C values (uint32, any shape), vectorized."""
     crcs = crcs.astype(np.uint64)
     rotated = ((crcs >> 15) | (crcs << 17)) & 0xFFFFFFFF
     return ((rotated + _CRC_MASK_DELTA) & 0xFFFFFFFF).astype(np.uint32)
@@ -96,6 +101,7 @@ class RecordStore:
         records: tf.Variable | None = None,
         records_ok: tf.Variable | None = None,
         reader: _ShardReader | None = None,
+        native_reader: _NativeReader | None = None,
         on_damaged: str = "fail",
         damaged_records: Sequence[DamagedRecord] = (),
         parse_fn: Callable[[tf.Tensor], object] | None = None,
@@ -109,6 +115,7 @@ class RecordStore:
         self._records = records
         self._records_ok = records_ok
         self._reader = reader
+        self._native_reader = native_reader
         self._on_damaged = on_damaged
         self._damaged = {d.index: d for d in damaged_records}
         self._damaged_lock = threading.Lock()
@@ -129,15 +136,20 @@ class RecordStore:
         on_damaged: str = "fail",
         verify_crc: bool = True,
         payload_check: PayloadCheck | None = None,
+        reader: str = "auto",
     ) -> RecordStore:
         """Opens record set `record_set` of the materialized run at `output_dir`.
 
         `backend="auto"` loads the records into memory when the shard bytes fit in
         `memory_budget_bytes`, and reads them from disk otherwise. The memory backend checks every
-        record once, at open; the disk backend checks the records it reads.
+        record once, at open; the disk backend checks the records it reads, with the native
+        reader when `reader="auto"` and it is built (and no `payload_check` is given), else in
+        Python; `reader="native"` fails when it cannot be used.
         """
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if reader not in READERS:
+            raise ValueError(f"reader must be one of {READERS}, got {reader!r}")
         if on_damaged not in ON_DAMAGED:
             raise ValueError(f"on_damaged must be one of {ON_DAMAGED}, got {on_damaged!r}")
         index_dir = layout.index_dir(output_dir, record_set)
@@ -168,12 +180,14 @@ class RecordStore:
                 on_damaged=on_damaged,
                 damaged_records=damaged,
             )
-        reader = _ShardReader(shard_paths, offsets, verify_crc, payload_check)
         return cls(
             backend="disk",
             num_records=num_records,
             record_set=record_set,
-            reader=reader,
+            reader=_ShardReader(shard_paths, offsets, verify_crc, payload_check),
+            native_reader=_open_native_reader(
+                reader, shard_paths, offsets, verify_crc, payload_check
+            ),
             on_damaged=on_damaged,
         )
 
@@ -204,6 +218,13 @@ class RecordStore:
     @property
     def record_set(self) -> str | None:
         return self._record_set
+
+    @property
+    def disk_reader(self) -> str | None:
+        """ "native" or "python": how the disk backend reads; None for the memory backend."""
+        if self._backend != "disk":
+            return None
+        return "native" if self._native_reader is not None else "python"
 
     @property
     def on_damaged(self) -> str:
@@ -245,6 +266,17 @@ class RecordStore:
                 # No damaged records were found at open: nothing to count.
                 return records, tf.ones_like(indices, dtype=tf.bool)
             ok = tf.gather(self._records_ok, indices)
+        elif self._native_reader is not None:
+            records, ok = self._native_reader(indices)
+            # Python runs only for a batch with a damaged record: to name it, and fail or note it.
+            ok = tf.cond(
+                tf.reduce_all(ok),
+                lambda: ok,
+                lambda: tf.ensure_shape(
+                    tf.numpy_function(self._note_damaged, [indices, ok], tf.bool, stateful=True),
+                    ok.shape,
+                ),
+            )
         else:
             records, ok = tf.numpy_function(
                 self._read_from_disk, [indices], (tf.string, tf.bool), stateful=False
@@ -273,13 +305,21 @@ class RecordStore:
 
     def _read_from_disk(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         records, ok, damaged = self._reader.read(indices)
-        if damaged:
-            if self._on_damaged == "fail":
-                raise DamagedRecordError(_damage_message(damaged))
-            with self._damaged_lock:
-                for d in damaged:
-                    self._damaged.setdefault(d.index, d)
+        self._handle_damaged(damaged)
         return records, ok
+
+    def _note_damaged(self, indices: np.ndarray, ok: np.ndarray) -> np.ndarray:
+        self._handle_damaged(self._reader.describe(indices[~ok]))
+        return ok
+
+    def _handle_damaged(self, damaged: list[DamagedRecord]) -> None:
+        if not damaged:
+            return
+        if self._on_damaged == "fail":
+            raise DamagedRecordError(_damage_message(damaged))
+        with self._damaged_lock:
+            for d in damaged:
+                self._damaged.setdefault(d.index, d)
 
     def __repr__(self) -> str:
         return (
@@ -334,8 +374,8 @@ class _ShardReader:
         verify = self._verify_crc
         payloads: list[bytes] = [b""] * count
         length_fields = [_ZERO_LENGTH_FIELD] * count
-        stored_crcs = [_ZERO_CRC_FIELD] * count
-        payload_crcs = [0] * count
+        stored_crcs = [_ZERO_CRC_FIELDS] * count
+        computed_crcs = [0] * count
         truncated = np.zeros(count, dtype=bool)
         # The per-record loop only reads and slices; checks run vectorized afterwards, because
         # with page-cached shards the Python work per record, not the disk, bounds throughput.
@@ -348,20 +388,18 @@ class _ShardReader:
                 continue
             length_fields[i] = frame[:8]
             if verify:
-                stored_crcs[i] = frame[end:]
-                payload_crcs[i] = crc(payloads[i])
+                stored_crcs[i] = frame[8:header] + frame[end:]
+                computed_crcs[i] = crc(frame[:8]) | crc(payloads[i]) << 32
         bad = truncated | (
             np.frombuffer(b"".join(length_fields), dtype="<u8").astype(np.int64) != rows[:, 2]
         )
         if verify:
-            stored = np.frombuffer(b"".join(stored_crcs), dtype="<u4")
-            bad |= _mask_crc(np.array(payload_crcs, dtype=np.uint32)) != stored
-        damaged: list[DamagedRecord] = []
-        for i in np.flatnonzero(bad).tolist():
-            shard, offset, length = (int(v) for v in rows[i])
-            frame = pread(fds[shard], length + overhead, offset)
-            reason = _frame_problem(frame, length, verify) or "frame changed while reading"
-            damaged.append(DamagedRecord(int(indices[i]), self._shard_paths[shard], offset, reason))
+            # [count, 2]: (length CRC, payload CRC) of each frame, stored and computed.
+            stored = np.frombuffer(b"".join(stored_crcs), dtype="<u4").reshape(count, 2)
+            computed = np.array(computed_crcs, dtype=np.uint64)
+            computed = np.stack([computed & 0xFFFFFFFF, computed >> 32], axis=1).astype(np.uint32)
+            bad |= (_mask_crc(computed) != stored).any(axis=1)
+        damaged = self.describe(indices[bad])
         if self._payload_check is not None:
             for i in np.flatnonzero(~bad).tolist():
                 reason = self._payload_check(payloads[i])
@@ -376,6 +414,74 @@ class _ShardReader:
         if damaged:
             records[bad] = b""
         return records, ~bad, damaged
+
+    def describe(self, indices: np.ndarray) -> list[DamagedRecord]:
+        """What is wrong with each record of `indices`, found damaged by a read."""
+        fds = self._descriptors()
+        damaged = []
+        for index in indices.tolist():
+            shard, offset, length = (int(v) for v in self._offsets[index])
+            frame = os.pread(fds[shard], length + layout.FRAME_OVERHEAD_BYTES, offset)
+            reason = _frame_problem(frame, length, self._verify_crc)
+            reason = reason or "frame changed while reading"
+            damaged.append(DamagedRecord(index, self._shard_paths[shard], offset, reason))
+        return damaged
+
+
+class _NativeReader:
+    """The `ReadRecordsByIndex` op bound to one record set: int64 [B] -> (tf.string [B], ok)."""
+
+    def __init__(self, op_module, shard_paths: list[str], offsets: np.memmap, verify_crc: bool):
+        self._read = functools.partial(
+            op_module.read_records_by_index,
+            shard_paths=shard_paths,
+            offsets_path=offsets.filename,
+            offsets_header_bytes=int(offsets.offset),
+            num_records=len(offsets),
+            verify_crc=verify_crc,
+        )
+
+    def __call__(self, indices: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        return self._read(indices)
+
+
+def _open_native_reader(
+    reader: str,
+    shard_paths: list[str],
+    offsets: np.ndarray,
+    verify_crc: bool,
+    payload_check: PayloadCheck | None,
+) -> _NativeReader | None:
+    """The native reader `reader` asks for, or None for the Python one."""
+    if reader == "python":
+        return None
+    problem = None
+    op_module = native.read_records_op()
+    if op_module is None:
+        problem = "the native op is not built (python -m components.native)"
+    elif payload_check is not None:
+        problem = "a payload_check runs in Python"
+    elif not (
+        isinstance(offsets, np.memmap)
+        and offsets.dtype == np.dtype("<i8")
+        and offsets.flags.c_contiguous
+    ):
+        problem = "the offset index is not a memory-mapped little-endian int64 array"
+    if problem is None:
+        return _NativeReader(op_module, shard_paths, offsets, verify_crc)
+    if reader == "native":
+        raise ValueError(f"reader='native' cannot be used: {problem}")
+    if op_module is None:
+        _warn_not_built()
+    return None
+
+
+@functools.cache
+def _warn_not_built() -> None:
+    logging.getLogger(__name__).warning(
+        "RecordStore disk backend: the native reader is not built, reading with os.pread in "
+        "Python (slower). Build it with `python -m components.native` (make setup does)."
+    )
 
 
 def _close_all(fds: list[int], close=os.close) -> None:

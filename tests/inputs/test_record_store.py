@@ -8,11 +8,21 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components import layout
+from components import layout, native
 from components.record_store import DamagedRecordError, RecordStore, masked_crc32c
 from tests.inputs import runs
 
-BACKENDS = ["memory", "disk"]
+# The memory backend, and the disk backend with each of its readers.
+STORES = ["memory", "disk-native", "disk-python"]
+DISK_STORES = ["disk-native", "disk-python"]
+
+
+def _open(output_dir: str, kind: str, **kwargs) -> RecordStore:
+    backend, _, reader = kind.partition("-")
+    store = RecordStore.open(output_dir, "x", backend=backend, reader=reader or "auto", **kwargs)
+    assert store.backend == backend
+    assert store.disk_reader == (reader or None)
+    return store
 
 
 def _records(rng: np.random.Generator, n: int) -> list[bytes]:
@@ -38,12 +48,11 @@ def test_masked_crc_matches_tfrecord_writer(tmp_path):
     assert int.from_bytes(frame[-4:], "little") == masked_crc32c(payload)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", STORES)
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_reads_match_written_records(run_dir, backend, seed):
+def test_reads_match_written_records(run_dir, kind, seed):
     output_dir, records = run_dir
-    store = RecordStore.open(output_dir, "x", backend=backend)
-    assert store.backend == backend
+    store = _open(output_dir, kind)
     assert store.num_records == len(records)
     assert store.record_set == "x"
     indices = np.random.default_rng(seed).integers(0, len(records), size=64)
@@ -51,10 +60,10 @@ def test_reads_match_written_records(run_dir, backend, seed):
     assert got == [records[i] for i in indices]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_reads_inside_dataset_map(run_dir, backend):
+@pytest.mark.parametrize("kind", STORES)
+def test_reads_inside_dataset_map(run_dir, kind):
     output_dir, records = run_dir
-    store = RecordStore.open(output_dir, "x", backend=backend)
+    store = _open(output_dir, kind)
     order = np.random.default_rng(3).permutation(len(records))
     ds = (
         tf.data.Dataset.from_tensor_slices(order.astype(np.int64))
@@ -74,11 +83,11 @@ def test_auto_backend_follows_memory_budget(run_dir):
     assert small.backend == "disk"
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", STORES)
 @pytest.mark.parametrize("bad_index", [-1, 257, 10**9])
-def test_out_of_range_index_names_index_and_size(run_dir, backend, bad_index):
+def test_out_of_range_index_names_index_and_size(run_dir, kind, bad_index):
     output_dir, _ = run_dir
-    store = RecordStore.open(output_dir, "x", backend=backend)
+    store = _open(output_dir, kind)
     with pytest.raises(tf.errors.InvalidArgumentError, match=rf"{bad_index}.*num_records = 257"):
         store.read(tf.constant([0, bad_index, 3], tf.int64))
     ds = tf.data.Dataset.from_tensors(tf.constant([bad_index], tf.int64)).map(store.read)
@@ -111,6 +120,15 @@ def test_inconsistent_index_is_rejected(tmp_path):
         RecordStore.open(output_dir, "x")
 
 
+# What a reader reports for each kind of damage `_damaged_run` makes.
+_REASONS = {
+    "payload": "payload CRC mismatch",
+    "length CRC": "length CRC mismatch",
+    "length field": r"frame length \d+ does not match the index \(\d+\)",
+    "truncated": "truncated shard",
+}
+
+
 def _damaged_run(tmp_path, damage: str):
     """A 3-shard run with one damaged record; returns (dir, records, index, shard path, offset)."""
     output_dir = str(tmp_path)
@@ -118,33 +136,30 @@ def _damaged_run(tmp_path, damage: str):
     records = [r or b"x" for r in records]
     paths = runs.write_record_set(output_dir, "x", records, num_shards=3)
     offsets = np.load(os.path.join(layout.index_dir(output_dir, "x"), layout.OFFSETS_FILE))
-    if damage == "payload":
-        index = 12
-        shard, offset, _ = offsets[index]
-        with open(paths[shard], "r+b") as f:
-            f.seek(offset + layout.FRAME_HEADER_BYTES)
-            first = f.read(1)
-            f.seek(offset + layout.FRAME_HEADER_BYTES)
-            f.write(bytes([first[0] ^ 0xFF]))
-    else:  # truncate the last shard in the middle of its last record
-        index = len(records) - 1
-        shard, offset, length = offsets[index]
-        with open(paths[shard], "r+b") as f:
+    index = len(records) - 1 if damage == "truncated" else 12
+    shard, offset, length = (int(v) for v in offsets[index])
+    with open(paths[shard], "r+b") as f:
+        if damage == "truncated":  # the last shard ends in the middle of its last record
             f.truncate(offset + layout.FRAME_HEADER_BYTES + length // 2)
-    return output_dir, records, index, paths[shard], int(offset)
+        else:
+            position = {"payload": layout.FRAME_HEADER_BYTES, "length CRC": 8, "length field": 0}
+            f.seek(offset + position[damage])
+            first = f.read(1)
+            f.seek(offset + position[damage])
+            f.write(bytes([first[0] ^ 0x01]))
+    return output_dir, records, index, paths[shard], offset
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("damage", ["payload", "truncated"])
-def test_damaged_record_fails_with_shard_and_offset(tmp_path, backend, damage):
+@pytest.mark.parametrize("kind", STORES)
+@pytest.mark.parametrize("damage", sorted(_REASONS))
+def test_damaged_record_fails_with_shard_and_offset(tmp_path, kind, damage):
     output_dir, _, index, shard, offset = _damaged_run(tmp_path, damage)
-    reason = "payload CRC mismatch" if damage == "payload" else "truncated shard"
-    expected = rf"record {index} \(shard {shard}, offset {offset}\): {reason}"
-    if backend == "memory":
+    expected = rf"record {index} \(shard {shard}, offset {offset}\): {_REASONS[damage]}"
+    if kind == "memory":
         with pytest.raises(DamagedRecordError, match=expected):
-            RecordStore.open(output_dir, "x", backend="memory")
+            _open(output_dir, kind)
         return
-    store = RecordStore.open(output_dir, "x", backend="disk")
+    store = _open(output_dir, kind)
     assert store.read([index - 1]).shape == [1]  # undamaged neighbours still read
     with pytest.raises(DamagedRecordError, match=expected):
         store.read([0, index])
@@ -153,11 +168,11 @@ def test_damaged_record_fails_with_shard_and_offset(tmp_path, backend, damage):
         list(ds)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("damage", ["payload", "truncated"])
-def test_damaged_record_skipped_and_counted(tmp_path, backend, damage):
+@pytest.mark.parametrize("kind", STORES)
+@pytest.mark.parametrize("damage", sorted(_REASONS))
+def test_damaged_record_skipped_and_counted(tmp_path, kind, damage):
     output_dir, records, index, shard, offset = _damaged_run(tmp_path, damage)
-    store = RecordStore.open(output_dir, "x", backend=backend, on_damaged="skip")
+    store = _open(output_dir, kind, on_damaged="skip")
     batch = [index, 0, index, 1]
     got, ok = store.read_checked(batch)
     assert ok.numpy().tolist() == [False, True, False, True]
@@ -171,17 +186,20 @@ def test_damaged_record_skipped_and_counted(tmp_path, backend, damage):
     assert store.locate(index) == (shard, offset)
 
 
-def test_crc_check_can_be_disabled(tmp_path):
+@pytest.mark.parametrize("kind", DISK_STORES)
+def test_crc_check_can_be_disabled(tmp_path, kind):
     output_dir, records, index, _, _ = _damaged_run(tmp_path, "payload")
-    store = RecordStore.open(output_dir, "x", backend="disk", verify_crc=False)
+    store = _open(output_dir, kind, verify_crc=False)
     got = store.read([index]).numpy()[0]
     assert got != records[index] and len(got) == len(records[index])
 
 
-def test_truncation_detected_without_crc(tmp_path):
-    output_dir, _, index, _, _ = _damaged_run(tmp_path, "truncated")
-    store = RecordStore.open(output_dir, "x", backend="disk", verify_crc=False)
-    with pytest.raises(DamagedRecordError, match="truncated shard"):
+@pytest.mark.parametrize("kind", DISK_STORES)
+@pytest.mark.parametrize("damage", ["truncated", "length field"])
+def test_frame_checks_without_crc(tmp_path, kind, damage):
+    output_dir, _, index, _, _ = _damaged_run(tmp_path, damage)
+    store = _open(output_dir, kind, verify_crc=False)
+    with pytest.raises(DamagedRecordError, match=_REASONS[damage]):
         store.read([index])
 
 
@@ -191,3 +209,23 @@ def test_bad_arguments_are_rejected(run_dir):
         RecordStore.open(output_dir, "x", backend="ssd")
     with pytest.raises(ValueError, match="on_damaged"):
         RecordStore.open(output_dir, "x", on_damaged="ignore")
+
+
+def test_native_reader_is_the_default_where_a_compiler_is(run_dir):
+    # `make setup` builds it; without this check a broken build would silently fall back.
+    if native.compiler() is None:
+        pytest.skip("no C++ compiler on this machine: the disk backend reads in Python")
+    assert native.read_records_op() is not None
+    output_dir, _ = run_dir
+    assert RecordStore.open(output_dir, "x", backend="disk").disk_reader == "native"
+
+
+def test_payload_check_needs_the_python_reader(run_dir):
+    output_dir, records = run_dir
+    with pytest.raises(ValueError, match="payload_check runs in Python"):
+        RecordStore.open(
+            output_dir, "x", backend="disk", reader="native", payload_check=lambda _: None
+        )
+    store = RecordStore.open(output_dir, "x", backend="disk", payload_check=lambda _: None)
+    assert store.disk_reader == "python"
+    assert store.read([3]).numpy().tolist() == [records[3]]
