@@ -7,18 +7,26 @@ The on-disk result follows `components.layout`; `python -m components.materializ
 describes the flags.
 """
 
-from components.materialize.audio_pipeline import build_audio_pipeline, run_audio
-from components.materialize.config import AudioConfig, PairsConfig, ShardingConfig
-from components.materialize.errors import MaterializeError
-from components.materialize.pairs_pipeline import build_pairs_pipeline, run_pairs
+import importlib
 
-__all__ = [
-    "AudioConfig",
-    "MaterializeError",
-    "PairsConfig",
-    "ShardingConfig",
-    "build_audio_pipeline",
-    "build_pairs_pipeline",
-    "run_audio",
-    "run_pairs",
-]
+# Exports resolve on first use: a Beam worker unpickling a DoFn imports this package, and the
+# pairs job's workers must not pay for the audio job's TensorFlow and tensorflow-io imports.
+_EXPORTS = {
+    "AudioConfig": "config",
+    "MaterializeError": "errors",
+    "PairsConfig": "config",
+    "ShardingConfig": "config",
+    "build_audio_pipeline": "audio_pipeline",
+    "build_pairs_pipeline": "pairs_pipeline",
+    "run_audio": "audio_pipeline",
+    "run_pairs": "pairs_pipeline",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

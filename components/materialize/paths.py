@@ -1,8 +1,9 @@
 """Input paths: record ids, root-escape checks, directory listing and reading file bytes.
 
-Files are listed with `tf.io.gfile` and read with Beam's `FileSystems`, so local paths and object
-stores (gs://, s3://, hdfs://) work alike. Symlinks exist only on local file systems; there the
-resolved path must stay below the resolved root.
+Files are read with Beam's `FileSystems`, so local paths and object stores (gs://, s3://,
+hdfs://) work alike. Local folders are listed with `os.scandir`; other roots with `tf.io.gfile`,
+imported there, so a worker of a local run never imports TensorFlow. Symlinks exist only on
+local file systems; there the resolved path must stay below the resolved root.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import os
 import posixpath
 from collections.abc import Iterator
 
-import tensorflow as tf
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
@@ -86,9 +86,10 @@ def read_bytes(root: str, path: str) -> bytes:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             return handle.read()
     except Exception as error:  # Beam wraps file-system errors in several types.
-        if not tf.io.gfile.exists(path):
+        if not FileSystems.exists(path):
             raise rejects.RejectedInput(rejects.MISSING_FILE, "file not found") from error
-        if tf.io.gfile.isdir(path):
+        # Object stores have no directories: a prefix there does not exist as a file.
+        if is_local(path) and os.path.isdir(path):
             raise rejects.RejectedInput(rejects.UNSUPPORTED_FORMAT, "a directory") from error
         raise rejects.RejectedInput(rejects.READ_ERROR, _one_line(error)) from error
 
@@ -103,6 +104,8 @@ def list_files(root: str) -> Iterator[str]:
     if is_local(root):
         yield from _list_local_files(root)
         return
+    import tensorflow as tf  # on use: only object-store roots need it
+
     pending = [root]
     while pending:
         directory = pending.pop()

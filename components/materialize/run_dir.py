@@ -1,10 +1,12 @@
-"""The output directory of one run: preparing it and reading back its summary."""
+"""The output directory of one run: preparing it and reading back its summary.
+
+Both run in the launcher only; `tf.io.gfile` is imported on use because the pipeline modules
+import this one, and Beam workers importing those must not import TensorFlow.
+"""
 
 from __future__ import annotations
 
 import os
-
-import tensorflow as tf
 
 from components import layout
 from components.materialize.errors import MaterializeError
@@ -15,6 +17,8 @@ _RUN_ENTRIES = (layout.EXAMPLES_DIR, layout.INDEX_DIR, layout.SUMMARY_FILE, layo
 def prepare_output_dir(output_dir: str, overwrite: bool) -> None:
     """Creates `output_dir`; refuses a non-empty one unless `overwrite`, which then removes the
     files of a previous run (so no stale shard survives next to new ones)."""
+    import tensorflow as tf
+
     if tf.io.gfile.exists(output_dir) and not tf.io.gfile.isdir(output_dir):
         raise MaterializeError(f"--output_dir is a file: {output_dir}")
     if tf.io.gfile.isdir(output_dir) and tf.io.gfile.listdir(output_dir):
@@ -33,6 +37,8 @@ def prepare_output_dir(output_dir: str, overwrite: bool) -> None:
 
 def read_summary(output_dir: str) -> dict:
     """Loads `summary.json`; raises MaterializeError with the run's error when it failed."""
+    import tensorflow as tf
+
     path = os.path.join(output_dir, layout.SUMMARY_FILE)
     if not tf.io.gfile.exists(path):
         raise MaterializeError(f"the pipeline finished without writing {path}")

@@ -1,0 +1,67 @@
+"""A Beam worker of the pairs job must not import TensorFlow: each worker process would pay
+~6 s of CPU for it before its first element (see bench/bench_materialize.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+from tests.materialize import generate
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Every module whose functions or classes the pairs pipeline's DoFns, CombineFns and lambdas
+# reference, so a worker imports it when it unpickles them.
+PAIRS_WORKER_MODULES = (
+    "components.layout",
+    "components.materialize",
+    "components.materialize.class_index",
+    "components.materialize.common",
+    "components.materialize.config",
+    "components.materialize.errors",
+    "components.materialize.features",
+    "components.materialize.id_index",
+    "components.materialize.images",
+    "components.materialize.pair_list",
+    "components.materialize.pairs_pipeline",
+    "components.materialize.paths",
+    "components.materialize.rejects",
+    "components.materialize.run_dir",
+    "components.materialize.shards",
+    "components.materialize.verdict",
+)
+
+
+def test_pairs_worker_code_does_not_import_tensorflow(tmp_path):
+    rng = np.random.default_rng(0)
+    (tmp_path / "x" / "sub").mkdir(parents=True)
+    (tmp_path / "x" / "a.png").write_bytes(generate.image_bytes(rng))
+    (tmp_path / "x" / "b.png").write_bytes(b"not an image")
+    script = textwrap.dedent(
+        f"""
+        import importlib, sys
+        for name in {PAIRS_WORKER_MODULES!r}:
+            importlib.import_module(name)
+        from components.materialize import images, pair_list, pairs_pipeline, paths
+        root = {str(tmp_path / "x")!r}
+        listed = sorted(paths.list_files(root))
+        batch = [(paths.relative_id(root, p), p) for p in listed + [root + "/missing.png"]]
+        batch.append(("sub", root + "/sub"))
+        decode = pairs_pipeline._DecodeImages({{"x": root}}, images.ImageStorage())
+        outputs = list(decode.process(("x", batch)))
+        pair_list.parse_entry('{{"x": "a.png", "y": ["b.png"]}}', "jsonl")
+        print("OUTPUTS", len(outputs))
+        print("TF_MODULES", sorted(m for m in sys.modules if m.split(".")[0] == "tensorflow"))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    # One batch of records (a.png) and three rejects: corrupt, missing, a directory.
+    assert "OUTPUTS 4" in result.stdout, result.stdout
+    assert "TF_MODULES []" in result.stdout, result.stdout
