@@ -186,7 +186,6 @@ REGISTER_OP("ReadRecordsByIndex")
     .Attr("offsets_header_bytes: int")
     .Attr("num_records: int")
     .Attr("verify_crc: bool = true")
-    .SetIsStateful()
     .SetShapeFn([](::tensorflow::shape_inference::InferenceContext* c) {
       ::tensorflow::shape_inference::ShapeHandle indices;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &indices));
