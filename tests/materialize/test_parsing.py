@@ -50,6 +50,16 @@ def test_normalize_id_rejects_unsafe_paths(raw):
     assert caught.value.reason == rejects.UNSAFE_PATH
 
 
+@pytest.mark.parametrize("suffix", ["", "/", "/.", "//"])
+def test_listed_files_get_their_relative_ids(tmp_path, suffix):
+    for name in ("a.png", "d/b.png", "d/e/c.png"):
+        (tmp_path / "r" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "r" / name).write_bytes(b"")
+    root = str(tmp_path / "r") + suffix
+    ids = sorted(paths.relative_id(root, path) for path in paths.list_files(root))
+    assert ids == ["a.png", "d/b.png", "d/e/c.png"]
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     ids=st.sets(st.text(min_size=1, max_size=12).filter(lambda s: "\0" not in s), max_size=40),
