@@ -3,12 +3,15 @@
 1. Materialization rate (records/s, x + y records) of `run_pairs` on DirectRunner, in memory
    and with two worker processes, against a plain Python loop that writes the same shards and
    indexes from the same input (asserted byte-identical). Medians of `--repeats` runs.
-   Two-worker runs also pay a fixed start-up (worker processes importing Beam and
-   TensorFlow); it is measured on a 40-image job and reported separately.
-2. Training read rate (records/s) of the two image storages: a tf.data pass (TFRecordDataset
+   Two-worker runs also pay a fixed start-up (worker processes importing Beam); it is
+   measured on a 40-image job and reported separately.
+2. The same two-worker comparison at `--scale_records`, where that start-up is amortized
+   (one run each, outputs asserted byte-identical; 0 skips it).
+3. Training read rate (records/s) of the two image storages: a tf.data pass (TFRecordDataset
    -> parse_example -> decode to uint8 [H, W, 3]) over the same images stored encoded and raw.
 
     .venv/bin/python bench/bench_materialize.py [--quick] [--records N] [--repeats R]
+        [--scale_records N]
 
 Prints ratios and a JSON result (also written to bench/results/bench_materialize.json).
 """
@@ -16,6 +19,7 @@ Prints ratios and a JSON result (also written to bench/results/bench_materialize
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -34,6 +38,8 @@ from components.materialize.shards import IdTable, plan_shards
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 MAX_SHARD_BYTES = 8 << 20
+IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+TWO_PROCESSES = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
 
 
 def make_images(directory: str, names: list[str], size: int, rng: np.random.Generator) -> None:
@@ -102,8 +108,9 @@ def plain_loop(x_dir: str, y_dir: str, pairs_path: str, output_dir: str, storage
     return len(records["x"]) + len(records["y"])
 
 
-def comparable_files(output_dir: str) -> dict[str, bytes]:
-    """Shards and indexes (not summary.json / rejects.jsonl, which the baseline skips)."""
+def comparable_files(output_dir: str) -> dict[str, str]:
+    """SHA-256 of the shards and indexes (not summary.json / rejects.jsonl, which the baseline
+    skips), by path relative to the run; digests keep a 200k-record run's bytes out of memory."""
     files = {}
     for directory, _, names in os.walk(output_dir):
         for name in names:
@@ -111,7 +118,7 @@ def comparable_files(output_dir: str) -> dict[str, bytes]:
             relative = os.path.relpath(path, output_dir)
             if relative not in (layout.SUMMARY_FILE, layout.REJECTS_FILE):
                 with open(path, "rb") as f:
-                    files[relative] = f.read()
+                    files[relative] = hashlib.sha256(f.read()).hexdigest()
     return files
 
 
@@ -140,6 +147,36 @@ def timed(fn, repeats: int) -> tuple[float, object]:
         result = fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times), result
+
+
+def scale_run(
+    workdir: str, num_records: int, size: int, degree: int, storage: images.ImageStorage
+) -> dict:
+    """The plain loop against two Beam worker processes on `num_records` fresh images, one run
+    each (a repeat would cost minutes at this size); the outputs must be byte-identical."""
+    root = os.path.join(workdir, "scale")
+    inputs = make_inputs(os.path.join(root, "in"), num_records, size, degree, seed=2)
+    plain_dir, beam_dir = os.path.join(root, "plain"), os.path.join(root, "beam_2_processes")
+    seconds = {}
+    seconds["plain_loop"], written = timed(lambda: plain_loop(*inputs, plain_dir, storage), 1)
+    seconds["beam_2_processes"], beam_written = timed(
+        lambda: beam_job(*inputs, beam_dir, TWO_PROCESSES), 1
+    )
+    assert beam_written == written, (beam_written, written)
+    assert comparable_files(beam_dir) == comparable_files(plain_dir), (
+        f"beam_2_processes output differs from the plain loop at {num_records} records"
+    )
+    shutil.rmtree(root)
+    rates = {name: written / s for name, s in seconds.items()}
+    return {
+        "records": written,
+        "seconds": {k: round(v, 3) for k, v in seconds.items()},
+        "records_per_s": {k: round(v, 1) for k, v in rates.items()},
+        "ratio_vs_plain": {
+            "beam_2_processes": round(rates["beam_2_processes"] / rates["plain_loop"], 3)
+        },
+        "outputs_byte_identical": True,
+    }
 
 
 def read_rate(output_dir: str, record_set: str, size: int, repeats: int) -> float:
@@ -186,9 +223,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--image_size", type=int, default=32)
     parser.add_argument("--degree", type=int, default=4)
+    parser.add_argument(
+        "--scale_records",
+        type=int,
+        default=None,
+        help="records of the plain loop vs 2-process run, one repeat; 0 skips it "
+        "(default 200000, 4000 with --quick)",
+    )
     args = parser.parse_args()
     num_records = 2000 if args.quick else args.records
     repeats = 1 if args.quick else args.repeats
+    scale_records = args.scale_records
+    if scale_records is None:
+        scale_records = 4000 if args.quick else 200000
     size = args.image_size
     workdir = tempfile.mkdtemp(prefix="bench_materialize_")
     try:
@@ -204,13 +251,7 @@ def main() -> None:
 
         plain_s, written = timed(fresh_plain, repeats)
         expected = comparable_files(plain_dir)
-        modes = {
-            "beam_in_memory": ["--direct_running_mode=in_memory", "--direct_num_workers=1"],
-            "beam_2_processes": [
-                "--direct_running_mode=multi_processing",
-                "--direct_num_workers=2",
-            ],
-        }
+        modes = {"beam_in_memory": IN_MEMORY, "beam_2_processes": TWO_PROCESSES}
         seconds = {"plain_loop": plain_s}
         for name, beam_args in modes.items():
             out = os.path.join(workdir, name)
@@ -224,14 +265,17 @@ def main() -> None:
             assert comparable_files(out) == expected, f"{name} output differs from the plain loop"
         tiny = make_inputs(os.path.join(workdir, "tiny"), 40, size, 2, seed=1)
         startup_s, _ = timed(
-            lambda: beam_job(*tiny, os.path.join(workdir, "tiny_out"), modes["beam_2_processes"]),
+            lambda: beam_job(*tiny, os.path.join(workdir, "tiny_out"), TWO_PROCESSES),
             repeats,
+        )
+        scale = (
+            scale_run(workdir, scale_records, size, args.degree, storage) if scale_records else None
         )
 
         rates = {name: written / s for name, s in seconds.items()}
         steady_2p = written / max(seconds["beam_2_processes"] - startup_s, 1e-9)
         raw_dir = os.path.join(workdir, "raw")
-        beam_job(x_dir, y_dir, pairs_path, raw_dir, modes["beam_in_memory"], "raw", size)
+        beam_job(x_dir, y_dir, pairs_path, raw_dir, IN_MEMORY, "raw", size)
         read = {
             "encoded_png": read_rate(os.path.join(workdir, "beam_in_memory"), "y", size, repeats),
             "raw_uint8": read_rate(raw_dir, "y", size, repeats),
@@ -253,6 +297,7 @@ def main() -> None:
             },
             "beam_2_processes_startup_s": round(startup_s, 3),
             "outputs_byte_identical": True,
+            "scale": scale,
             "train_read_records_per_s": {k: round(v, 1) for k, v in read.items()},
             "train_read_raw_over_encoded": round(read["raw_uint8"] / read["encoded_png"], 3),
             "bytes_per_record": bytes_per_record,
@@ -260,8 +305,12 @@ def main() -> None:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     for name in ("beam_in_memory", "beam_2_processes", "beam_2_processes_without_startup"):
-        print(f"{name:34s} {result['ratio_vs_plain'][name]:.2f}x the plain loop")
-    print(f"{'train read, raw vs encoded':34s} {result['train_read_raw_over_encoded']:.2f}x")
+        label = f"{name}, {written} records"
+        print(f"{label:50s} {result['ratio_vs_plain'][name]:.2f}x the plain loop")
+    if scale:
+        label = f"beam_2_processes, {scale['records']} records"
+        print(f"{label:50s} {scale['ratio_vs_plain']['beam_2_processes']:.2f}x the plain loop")
+    print(f"{'train read, raw vs encoded':50s} {result['train_read_raw_over_encoded']:.2f}x")
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, "bench_materialize.json"), "w") as f:
         json.dump(result, f, indent=2)
