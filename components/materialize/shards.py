@@ -26,6 +26,9 @@ from components.materialize.id_index import IdIndex
 # One record on its way to a shard: (record number, serialized tf.train.Example, class id or -1).
 ShardRecord = tuple[int, bytes, int]
 
+# The end of the message a shard writer fails with when the records it receives are not its plan.
+LOST_RECORDS = "records were lost or duplicated between stages"
+
 
 @dataclasses.dataclass(frozen=True)
 class IdTable:
@@ -158,7 +161,7 @@ class _WriteShard(beam.DoFn):
         if not np.array_equal(record_numbers, np.arange(start, end)):
             raise RuntimeError(
                 f"shard {shard} of {record_set!r} received {len(records)} records, planned "
-                f"{end - start}: records were lost or duplicated between stages"
+                f"{end - start}: {LOST_RECORDS}"
             )
         offsets = layout.write_shard(
             plan.shard_path(self._output_dir, shard), [r[1] for r in records]
