@@ -36,9 +36,10 @@ def run_job(
     """Prepares `output_dir`, runs the pipeline `build` adds to, and returns the summary.
 
     Raises MaterializeError when a shard writer finds its records differ from the plan: the
-    runner lost or repeated elements between stages. Measured here with the DirectRunner's
-    `multi_processing` mode on about 1 GB of payloads, intermittently (2 of 5 runs); the same
-    input was complete with `in_memory` and `multi_threading`.
+    runner lost or repeated elements between stages. Beam 2.59's DirectRunner does that with
+    `--direct_num_workers` > 1 (multi_processing and multi_threading) on about 1.3 GB of
+    payloads, intermittently; `bench/direct_runner_loss_repro.py` shows it without this
+    project's code.
     """
     run_dir.prepare_output_dir(output_dir, overwrite)
     pipeline = make_pipeline() if make_pipeline else make_default_pipeline(beam_pipeline_args)
@@ -52,9 +53,9 @@ def run_job(
         detail = lost.split("RuntimeError: ")[-1].split(" [while running")[0].strip()
         raise MaterializeError(
             f"the Beam runner did not deliver every record to its shard writer ({detail}); "
-            f"{output_dir} is incomplete (no summary.json). Known with the DirectRunner's "
-            "--direct_running_mode=multi_processing on large inputs: rerun, or use "
-            "multi_threading or in_memory locally"
+            f"{output_dir} is incomplete (no summary.json). Known with the DirectRunner and "
+            "--direct_num_workers > 1 on large inputs: use --direct_running_mode=in_memory "
+            "locally, or a distributed runner"
         ) from None
     return run_dir.read_summary(output_dir)
 

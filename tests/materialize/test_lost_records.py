@@ -42,7 +42,7 @@ def test_job_turns_lost_records_into_one_clear_error(tmp_path):
     message = str(raised.value)
     assert "\n" not in message
     assert "shard 1 of 'y' received 2 records, planned 4" in message
-    assert "multi_processing" in message and "incomplete" in message
+    assert "direct_num_workers" in message and "incomplete" in message
 
 
 def test_other_pipeline_errors_pass_through(tmp_path):
