@@ -61,7 +61,7 @@ VALUES_FILE = "values.npy"
 FRAME_HEADER_BYTES = 12
 FRAME_FOOTER_BYTES = 4
 FRAME_OVERHEAD_BYTES = FRAME_HEADER_BYTES + FRAME_FOOTER_BYTES
-_CRC_MASK_DELTA = 0xA282EAD8
+CRC_MASK_DELTA = 0xA282EAD8
 
 # Feature keys of the two record kinds (see schemas/*.pbtxt).
 ID_KEY = "id"
@@ -112,7 +112,7 @@ def shard_name(shard: int, num_shards: int) -> str:
 def masked_crc32c(data: bytes) -> int:
     """The CRC32C of `data`, masked as TFRecord frames store it."""
     crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + _CRC_MASK_DELTA) & 0xFFFFFFFF
+    return (((crc >> 15) | (crc << 17)) + CRC_MASK_DELTA) & 0xFFFFFFFF
 
 
 def tfrecord_frame(record: bytes) -> bytes:

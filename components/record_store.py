@@ -45,24 +45,15 @@ BACKENDS = ("auto", "memory", "disk")
 READERS = ("auto", "native", "python")
 ON_DAMAGED = ("fail", "skip")
 
-_CRC_MASK_DELTA = 0xA282EAD8
-
-
 _ZERO_LENGTH_FIELD = bytes(8)
 _ZERO_CRC_FIELDS = bytes(8)
 
 
-def masked_crc32c(data: bytes) -> int:
-    """The TFRecord checksum of `data`: CRC32C, rotated right by 15 bits, plus a constant."""
-    crc = google_crc32c.value(data)
-    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _CRC_MASK_DELTA) & 0xFFFFFFFF
-
-
 def _mask_crc(crcs: np.ndarray) -> np.ndarray:
-    """`masked_crc32c` on raw CRC32C values (uint32, any shape), vectorized."""
+    """`layout.masked_crc32c` on raw CRC32C values (uint32, any shape), vectorized."""
     crcs = crcs.astype(np.uint64)
     rotated = ((crcs >> 15) | (crcs << 17)) & 0xFFFFFFFF
-    return ((rotated + _CRC_MASK_DELTA) & 0xFFFFFFFF).astype(np.uint32)
+    return ((rotated + layout.CRC_MASK_DELTA) & 0xFFFFFFFF).astype(np.uint32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -500,11 +491,11 @@ def _frame_problem(frame: bytes, length: int, verify_crc: bool) -> str | None:
     if not verify_crc:
         return None
     (length_crc,) = struct.unpack_from("<I", frame, 8)
-    if length_crc != masked_crc32c(frame[:8]):
+    if length_crc != layout.masked_crc32c(frame[:8]):
         return "length CRC mismatch"
     payload_end = layout.FRAME_HEADER_BYTES + length
     (payload_crc,) = struct.unpack_from("<I", frame, payload_end)
-    if payload_crc != masked_crc32c(frame[layout.FRAME_HEADER_BYTES : payload_end]):
+    if payload_crc != layout.masked_crc32c(frame[layout.FRAME_HEADER_BYTES : payload_end]):
         return "payload CRC mismatch"
     return None
 
