@@ -223,7 +223,7 @@ def load_npy(path: str, mmap: bool = True) -> np.ndarray:
     if "://" in path:
         fd, local = tempfile.mkstemp(suffix=".npy")
         os.close(fd)
-        _gfile().copy(path, local, overwrite=True)
+        gfile().copy(path, local, overwrite=True)
         path = local
     if not os.path.exists(path):
         raise FileNotFoundError(f"index file not found: {path}")
@@ -249,7 +249,7 @@ def save_json(path: str, obj: object) -> None:
 
 
 def load_json(path: str) -> object:
-    with _gfile().GFile(path) as f:
+    with gfile().GFile(path) as f:
         return json.loads(f.read())
 
 
@@ -259,7 +259,7 @@ def save_lines(path: str, lines: list[str]) -> None:
 
 
 def load_lines(path: str) -> list[str]:
-    with _gfile().GFile(path) as f:
+    with gfile().GFile(path) as f:
         return f.read().splitlines()
 
 
@@ -271,7 +271,9 @@ def _create(path: str) -> IO[bytes]:
     return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
-def _gfile():
-    import tensorflow as tf  # on use: the writers above must not pull TensorFlow into workers
+def gfile():
+    """`tf.io.gfile`, imported on first use: code that Beam workers import must not pull in
+    TensorFlow (a 10-25 s start-up per worker process) unless it really reads through it."""
+    import tensorflow as tf
 
     return tf.io.gfile

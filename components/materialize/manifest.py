@@ -8,6 +8,7 @@ import posixpath
 import re
 from typing import NamedTuple
 
+from components import layout
 from components.materialize import paths, rejects
 from components.materialize.errors import MaterializeError
 
@@ -44,11 +45,9 @@ def inspect_manifest(path: str, manifest_format: str = "auto") -> ManifestFormat
     For JSON Lines, whether rows carry a split is decided by the first non-empty row. Raises
     MaterializeError when the CSV header lacks `path` or `speaker`.
     """
-    import tensorflow as tf  # on use: the row parser runs in Beam workers
-
     if manifest_format == "auto":
         manifest_format = "csv" if path.lower().endswith(".csv") else "jsonl"
-    with tf.io.gfile.GFile(path, "r") as handle:
+    with layout.gfile().GFile(path, "r") as handle:
         first_line = ""
         for line in handle:
             if line.strip():

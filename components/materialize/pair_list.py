@@ -6,6 +6,7 @@ import csv
 import json
 from typing import NamedTuple
 
+from components import layout
 from components.materialize import paths, rejects
 
 CSV_HEADER = ("x", "y")
@@ -27,9 +28,7 @@ def resolve_format(path: str, pairs_format: str = "auto") -> str:
 
 def has_csv_header(path: str) -> bool:
     """True when the first line of a CSV edge list is the `x,y` header."""
-    import tensorflow as tf  # on use: the parser runs in Beam workers, which need no TensorFlow
-
-    with tf.io.gfile.GFile(path, "r") as handle:
+    with layout.gfile().GFile(path, "r") as handle:
         first_line = handle.readline().lstrip("\ufeff")
     return tuple(v.strip() for v in next(csv.reader([first_line]), [])) == CSV_HEADER
 

@@ -1,9 +1,10 @@
 """Input paths: record ids, root-escape checks, directory listing and reading file bytes.
 
 Files are read with Beam's `FileSystems`, so local paths and object stores (gs://, s3://,
-hdfs://) work alike. Local folders are listed with `os.scandir`; other roots with `tf.io.gfile`,
-imported there, so a worker of a local run never imports TensorFlow. Symlinks exist only on
-local file systems; there the resolved path must stay below the resolved root.
+hdfs://) work alike. Local folders are listed with `os.scandir`; other roots with `tf.io.gfile`
+(`layout.gfile()`, imported on use), so a worker of a local run never imports TensorFlow.
+Symlinks exist only on local file systems; there the resolved path must stay below the resolved
+root.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from components import layout
 from components.materialize import rejects
 
 _FORBIDDEN_CHARACTERS = frozenset("\n\r\0")
@@ -104,14 +106,13 @@ def list_files(root: str) -> Iterator[str]:
     if is_local(root):
         yield from _list_local_files(root)
         return
-    import tensorflow as tf  # on use: only object-store roots need it
-
+    gfile = layout.gfile()
     pending = [root]
     while pending:
         directory = pending.pop()
-        for name in tf.io.gfile.listdir(directory):
+        for name in gfile.listdir(directory):
             path = posixpath.join(directory, name.rstrip("/"))
-            if tf.io.gfile.isdir(path):
+            if gfile.isdir(path):
                 pending.append(path)
             else:
                 yield path
