@@ -40,6 +40,8 @@ from components.epoch_plan import index_variable
 
 # A payload check returns None for a good payload and the reason otherwise.
 PayloadCheck = Callable[[bytes], "str | None"]
+# The native op bound to one record set: int64 [B] -> (tf.string [B] records, tf.bool [B] ok).
+NativeRead = Callable[[tf.Tensor], "tuple[tf.Tensor, tf.Tensor]"]
 
 BACKENDS = ("auto", "memory", "disk")
 READERS = ("auto", "native", "python")
@@ -92,7 +94,7 @@ class RecordStore:
         records: tf.Variable | None = None,
         records_ok: tf.Variable | None = None,
         reader: _ShardReader | None = None,
-        native_reader: _NativeReader | None = None,
+        native_reader: NativeRead | None = None,
         on_damaged: str = "fail",
         damaged_records: Sequence[DamagedRecord] = (),
         parse_fn: Callable[[tf.Tensor], object] | None = None,
@@ -366,7 +368,7 @@ class _ShardReader:
         payloads: list[bytes] = [b""] * count
         length_fields = [_ZERO_LENGTH_FIELD] * count
         stored_crcs = [_ZERO_CRC_FIELDS] * count
-        computed_crcs = [0] * count
+        computed_crcs = [(0, 0)] * count
         truncated = np.zeros(count, dtype=bool)
         # The per-record loop only reads and slices; checks run vectorized afterwards, because
         # with page-cached shards the Python work per record, not the disk, bounds throughput.
@@ -380,15 +382,14 @@ class _ShardReader:
             length_fields[i] = frame[:8]
             if verify:
                 stored_crcs[i] = frame[8:header] + frame[end:]
-                computed_crcs[i] = crc(frame[:8]) | crc(payloads[i]) << 32
+                computed_crcs[i] = (crc(frame[:8]), crc(payloads[i]))
         bad = truncated | (
             np.frombuffer(b"".join(length_fields), dtype="<u8").astype(np.int64) != rows[:, 2]
         )
         if verify:
             # [count, 2]: (length CRC, payload CRC) of each frame, stored and computed.
             stored = np.frombuffer(b"".join(stored_crcs), dtype="<u4").reshape(count, 2)
-            computed = np.array(computed_crcs, dtype=np.uint64)
-            computed = np.stack([computed & 0xFFFFFFFF, computed >> 32], axis=1).astype(np.uint32)
+            computed = np.array(computed_crcs, dtype=np.uint32).reshape(count, 2)
             bad |= (_mask_crc(computed) != stored).any(axis=1)
         damaged = self.describe(indices[bad])
         if self._payload_check is not None:
@@ -419,30 +420,13 @@ class _ShardReader:
         return damaged
 
 
-class _NativeReader:
-    """The `ReadRecordsByIndex` op bound to one record set: int64 [B] -> (tf.string [B], ok)."""
-
-    def __init__(self, op_module, shard_paths: list[str], offsets: np.memmap, verify_crc: bool):
-        self._read = functools.partial(
-            op_module.read_records_by_index,
-            shard_paths=shard_paths,
-            offsets_path=offsets.filename,
-            offsets_header_bytes=int(offsets.offset),
-            num_records=len(offsets),
-            verify_crc=verify_crc,
-        )
-
-    def __call__(self, indices: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        return self._read(indices)
-
-
 def _open_native_reader(
     reader: str,
     shard_paths: list[str],
     offsets: np.ndarray,
     verify_crc: bool,
     payload_check: PayloadCheck | None,
-) -> _NativeReader | None:
+) -> NativeRead | None:
     """The native reader `reader` asks for, or None for the Python one."""
     if reader == "python":
         return None
@@ -459,7 +443,14 @@ def _open_native_reader(
     ):
         problem = "the offset index is not a memory-mapped little-endian int64 array"
     if problem is None:
-        return _NativeReader(op_module, shard_paths, offsets, verify_crc)
+        return functools.partial(
+            op_module.read_records_by_index,
+            shard_paths=shard_paths,
+            offsets_path=offsets.filename,
+            offsets_header_bytes=int(offsets.offset),
+            num_records=len(offsets),
+            verify_crc=verify_crc,
+        )
     if reader == "native":
         raise ValueError(f"reader='native' cannot be used: {problem}")
     if op_module is None:
