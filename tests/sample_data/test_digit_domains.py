@@ -11,21 +11,12 @@ from PIL import Image
 
 from pipeline import sample_data
 from pipeline.sample_data import write_digit_domains
+from tests.materialize.readback import run_files
 
 
 def read_pairs(path: str) -> list[dict]:
     with open(path) as f:
         return [json.loads(line) for line in f]
-
-
-def tree_bytes(root: str) -> dict[str, bytes]:
-    contents = {}
-    for directory, _, files in os.walk(root):
-        for name in files:
-            path = os.path.join(directory, name)
-            with open(path, "rb") as f:
-                contents[os.path.relpath(path, root)] = f.read()
-    return contents
 
 
 @pytest.fixture(scope="module")
@@ -86,21 +77,21 @@ def test_y_shows_the_same_digit_as_its_folder_says(domains):
 
 def test_same_arguments_give_identical_bytes_and_other_seed_other_pairs(tmp_path, domains):
     again = write_digit_domains(str(tmp_path / "again"))
-    first = tree_bytes(os.path.dirname(domains.pairs_path))
-    assert tree_bytes(os.path.dirname(again.pairs_path)) == first
+    first = run_files(os.path.dirname(domains.pairs_path))
+    assert run_files(os.path.dirname(again.pairs_path)) == first
     other = write_digit_domains(str(tmp_path / "other"), seed=1)
     assert read_pairs(other.pairs_path) != read_pairs(domains.pairs_path)
     # The seed changes the jitter of Y, never X.
     x_image = "3/0003.png"
-    assert tree_bytes(other.x_dir)[x_image] == tree_bytes(domains.x_dir)[x_image]
+    assert run_files(other.x_dir)[x_image] == run_files(domains.x_dir)[x_image]
 
 
 def test_second_call_with_same_parameters_writes_nothing(domains):
     output_dir = os.path.dirname(domains.pairs_path)
-    before = {p: os.stat(os.path.join(output_dir, p)).st_mtime_ns for p in tree_bytes(output_dir)}
+    before = {p: os.stat(os.path.join(output_dir, p)).st_mtime_ns for p in run_files(output_dir)}
     again = write_digit_domains(output_dir)
     assert again == domains
-    after = {p: os.stat(os.path.join(output_dir, p)).st_mtime_ns for p in tree_bytes(output_dir)}
+    after = {p: os.stat(os.path.join(output_dir, p)).st_mtime_ns for p in run_files(output_dir)}
     assert after == before
 
 
