@@ -403,9 +403,10 @@ def batches_per_second(datasets: dict, num_batches: int, repeats: int) -> dict:
 def bench_end_to_end(num_records, num_classes, n_c, num_batches, repeats, scratch) -> dict:
     import tensorflow as tf
 
-    from components import layout, native
+    from components import layout
     from components.audio_features import AudioFeatureConfig, audio_features
     from components.class_balanced import class_balanced
+    from components.record_store import RecordStore
 
     run_dir = os.path.join(scratch, "run")
     start = time.perf_counter()
@@ -445,7 +446,7 @@ def bench_end_to_end(num_records, num_classes, n_c, num_batches, repeats, scratc
         "batch": f"{n_c} x {N_P}",
         "features": "2 s random crop, 80 log-mel bins, 25/10 ms, mean normalization",
         "measured_batches": num_batches,
-        "disk_reader": "native" if native.read_records_op() is not None else "python",
+        "disk_reader": RecordStore.open(run_dir, "train", backend="disk").disk_reader,
     }
     datasets = {"sequential": sequential}
     for backend in ("memory", "disk"):
