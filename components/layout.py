@@ -131,6 +131,15 @@ def tfrecord_frame(record: bytes) -> bytes:
 def write_shard(path: str, records: list[bytes]) -> np.ndarray:
     """Writes serialized records to one uncompressed TFRecord shard at any Beam `FileSystems` path.
 
+    Returns int64 [n, 2]: the frame offset and payload length of each record, in order.
+    """
+    lengths = np.fromiter((len(r) for r in records), dtype=np.int64, count=len(records))
+    return write_frames(path, (tfrecord_frame(record) for record in records), lengths)
+
+
+def write_frames(path: str, frames: Iterable[bytes], lengths: np.ndarray) -> np.ndarray:
+    """Writes ready TFRecord frames (whose payloads are `lengths` int64 [n] bytes) as one shard.
+
     Returns int64 [n, 2]: the frame offset and payload length of each record, in order. Offsets
     follow from the lengths (every frame is payload + 16 bytes), so nothing is read back. The
     shard is written to a temporary name and renamed, so a reader never sees half a shard.
@@ -138,13 +147,13 @@ def write_shard(path: str, records: list[bytes]) -> np.ndarray:
     from apache_beam.io.filesystem import BeamIOError
     from apache_beam.io.filesystems import FileSystems
 
-    lengths = np.fromiter((len(r) for r in records), dtype=np.int64, count=len(records))
+    lengths = np.asarray(lengths, np.int64).reshape([-1])
     frame_ends = np.cumsum(lengths + FRAME_OVERHEAD_BYTES)
     offsets = frame_ends - (lengths + FRAME_OVERHEAD_BYTES)
     temporary = f"{path}.tmp-{os.getpid()}"
-    with _create(temporary) as f:
-        for record in records:
-            f.write(tfrecord_frame(record))
+    with create(temporary) as f:
+        for frame in frames:
+            f.write(frame)
     try:
         FileSystems.rename([temporary], [path])  # replaces `path` locally and on object stores
     except BeamIOError:
@@ -211,7 +220,7 @@ def save_npy(path: str, array: np.ndarray) -> None:
     """Writes `array` as .npy to any Beam `FileSystems` path."""
     buffer = io.BytesIO()
     np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
-    with _create(path) as f:
+    with create(path) as f:
         f.write(buffer.getvalue())
 
 
@@ -244,7 +253,7 @@ def load_csr(directory: str, mmap: bool = True) -> tuple[np.ndarray, np.ndarray]
 
 
 def save_json(path: str, obj: object) -> None:
-    with _create(path) as f:
+    with create(path) as f:
         f.write((json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
 
 
@@ -254,7 +263,7 @@ def load_json(path: str) -> object:
 
 
 def save_lines(path: str, lines: list[str]) -> None:
-    with _create(path) as f:
+    with create(path) as f:
         f.write("".join(f"{line}\n" for line in lines).encode())
 
 
@@ -263,7 +272,7 @@ def load_lines(path: str) -> list[str]:
         return f.read().splitlines()
 
 
-def _create(path: str) -> IO[bytes]:
+def create(path: str) -> IO[bytes]:
     """Opens `path` for writing, uncompressed whatever its name; a local parent folder is made."""
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems

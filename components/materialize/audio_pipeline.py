@@ -1,8 +1,10 @@
 """The audio job: a speaker manifest -> one labelled record set per split, with class indexes.
 
 Rows are parsed, deduplicated and assigned a split on ids alone; each utterance is then decoded
-once (tensorflow-io), its Example built with the class id from its split's vocabulary, and
-shuffled once, to its shard.
+once (tensorflow-io) and its PCM spilled to a file (`spill`). Once the vocabularies are known,
+its Example is built with the class id from its split's vocabulary and spilled again, and only
+that ref travels, grouped by shard, to the shard writer: the audio never passes through the
+runner.
 """
 
 from __future__ import annotations
@@ -15,7 +17,16 @@ import apache_beam as beam
 import numpy as np
 
 from components import layout
-from components.materialize import audio, common, features, manifest, paths, rejects, shards
+from components.materialize import (
+    audio,
+    common,
+    features,
+    manifest,
+    paths,
+    rejects,
+    shards,
+    spill,
+)
 from components.materialize.config import AudioConfig
 from components.materialize.manifest import ManifestRow
 from components.materialize.splits import EVAL, TRAIN, held_out_speakers, held_out_utterances
@@ -46,12 +57,13 @@ def run_audio(
 
 
 class Utterance(NamedTuple):
-    """A decoded utterance: `pcm` is little-endian int16 mono at the job's sample rate."""
+    """A decoded utterance: `pcm` is where its little-endian int16 mono samples, at the job's
+    sample rate, were spilled."""
 
     record_set: str
     id: str
     speaker: str
-    pcm: bytes
+    pcm: spill.SpillRef
     num_samples: int
 
 
@@ -117,9 +129,9 @@ def _assign_within_speaker(element, fraction: float, seed: int):
         yield row._replace(split=EVAL if row.id in held_out else TRAIN)
 
 
-class _DecodeUtterances(beam.DoFn):
-    def __init__(self, root: str, sample_rate: int):
-        super().__init__()
+class _DecodeUtterances(spill.SpillingDoFn):
+    def __init__(self, root: str, sample_rate: int, output_dir: str):
+        super().__init__(output_dir)
         self._root = root
         self._sample_rate = sample_rate
 
@@ -134,13 +146,13 @@ class _DecodeUtterances(beam.DoFn):
                 rejects.Reject(path, error.reason, error.detail, row.split, row.id),
             )
             return
-        pcm = waveform.samples.astype("<i2").tobytes()
+        [pcm] = self.spill.write([waveform.samples.astype("<i2").tobytes()])
         yield Utterance(row.split, row.id, row.speaker, pcm, len(waveform.samples))
 
 
-class _BuildExamples(beam.DoFn):
-    def __init__(self, sample_rate: int):
-        super().__init__()
+class _BuildExamples(spill.SpillingDoFn):
+    def __init__(self, sample_rate: int, output_dir: str):
+        super().__init__(output_dir)
         self._sample_rate = sample_rate
 
     def process(self, utterance: Utterance, class_ids: dict[str, dict[str, int]], plans):
@@ -148,7 +160,7 @@ class _BuildExamples(beam.DoFn):
         serialized = features.serialize_example(
             {
                 layout.ID_KEY: features.bytes_feature(utterance.id.encode("utf-8")),
-                layout.AUDIO_KEY: features.bytes_feature(utterance.pcm),
+                layout.AUDIO_KEY: features.bytes_feature(spill.read_payloads([utterance.pcm])[0]),
                 layout.NUM_SAMPLES_KEY: features.int64_feature(utterance.num_samples),
                 layout.SAMPLE_RATE_KEY: features.int64_feature(self._sample_rate),
                 layout.LABEL_KEY: features.int64_feature(class_id),
@@ -159,7 +171,7 @@ class _BuildExamples(beam.DoFn):
         yield from shards.group_by_shard(
             plan,
             plan.ids.lookup([utterance.id]),
-            [serialized],
+            self.spill.write([serialized]),
             np.array([class_id], np.int64),
         )
 
@@ -228,7 +240,7 @@ def build_audio_pipeline(
         rows
         | "SpreadRows" >> beam.Reshuffle()
         | "Decode"
-        >> beam.ParDo(_DecodeUtterances(config.root, config.sample_rate)).with_outputs(
+        >> beam.ParDo(_DecodeUtterances(config.root, config.sample_rate, output_dir)).with_outputs(
             REJECTED, main="utterances"
         )
     )
@@ -253,7 +265,7 @@ def build_audio_pipeline(
         >> beam.Map(
             lambda u: (
                 u.record_set,
-                ([u.id], [len(u.pcm) + len(u.id) + len(u.speaker) + _EXAMPLE_OVERHEAD_BYTES]),
+                ([u.id], [u.pcm.length + len(u.id) + len(u.speaker) + _EXAMPLE_OVERHEAD_BYTES]),
             )
         )
         | "CollectIds" >> beam.CombinePerKey(shards.CollectIds())
@@ -266,7 +278,7 @@ def build_audio_pipeline(
         beam.pvalue.AsDict(tables),
     )
     shard_batches = utterances | "BuildExamples" >> beam.ParDo(
-        _BuildExamples(config.sample_rate),
+        _BuildExamples(config.sample_rate, output_dir),
         beam.pvalue.AsSingleton(class_ids),
         beam.pvalue.AsSingleton(plans),
     )

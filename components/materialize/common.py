@@ -10,7 +10,7 @@ import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from components import layout
-from components.materialize import run_dir
+from components.materialize import run_dir, spill
 from components.materialize.config import ShardingConfig
 from components.materialize.errors import MaterializeError
 from components.materialize.id_index import IdIndex
@@ -38,8 +38,10 @@ def run_job(
     Raises MaterializeError when a shard writer finds its records differ from the plan: the
     runner lost or repeated elements between stages. Beam 2.59's DirectRunner does that with
     `--direct_num_workers` > 1 (multi_processing and multi_threading) on about 1.3 GB of
-    payloads, intermittently; `bench/direct_runner_loss_repro.py` shows it without this
-    project's code.
+    payloads, intermittently (`bench/direct_runner_loss_repro.py` shows it without this
+    project's code); the jobs now send only spill refs through the runner, far below that.
+
+    The spill files are removed when the pipeline ends, whether it succeeded or not.
     """
     run_dir.prepare_output_dir(output_dir, overwrite)
     pipeline = make_pipeline() if make_pipeline else make_default_pipeline(beam_pipeline_args)
@@ -57,6 +59,8 @@ def run_job(
             "--direct_num_workers > 1 on large inputs: use --direct_running_mode=in_memory "
             "locally, or a distributed runner"
         ) from None
+    finally:
+        spill.remove_spill_dir(output_dir)
     return run_dir.read_summary(output_dir)
 
 

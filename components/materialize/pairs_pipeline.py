@@ -1,8 +1,9 @@
 """The pairs job: image folders X and Y plus a valid-pair list -> record sets `x`, `y` and the
 valid-pair CSR index `index/pairs` over x records.
 
-Payloads travel in batches (one Beam element per `files_per_batch` files) and are shuffled
-once, to their shard; everything global (sorting, which x survive) runs on ids and record
+Files are decoded in batches (one Beam element per `files_per_batch` files); each decoded
+Example is spilled to a file at once (`spill`), and only its ref travels on, grouped by shard,
+to the shard writer. Everything global (sorting, which x survive) runs on ids and record
 numbers only.
 """
 
@@ -17,7 +18,7 @@ import apache_beam as beam
 import numpy as np
 
 from components import layout
-from components.materialize import common, images, pair_list, paths, rejects, shards
+from components.materialize import common, images, pair_list, paths, rejects, shards, spill
 from components.materialize.config import PairsConfig, ShardingConfig
 from components.materialize.id_index import IdIndex
 from components.materialize.shards import IdTable, ShardPlan
@@ -90,11 +91,11 @@ def _list_batches(record_set_root: tuple[str, str], batch_size: int) -> Iterator
         yield record_set, batch
 
 
-class _DecodeImages(beam.DoFn):
-    """(record_set, [(id, path)]) -> (record_set, [ids], [serialized Examples]); rejects."""
+class _DecodeImages(spill.SpillingDoFn):
+    """(record_set, [(id, path)]) -> (record_set, [ids], [SpillRef of each Example]); rejects."""
 
-    def __init__(self, roots: dict[str, str], storage: images.ImageStorage):
-        super().__init__()
+    def __init__(self, roots: dict[str, str], storage: images.ImageStorage, output_dir: str):
+        super().__init__(output_dir)
         self._roots = roots
         self._storage = storage
 
@@ -115,7 +116,7 @@ class _DecodeImages(beam.DoFn):
                     rejects.Reject(path, error.reason, error.detail, record_set, record_id),
                 )
         if ids:
-            yield record_set, ids, serialized
+            yield record_set, ids, self.spill.write(serialized)
 
 
 class _ParsePairEntries(beam.DoFn):
@@ -229,7 +230,7 @@ class _AssignRecords(beam.DoFn):
         self._roots = roots
 
     def process(self, decoded, plans, selection: XSelection):
-        record_set, ids, serialized = decoded
+        record_set, ids, refs = decoded
         if record_set == X:
             numbers = selection.candidate_record[selection.candidates.lookup(ids)]
             for i in np.flatnonzero(numbers < 0).tolist():
@@ -255,7 +256,7 @@ class _AssignRecords(beam.DoFn):
         yield from shards.group_by_shard(
             plans[record_set],
             numbers[kept],
-            [serialized[i] for i in kept.tolist()],
+            [refs[i] for i in kept.tolist()],
             np.full([len(kept)], -1, np.int64),
         )
 
@@ -327,12 +328,12 @@ def build_pairs_pipeline(pipeline: beam.Pipeline, config: PairsConfig) -> None:
         | "FilesPerBatch" >> beam.Map(lambda batch: (batch[0], len(batch[1])))
         | "FilesPerSet" >> beam.CombinePerKey(sum)
     )
-    decoded = listed | "Decode" >> beam.ParDo(_DecodeImages(roots, storage)).with_outputs(
-        REJECTED, main="records"
-    )
+    decoded = listed | "Decode" >> beam.ParDo(
+        _DecodeImages(roots, storage, output_dir)
+    ).with_outputs(REJECTED, main="records")
     tables = (
         decoded.records
-        | "Keys" >> beam.Map(lambda d: (d[0], (d[1], [len(s) for s in d[2]])))
+        | "Keys" >> beam.Map(lambda d: (d[0], (d[1], [ref.length for ref in d[2]])))
         | "CollectIds" >> beam.CombinePerKey(shards.CollectIds())
     )
     rejected_tables = (

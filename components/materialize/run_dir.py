@@ -10,8 +10,15 @@ import os
 
 from components import layout
 from components.materialize.errors import MaterializeError
+from components.materialize.spill import SPILL_DIR
 
-_RUN_ENTRIES = (layout.EXAMPLES_DIR, layout.INDEX_DIR, layout.SUMMARY_FILE, layout.REJECTS_FILE)
+_RUN_ENTRIES = (
+    layout.EXAMPLES_DIR,
+    layout.INDEX_DIR,
+    layout.SUMMARY_FILE,
+    layout.REJECTS_FILE,
+    SPILL_DIR,
+)
 
 
 def prepare_output_dir(output_dir: str, overwrite: bool) -> None:

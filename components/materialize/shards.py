@@ -1,9 +1,10 @@
 """Sorted, deterministic shard and offset-index writing for record sets, as Beam transforms.
 
 Records are ordered by id. The ids of a record set (small keys, never payloads) are gathered
-once to fix every record's number and shard (`ShardPlan`); payload batches are then grouped by
-shard, each shard is written by one worker with `components.layout.write_shard`, and the
-per-shard offsets are gathered into the record set's index.
+once to fix every record's number and shard (`ShardPlan`); the records' spill refs (see
+`spill`) are then grouped by shard, each shard is written by one worker, which copies its
+records' frames from the spill files, and the per-shard offsets are gathered into the record
+set's index. Payloads themselves never pass through the runner.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ import apache_beam as beam
 import numpy as np
 
 from components import layout
-from components.materialize import class_index, rejects
+from components.materialize import class_index, rejects, spill
 from components.materialize.config import ShardingConfig
 from components.materialize.id_index import IdIndex
+from components.materialize.spill import SpillRef
 
-# One record on its way to a shard: (record number, serialized tf.train.Example, class id or -1).
-ShardRecord = tuple[int, bytes, int]
+# One record on its way to a shard: (record number, where its serialized tf.train.Example was
+# spilled, class id or -1).
+ShardRecord = tuple[int, SpillRef, int]
 
 # The end of the message a shard writer fails with when the records it receives are not its plan.
 LOST_RECORDS = "records were lost or duplicated between stages"
@@ -123,15 +126,15 @@ def plan_shards(record_set: str, table: IdTable, sharding: ShardingConfig) -> Sh
 
 
 def group_by_shard(
-    plan: ShardPlan, record_numbers: np.ndarray, serialized: list[bytes], class_ids: np.ndarray
+    plan: ShardPlan, record_numbers: np.ndarray, refs: list[SpillRef], class_ids: np.ndarray
 ) -> Iterable[tuple[tuple[str, int], list[ShardRecord]]]:
-    """Splits one batch of planned records into `((record_set, shard), [ShardRecord])`."""
+    """Splits one batch of planned, spilled records into `((record_set, shard), [ShardRecord])`."""
     shards = plan.shard_of(record_numbers)
     for shard in np.unique(shards).tolist():
         members = np.flatnonzero(shards == shard).tolist()
         yield (
             (plan.record_set, shard),
-            [(int(record_numbers[i]), serialized[i], int(class_ids[i])) for i in members],
+            [(int(record_numbers[i]), refs[i], int(class_ids[i])) for i in members],
         )
 
 
@@ -163,8 +166,11 @@ class _WriteShard(beam.DoFn):
                 f"shard {shard} of {record_set!r} received {len(records)} records, planned "
                 f"{end - start}: {LOST_RECORDS}"
             )
-        offsets = layout.write_shard(
-            plan.shard_path(self._output_dir, shard), [r[1] for r in records]
+        refs = [r[1] for r in records]
+        offsets = layout.write_frames(
+            plan.shard_path(self._output_dir, shard),
+            spill.read_frames(refs),
+            np.fromiter((ref.length for ref in refs), np.int64, len(refs)),
         )
         beam.metrics.Metrics.counter(
             rejects.COUNTER_NAMESPACE, f"records_written_{record_set}"

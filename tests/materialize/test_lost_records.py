@@ -6,10 +6,13 @@ import apache_beam as beam
 import numpy as np
 import pytest
 
-from components.materialize import common, shards
+from components.materialize import common, shards, spill
 from components.materialize.errors import MaterializeError
 from components.materialize.id_index import IdIndex
 from components.materialize.verdict import Verdict
+
+# The writer refuses before it reads a frame, so the refs point nowhere.
+_UNREAD = spill.SpillRef("never-read.tfrecord", 0, 7)
 
 
 def _plan(num_records: int) -> shards.ShardPlan:
@@ -21,7 +24,7 @@ def _plan(num_records: int) -> shards.ShardPlan:
 def test_shard_writer_refuses_records_that_differ_from_its_plan(tmp_path, received):
     plan = _plan(8)  # shard 0 holds records 0..3
     writer = shards._WriteShard(str(tmp_path))
-    element = (("y", 0), [[(r, b"payload", -1) for r in received]])
+    element = (("y", 0), [[(r, _UNREAD, -1) for r in received]])
     with pytest.raises(RuntimeError, match=f"shard 0 of 'y' received {len(received)} records"):
         list(writer.process(element, {"y": plan}, Verdict(ok=True)))
     assert not list(tmp_path.iterdir())  # nothing written
@@ -32,7 +35,7 @@ def test_job_turns_lost_records_into_one_clear_error(tmp_path):
         plan = _plan(8)
         _ = (
             pipeline
-            | beam.Create([(("y", 1), [(4, b"a", -1), (5, b"b", -1)])])
+            | beam.Create([(("y", 1), [(4, _UNREAD, -1), (5, _UNREAD, -1)])])
             | beam.GroupByKey()
             | beam.ParDo(shards._WriteShard(str(tmp_path / "out")), {"y": plan}, Verdict(ok=True))
         )

@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 
 from components import layout
-from components.materialize import MaterializeError, PairsConfig, ShardingConfig, rejects, run_pairs
+from components.materialize import (
+    MaterializeError,
+    PairsConfig,
+    ShardingConfig,
+    rejects,
+    run_pairs,
+    spill,
+)
 from components.materialize import __main__ as materialize_cli
 from tests.materialize import generate, readback
 
@@ -83,6 +90,7 @@ def test_random_inputs_match_the_reference_model(tmp_path, seed):
         )
     )
     x_ids, y_ids, rows = check_run(output_dir, x_files, y_files, pairs)
+    assert not os.path.exists(spill.spill_dir(output_dir))
     assert summary["ok"] and summary["record_sets"]["x"]["num_records"] == len(x_ids)
     assert summary["pairs"]["num_pairs"] == sum(map(len, rows))
     assert summary["rejects"]["by_reason"].get(rejects.NO_VALID_PAIRS, 0) == len(x_files) - len(

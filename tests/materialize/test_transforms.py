@@ -8,6 +8,7 @@ import os
 import apache_beam as beam
 import numpy as np
 import pytest
+import tensorflow as tf
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
@@ -15,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from components import layout
-from components.materialize import class_index, images, pairs_pipeline, rejects, shards
+from components.materialize import class_index, images, pairs_pipeline, rejects, shards, spill
 from components.materialize.audio_pipeline import _Deduplicate
 from components.materialize.config import ShardingConfig
 from components.materialize.id_index import IdIndex
@@ -89,21 +90,23 @@ def test_write_record_sets_writes_sorted_shards_and_indexes(tmp_path, seed):
         )
         for name, records in payloads.items()
     }
+    output_dir = str(tmp_path)
     batches = []
     for name, records in payloads.items():
         items = list(records.items())
         rng.shuffle(items)
         for chunk in np.array_split(np.arange(len(items)), 4):
             chunk_ids = [items[i][0] for i in chunk.tolist()]
+            writer = spill.SpillWriter(output_dir)  # a decode bundle: one spill file per chunk
             batches.extend(
                 shards.group_by_shard(
                     plans[name],
                     plans[name].ids.lookup(chunk_ids),
-                    [records[i] for i in chunk_ids],
+                    writer.write([records[i] for i in chunk_ids]),
                     np.array([labels.get(i, -1) for i in chunk_ids], np.int64),
                 )
             )
-    output_dir = str(tmp_path)
+            writer.close()
     pipeline = TestPipeline()
     stats = (
         pipeline
@@ -144,10 +147,14 @@ def test_write_record_sets_writes_nothing_for_a_failed_run(tmp_path):
     plan = shards.plan_shards(
         "a", shards.IdTable(IdIndex.from_ids(["r"]), np.array([3])), ShardingConfig()
     )
+    writer = spill.SpillWriter(str(tmp_path))
+    [ref] = writer.write([b"abc"])
+    writer.close()
+    spill.remove_spill_dir(str(tmp_path))  # refs are all the writer stage sees
     with TestPipeline() as pipeline:
         _ = (
             pipeline
-            | beam.Create([(("a", 0), [(0, b"abc", -1)])])
+            | beam.Create([(("a", 0), [(0, ref, -1)])])
             | shards.WriteRecordSets(
                 str(tmp_path),
                 plans=beam.pvalue.AsSingleton(pipeline | "Plans" >> beam.Create([{"a": plan}])),
@@ -197,17 +204,26 @@ def test_decode_images_emits_records_and_tagged_rejects(tmp_path):
             for name in ("a.png", "s/b.jpg", "c.png", "d.bmp", "gone.png")
         ],
     )
+
+    def spilled_ids(refs):
+        return [
+            tf.train.Example.FromString(payload).features.feature["id"].bytes_list.value[0]
+            for payload in spill.read_payloads(refs)
+        ]
+
     with TestPipeline() as pipeline:
         decoded = (
             pipeline
             | beam.Create([listed])
             | beam.ParDo(
-                pairs_pipeline._DecodeImages({"x": root}, images.ImageStorage())
+                pairs_pipeline._DecodeImages(
+                    {"x": root}, images.ImageStorage(), str(tmp_path / "out")
+                )
             ).with_outputs(pairs_pipeline.REJECTED, main="records")
         )
         assert_that(
-            decoded.records | beam.Map(lambda d: (d[0], d[1], [len(s) > 0 for s in d[2]])),
-            equal_to([("x", ["a.png", "s/b.jpg"], [True, True])]),
+            decoded.records | beam.Map(lambda d: (d[0], d[1], spilled_ids(d[2]))),
+            equal_to([("x", ["a.png", "s/b.jpg"], [b"a.png", b"s/b.jpg"])]),
             label="records",
         )
         assert_that(

@@ -32,6 +32,7 @@ PAIRS_WORKER_MODULES = (
     "components.materialize.rejects",
     "components.materialize.run_dir",
     "components.materialize.shards",
+    "components.materialize.spill",
     "components.materialize.verdict",
 )
 
@@ -46,13 +47,18 @@ def test_pairs_worker_code_does_not_import_tensorflow(tmp_path):
         import importlib, sys
         for name in {PAIRS_WORKER_MODULES!r}:
             importlib.import_module(name)
-        from components.materialize import images, pair_list, pairs_pipeline, paths
+        from components.materialize import images, pair_list, pairs_pipeline, paths, spill
         root = {str(tmp_path / "x")!r}
         listed = sorted(paths.list_files(root))
         batch = [(paths.relative_id(root, p), p) for p in listed + [root + "/missing.png"]]
         batch.append(("sub", root + "/sub"))
-        decode = pairs_pipeline._DecodeImages({{"x": root}}, images.ImageStorage())
+        decode = pairs_pipeline._DecodeImages(
+            {{"x": root}}, images.ImageStorage(), {str(tmp_path / "out")!r}
+        )
+        decode.start_bundle()
         outputs = list(decode.process(("x", batch)))
+        decode.finish_bundle()
+        spill.read_frames(outputs[-1][2])
         pair_list.parse_entry('{{"x": "a.png", "y": ["b.png"]}}', "jsonl")
         print("OUTPUTS", len(outputs))
         print("TF_MODULES", sorted(m for m in sys.modules if m.split(".")[0] == "tensorflow"))

@@ -1,0 +1,124 @@
+"""Spill files: payloads handed between Beam stages by file and offset instead of by value."""
+
+from __future__ import annotations
+
+import os
+
+import apache_beam as beam
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from components import layout
+from components.materialize import common, run_dir, spill
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    payload_sizes=st.lists(st.lists(st.integers(0, 3000), max_size=12), min_size=1, max_size=5),
+    seed=st.integers(0, 2**16),
+)
+def test_refs_read_back_the_spilled_payloads_in_any_order(tmp_path_factory, payload_sizes, seed):
+    """Several writers (bundles), several writes each; refs read back shuffled."""
+    output_dir = str(tmp_path_factory.mktemp("run"))
+    rng = np.random.default_rng(seed)
+    payloads, refs = [], []
+    for sizes in payload_sizes:
+        writer = spill.SpillWriter(output_dir)
+        for chunk in np.array_split(np.array(sizes, np.int64), 2):
+            chunk_payloads = [rng.bytes(int(n)) for n in chunk]
+            payloads.extend(chunk_payloads)
+            refs.extend(writer.write(chunk_payloads))
+        writer.close()
+    order = rng.permutation(len(refs)).tolist()
+    shuffled = [refs[i] for i in order]
+    assert spill.read_payloads(shuffled) == [payloads[i] for i in order]
+    assert spill.read_frames(shuffled) == [layout.tfrecord_frame(payloads[i]) for i in order]
+    assert [ref.length for ref in refs] == [len(p) for p in payloads]
+
+
+def test_spill_files_are_tfrecord_files(tmp_path):
+    payloads = [b"", b"a", bytes(range(256)) * 40]
+    writer = spill.SpillWriter(str(tmp_path))
+    refs = writer.write(payloads[:2]) + writer.write(payloads[2:])
+    writer.close()
+    assert len({ref.path for ref in refs}) == 1
+    read = [r.numpy() for r in tf.data.TFRecordDataset(refs[0].path)]
+    assert read == payloads
+
+
+def test_refs_are_readable_before_the_writer_closes(tmp_path):
+    """A stage fused into the decode bundle may read a ref before `finish_bundle`."""
+    writer = spill.SpillWriter(str(tmp_path))
+    [first] = writer.write([b"first"])
+    assert spill.read_payloads([first]) == [b"first"]
+    [second] = writer.write([b"second"])
+    assert spill.read_payloads([second, first]) == [b"second", b"first"]
+    writer.close()
+
+
+def test_a_ref_past_the_end_of_its_file_is_a_clear_error(tmp_path):
+    writer = spill.SpillWriter(str(tmp_path))
+    [ref] = writer.write([b"x" * 100])
+    writer.close()
+    with open(ref.path, "r+b") as f:
+        f.truncate(50)
+    with pytest.raises(RuntimeError, match="spill file .* is shorter than its refs"):
+        spill.read_frames([ref])
+
+
+class _SpillThenMaybeFail(spill.SpillingDoFn):
+    def __init__(self, output_dir: str, fail: bool):
+        super().__init__(output_dir)
+        self._fail = fail
+
+    def process(self, element):
+        [ref] = self.spill.write([element])
+        if self._fail:
+            raise ValueError("a worker failed after spilling")
+        yield spill.read_payloads([ref])[0]
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_run_job_removes_the_spill_files_whether_or_not_the_job_fails(tmp_path, fail):
+    output_dir = str(tmp_path / "out")
+
+    def build(pipeline):
+        read_back = (
+            pipeline
+            | beam.Create([b"p0", b"p1"])
+            | beam.ParDo(_SpillThenMaybeFail(output_dir, fail))
+            | beam.Map(bytes.decode)
+        )
+        _ = (
+            pipeline
+            | "Impulse" >> beam.Create([None])
+            | "Summary"
+            >> beam.Map(
+                lambda _, read: layout.save_json(
+                    os.path.join(output_dir, layout.SUMMARY_FILE),
+                    {"ok": True, "read": sorted(read)},
+                ),
+                beam.pvalue.AsList(read_back),
+            )
+        )
+
+    if fail:
+        with pytest.raises(ValueError, match="a worker failed after spilling"):
+            common.run_job(build, output_dir, False, (), None)
+        assert not os.path.exists(os.path.join(output_dir, layout.SUMMARY_FILE))
+    else:
+        summary = common.run_job(build, output_dir, False, (), None)
+        assert summary == {"ok": True, "read": ["p0", "p1"]}
+    assert not os.path.exists(spill.spill_dir(output_dir))
+
+
+def test_overwrite_removes_the_spill_files_of_a_crashed_run(tmp_path):
+    output_dir = str(tmp_path / "out")
+    writer = spill.SpillWriter(output_dir)
+    writer.write([b"left by a run that was killed"])
+    writer.close()
+    run_dir.prepare_output_dir(output_dir, overwrite=True)
+    assert os.listdir(output_dir) == []
