@@ -10,7 +10,7 @@ import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from components import layout
-from components.materialize import run_dir, spill
+from components.materialize import beam_worker, run_dir, spill
 from components.materialize.config import ShardingConfig
 from components.materialize.errors import MaterializeError
 from components.materialize.id_index import IdIndex
@@ -23,7 +23,7 @@ EMPTY_TABLE = IdTable(IdIndex.from_ids([]), np.zeros([0], np.int64))
 
 
 def make_default_pipeline(beam_pipeline_args: Iterable[str]) -> beam.Pipeline:
-    return beam.Pipeline(options=PipelineOptions(list(beam_pipeline_args)))
+    return beam_worker.local_pipeline(PipelineOptions(list(beam_pipeline_args)))
 
 
 def run_job(

@@ -9,7 +9,9 @@ four times; a ref is about 100 bytes whatever the payload. Spill files hold whol
 shard writer copies a record's frame, CRCs included, without computing it again.
 
 Spill file names are random: a retried bundle writes a new file and its refs, while the failed
-attempt's file is never referenced. `common.run_job` removes the folder when the job ends.
+attempt's file is never referenced. A ref may only be read by a later stage (one behind a
+GroupByKey or a side input): object stores make a file readable only once its writer closes it,
+at the end of the bundle. `common.run_job` removes the folder when the job ends.
 """
 
 from __future__ import annotations
@@ -43,11 +45,7 @@ def spill_dir(output_dir: str) -> str:
 
 
 class SpillWriter:
-    """Appends payloads to one spill file, opened on the first write.
-
-    Every `write` flushes, so its refs can be read at once, also by a stage fused into the same
-    bundle.
-    """
+    """Appends payloads to one spill file, opened on the first write."""
 
     def __init__(self, output_dir: str):
         self._directory = spill_dir(output_dir)
@@ -65,7 +63,6 @@ class SpillWriter:
             refs.append(SpillRef(self._path, self._size, len(payload)))
             self._size += len(frame)
         self._file.write(b"".join(frames))
-        self._file.flush()
         return refs
 
     def close(self) -> None:

@@ -267,6 +267,29 @@ def test_rerun_is_byte_identical_including_through_the_cli(tmp_path):
     assert readback.run_files(str(tmp_path / "first")) == first
 
 
+def test_two_worker_processes_write_the_same_run_as_one(tmp_path):
+    """The lean multi-process workers (`beam_worker`) with spill refs crossing processes."""
+    _, _, pairs = random_inputs(tmp_path, 4)
+    generate.write_pairs_jsonl(str(tmp_path / "pairs.jsonl"), pairs)
+    common = {"sharding": ShardingConfig(max_shard_bytes=2000), "max_reject_fraction": 1.0}
+    run_pairs(_config(tmp_path, "one", files_per_batch=5, **common))
+    run_pairs(
+        _config(
+            tmp_path,
+            "two",
+            files_per_batch=5,
+            beam_pipeline_args=(
+                "--direct_running_mode=multi_processing",
+                "--direct_num_workers=2",
+            ),
+            **common,
+        )
+    )
+    one = readback.run_files(str(tmp_path / "one"))
+    assert sum(name.endswith(".tfrecord") for name in one) > 2
+    assert readback.run_files(str(tmp_path / "two")) == one
+
+
 def test_cli_failure_prints_one_line_without_traceback(tmp_path, capsys):
     generate.write_file(str(tmp_path / "x"), "a.png", b"junk")
     generate.write_images(str(tmp_path / "y"), ["b.png"], np.random.default_rng(10))

@@ -222,7 +222,9 @@ def test_decode_images_emits_records_and_tagged_rejects(tmp_path):
             ).with_outputs(pairs_pipeline.REJECTED, main="records")
         )
         assert_that(
-            decoded.records | beam.Map(lambda d: (d[0], d[1], spilled_ids(d[2]))),
+            decoded.records
+            | beam.Reshuffle()  # refs are read by a later stage, once the bundle has closed
+            | beam.Map(lambda d: (d[0], d[1], spilled_ids(d[2]))),
             equal_to([("x", ["a.png", "s/b.jpg"], [b"a.png", b"s/b.jpg"])]),
             label="records",
         )
