@@ -319,7 +319,7 @@ def build_pairs_pipeline(pipeline: beam.Pipeline, config: PairsConfig) -> None:
 
     listed = (
         pipeline
-        | "Roots" >> beam.Create(sorted(roots.items()))
+        | "Roots" >> beam.Create(sorted(roots.items()), reshuffle=False)  # SpreadFiles does
         | "List" >> beam.FlatMap(_list_batches, config.files_per_batch)
         | "SpreadFiles" >> beam.Reshuffle()
     )

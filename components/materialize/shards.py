@@ -238,11 +238,7 @@ class WriteRecordSets(beam.PTransform):
         self._vocabularies = vocabularies
 
     def expand(self, shard_batches: beam.PCollection) -> beam.PCollection:
-        vocabularies = self._vocabularies
-        if vocabularies is None:
-            vocabularies = beam.pvalue.AsSingleton(
-                shard_batches.pipeline | "NoVocabularies" >> beam.Create([{}])
-            )
+        vocabularies = {} if self._vocabularies is None else self._vocabularies
         return (
             shard_batches
             | "GroupByShard" >> beam.GroupByKey()
