@@ -5,13 +5,13 @@
    indexes from the same input (asserted byte-identical). Medians of `--repeats` runs.
    Two-worker runs also pay a fixed start-up (worker processes importing Beam); it is
    measured on a 40-image job and reported separately.
-2. The same two-worker comparison at `--scale_records`, where that start-up is amortized
-   (one run each, outputs asserted byte-identical; 0 skips it).
+2. The same two-worker comparison at each size of `--scale_records` (comma-separated), where
+   that start-up is amortized (one run each, outputs asserted byte-identical; 0 skips it).
 3. Training read rate (records/s) of the two image storages: a tf.data pass (TFRecordDataset
    -> parse_example -> decode to uint8 [H, W, 3]) over the same images stored encoded and raw.
 
     .venv/bin/python bench/bench_materialize.py [--quick] [--records N] [--repeats R]
-        [--scale_records N]
+        [--scale_records N[,N...]]
 
 Prints ratios and a JSON result (also written to bench/results/bench_materialize.json).
 """
@@ -225,17 +225,17 @@ def main() -> None:
     parser.add_argument("--degree", type=int, default=4)
     parser.add_argument(
         "--scale_records",
-        type=int,
         default=None,
-        help="records of the plain loop vs 2-process run, one repeat; 0 skips it "
-        "(default 200000, 4000 with --quick)",
+        help="comma-separated record counts of the plain loop vs 2-process run, one repeat "
+        "each; 0 skips it (default 200000, 4000 with --quick)",
     )
     args = parser.parse_args()
     num_records = 2000 if args.quick else args.records
     repeats = 1 if args.quick else args.repeats
     scale_records = args.scale_records
     if scale_records is None:
-        scale_records = 4000 if args.quick else 200000
+        scale_records = "4000" if args.quick else "200000"
+    scale_sizes = [int(n) for n in scale_records.split(",") if int(n) > 0]
     size = args.image_size
     workdir = tempfile.mkdtemp(prefix="bench_materialize_")
     try:
@@ -268,9 +268,7 @@ def main() -> None:
             lambda: beam_job(*tiny, os.path.join(workdir, "tiny_out"), TWO_PROCESSES),
             repeats,
         )
-        scale = (
-            scale_run(workdir, scale_records, size, args.degree, storage) if scale_records else None
-        )
+        scale = [scale_run(workdir, n, size, args.degree, storage) for n in scale_sizes]
 
         rates = {name: written / s for name, s in seconds.items()}
         steady_2p = written / max(seconds["beam_2_processes"] - startup_s, 1e-9)
@@ -307,9 +305,9 @@ def main() -> None:
     for name in ("beam_in_memory", "beam_2_processes", "beam_2_processes_without_startup"):
         label = f"{name}, {written} records"
         print(f"{label:50s} {result['ratio_vs_plain'][name]:.2f}x the plain loop")
-    if scale:
-        label = f"beam_2_processes, {scale['records']} records"
-        print(f"{label:50s} {scale['ratio_vs_plain']['beam_2_processes']:.2f}x the plain loop")
+    for run in scale:
+        label = f"beam_2_processes, {run['records']} records"
+        print(f"{label:50s} {run['ratio_vs_plain']['beam_2_processes']:.2f}x the plain loop")
     print(f"{'train read, raw vs encoded':50s} {result['train_read_raw_over_encoded']:.2f}x")
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, "bench_materialize.json"), "w") as f:
