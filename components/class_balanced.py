@@ -46,7 +46,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from components import epoch_plan, layout, sources
+from components import epoch_plan, examples, layout, sources
 from components.audio_features import AudioFeatureConfig, audio_features
 from components.record_store import RecordStore
 
@@ -808,21 +808,12 @@ class _AudioEncoder:
             raise ValueError(f"{where}: waveform dtype {samples.dtype} is not int16 or float")
         pcm = samples.astype("<i2")
         feature = {
-            layout.AUDIO_KEY: _bytes_feature(pcm.tobytes()),
-            layout.NUM_SAMPLES_KEY: _int_feature(len(pcm)),
+            layout.AUDIO_KEY: examples.bytes_feature(pcm.tobytes()),
+            layout.NUM_SAMPLES_KEY: examples.int64_feature(len(pcm)),
         }
         if self._sample_rate is not None:
-            feature[layout.SAMPLE_RATE_KEY] = _int_feature(self._sample_rate)
-        example = tf.train.Example(features=tf.train.Features(feature=feature))
-        return example.SerializeToString()
-
-
-def _bytes_feature(value: bytes) -> tf.train.Feature:
-    return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
-
-
-def _int_feature(value: int) -> tf.train.Feature:
-    return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+            feature[layout.SAMPLE_RATE_KEY] = examples.int64_feature(self._sample_rate)
+        return examples.serialize_example(feature)
 
 
 def _record_number_lookup(values: np.ndarray, memory_budget_bytes: int) -> Callable:

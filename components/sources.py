@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import numpy as np
 import tensorflow as tf
 
-from components import layout
+from components import examples, layout
 from components.record_store import RecordStore
 
 DEFAULT_RECORD_SET = "records"
@@ -240,15 +240,13 @@ class _ExampleEncoder:
         for key, value in flat:
             array = _as_array(value)
             component = self._observe(key, array)
-            feature[key] = tf.train.Feature(
-                bytes_list=tf.train.BytesList(value=[_component_bytes(array, component)])
-            )
+            feature[key] = examples.bytes_feature(_component_bytes(array, component))
         expected = self._declared if self._declared is not None else self._observed
         if set(feature) != set(expected):
             raise ValueError(
                 f"element has components {sorted(feature)}, expected {sorted(expected)}"
             )
-        return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+        return examples.serialize_example(feature)
 
     def components(self) -> list[_Component]:
         keys = self._declared if self._declared is not None else self._observed

@@ -16,11 +16,10 @@ from typing import NamedTuple
 import apache_beam as beam
 import numpy as np
 
-from components import layout
+from components import examples, layout
 from components.materialize import (
     audio,
     common,
-    features,
     manifest,
     paths,
     rejects,
@@ -157,14 +156,14 @@ class _BuildExamples(spill.SpillingDoFn):
 
     def process(self, utterance: Utterance, class_ids: dict[str, dict[str, int]], plans):
         class_id = class_ids[utterance.record_set][utterance.speaker]
-        serialized = features.serialize_example(
+        serialized = examples.serialize_example(
             {
-                layout.ID_KEY: features.bytes_feature(utterance.id.encode("utf-8")),
-                layout.AUDIO_KEY: features.bytes_feature(spill.read_payloads([utterance.pcm])[0]),
-                layout.NUM_SAMPLES_KEY: features.int64_feature(utterance.num_samples),
-                layout.SAMPLE_RATE_KEY: features.int64_feature(self._sample_rate),
-                layout.LABEL_KEY: features.int64_feature(class_id),
-                layout.SPEAKER_KEY: features.bytes_feature(utterance.speaker.encode("utf-8")),
+                layout.ID_KEY: examples.bytes_feature(utterance.id.encode("utf-8")),
+                layout.AUDIO_KEY: examples.bytes_feature(spill.read_payloads([utterance.pcm])[0]),
+                layout.NUM_SAMPLES_KEY: examples.int64_feature(utterance.num_samples),
+                layout.SAMPLE_RATE_KEY: examples.int64_feature(self._sample_rate),
+                layout.LABEL_KEY: examples.int64_feature(class_id),
+                layout.SPEAKER_KEY: examples.bytes_feature(utterance.speaker.encode("utf-8")),
             }
         )
         plan = plans[utterance.record_set]

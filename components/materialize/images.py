@@ -9,8 +9,8 @@ import warnings
 
 from PIL import Image
 
-from components import layout
-from components.materialize import features, rejects
+from components import examples, layout
+from components.materialize import rejects
 
 _MAGIC_FORMATS = ((b"\x89PNG\r\n\x1a\n", "PNG"), (b"\xff\xd8\xff", "JPEG"))
 _IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
@@ -53,14 +53,14 @@ def image_example(record_id: str, data: bytes, storage: ImageStorage) -> bytes:
         raise
     except Exception as error:  # Any decoder failure is a property of this file.
         raise rejects.RejectedInput(rejects.CORRUPT_IMAGE, _one_line(error)) from error
-    return features.serialize_example(
+    return examples.serialize_example(
         {
-            layout.ID_KEY: features.bytes_feature(record_id.encode("utf-8")),
-            layout.IMAGE_KEY: features.bytes_feature(data),
-            layout.IMAGE_FORMAT_KEY: features.bytes_feature(image_format.lower().encode()),
-            layout.HEIGHT_KEY: features.int64_feature(height),
-            layout.WIDTH_KEY: features.int64_feature(width),
-            layout.CHANNELS_KEY: features.int64_feature(channels),
+            layout.ID_KEY: examples.bytes_feature(record_id.encode("utf-8")),
+            layout.IMAGE_KEY: examples.bytes_feature(data),
+            layout.IMAGE_FORMAT_KEY: examples.bytes_feature(image_format.lower().encode()),
+            layout.HEIGHT_KEY: examples.int64_feature(height),
+            layout.WIDTH_KEY: examples.int64_feature(width),
+            layout.CHANNELS_KEY: examples.int64_feature(channels),
         }
     )
 
@@ -93,14 +93,14 @@ def _raw_example(record_id: str, image: Image.Image, storage: ImageStorage) -> b
     pixels = image.convert(_RAW_MODES[storage.raw_channels]).resize(
         (storage.raw_width, storage.raw_height), Image.Resampling.BILINEAR
     )
-    return features.serialize_example(
+    return examples.serialize_example(
         {
-            layout.ID_KEY: features.bytes_feature(record_id.encode("utf-8")),
-            layout.IMAGE_KEY: features.bytes_feature(pixels.tobytes()),
-            layout.IMAGE_FORMAT_KEY: features.bytes_feature(b"raw"),
-            layout.HEIGHT_KEY: features.int64_feature(storage.raw_height),
-            layout.WIDTH_KEY: features.int64_feature(storage.raw_width),
-            layout.CHANNELS_KEY: features.int64_feature(storage.raw_channels),
+            layout.ID_KEY: examples.bytes_feature(record_id.encode("utf-8")),
+            layout.IMAGE_KEY: examples.bytes_feature(pixels.tobytes()),
+            layout.IMAGE_FORMAT_KEY: examples.bytes_feature(b"raw"),
+            layout.HEIGHT_KEY: examples.int64_feature(storage.raw_height),
+            layout.WIDTH_KEY: examples.int64_feature(storage.raw_width),
+            layout.CHANNELS_KEY: examples.int64_feature(storage.raw_channels),
         }
     )
 

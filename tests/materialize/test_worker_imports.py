@@ -17,13 +17,13 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 # Every module whose functions or classes the pairs pipeline's DoFns, CombineFns and lambdas
 # reference, so a worker imports it when it unpickles them.
 PAIRS_WORKER_MODULES = (
+    "components.examples",
     "components.layout",
     "components.materialize",
     "components.materialize.class_index",
     "components.materialize.common",
     "components.materialize.config",
     "components.materialize.errors",
-    "components.materialize.features",
     "components.materialize.id_index",
     "components.materialize.images",
     "components.materialize.pair_list",

@@ -1,12 +1,13 @@
-"""`tf.train.Example` records built in pure Python, for the image and audio records.
+"""`tf.train.Example` records built in pure Python: every record this project writes.
 
-The protobuf wire format of Example / Features / Feature / BytesList / Int64List is written by
-hand so that a Beam worker of the pairs job never imports TensorFlow (a ~6 s start-up per
-worker process). The bytes equal `tf.train.Example(...).SerializeToString(deterministic=True)`
-(tested): the feature map is written sorted by the UTF-8 bytes of its keys, as deterministic
-serialization does, because the default order follows hashing and differs between processes,
-which would break byte-identical re-runs.
-"""
+The Beam jobs' image and audio records, and the records `sources` and `class_balanced` build
+from in-memory data. The protobuf wire format of Example / Features / Feature / BytesList /
+Int64List is written by hand so that a Beam worker of the pairs job never imports TensorFlow (a
+~6 s start-up per worker process), at about half the cost of building `tf.train` messages.
+The bytes equal `tf.train.Example(...).SerializeToString(deterministic=True)` (tested): the
+feature map is written sorted by the UTF-8 bytes of its keys, as deterministic serialization
+does, because the default order follows hashing and differs between processes, which would
+break byte-identical re-runs."""
 
 from __future__ import annotations
 

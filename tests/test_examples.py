@@ -7,7 +7,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components.materialize import features
+from components import examples
 
 INT64 = st.integers(-(1 << 63), (1 << 63) - 1)
 # Edge values of every varint length, negatives (10-byte varints) and the int64 limits.
@@ -22,9 +22,9 @@ VALUES = st.one_of(
 )
 
 
-def _ours(value) -> features.Feature:
+def _ours(value) -> examples.Feature:
     kind, payload = value
-    return features.bytes_feature(payload) if kind == "bytes" else features.int64_feature(payload)
+    return examples.bytes_feature(payload) if kind == "bytes" else examples.int64_feature(payload)
 
 
 def _tensorflow(value) -> tf.train.Feature:
@@ -44,7 +44,7 @@ def _expected(feature_map: dict) -> bytes:
 @settings(max_examples=300, deadline=None)
 @given(feature_map=st.dictionaries(KEYS, VALUES, max_size=40))
 def test_examples_are_byte_identical_to_tensorflow(feature_map):
-    ours = features.serialize_example({k: _ours(v) for k, v in feature_map.items()})
+    ours = examples.serialize_example({k: _ours(v) for k, v in feature_map.items()})
     assert ours == _expected(feature_map)
 
 
@@ -52,7 +52,7 @@ def test_many_keys_are_sorted_by_utf8_bytes():
     # Code points above the BMP and keys that are prefixes of each other.
     keys = ["", "a", "ab", "b", "é", "\uffff", "\U0001f600", "Z", "a\x00", *map(str, range(300))]
     feature_map = {key: ("int64", i - 150) for i, key in enumerate(keys)}
-    ours = features.serialize_example({k: _ours(v) for k, v in feature_map.items()})
+    ours = examples.serialize_example({k: _ours(v) for k, v in feature_map.items()})
     assert ours == _expected(feature_map)
     parsed = tf.train.Example.FromString(ours).features.feature
     assert {key: parsed[key].int64_list.value[0] for key in keys} == {
@@ -63,4 +63,4 @@ def test_many_keys_are_sorted_by_utf8_bytes():
 @pytest.mark.parametrize("value", [1 << 63, -(1 << 63) - 1])
 def test_int64_feature_refuses_values_outside_int64(value):
     with pytest.raises(ValueError, match="int64"):
-        features.int64_feature(value)
+        examples.int64_feature(value)
