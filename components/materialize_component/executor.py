@@ -23,6 +23,7 @@ import posixpath
 from typing import Any
 
 import tensorflow as tf
+from apache_beam.options.pipeline_options import PipelineOptions
 from tfx import types
 from tfx.components.util import examples_utils
 from tfx.dsl.components.base import base_beam_executor
@@ -30,7 +31,14 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
 
 from components import artifacts, layout
-from components.materialize import AudioConfig, PairsConfig, ShardingConfig, run_audio, run_pairs
+from components.materialize import (
+    AudioConfig,
+    PairsConfig,
+    ShardingConfig,
+    beam_worker,
+    run_audio,
+    run_pairs,
+)
 
 EXAMPLES_KEY = "examples"
 OFFSET_INDEX_KEY = "offset_index"
@@ -56,6 +64,13 @@ class _MaterializeExecutor(base_beam_executor.BaseBeamExecutor):
 
     def _describe_index(self, index: types.Artifact, record_sets: list[str]) -> None:
         raise NotImplementedError
+
+    def _make_beam_pipeline(self):
+        # TFX's default is `beam.Pipeline(argv=beam_pipeline_args)`: the same pipeline, except
+        # that local multi_processing runs get the lean SDK workers of `beam_worker`.
+        if self._make_beam_pipeline_fn is not None:
+            return super()._make_beam_pipeline()
+        return beam_worker.local_pipeline(PipelineOptions(self._beam_pipeline_args))
 
     def Do(
         self,

@@ -31,7 +31,14 @@ def make_artifact(artifact_type, uri: str, split_names: list[str] | None = None)
     return artifact
 
 
-def materialize(executor_class, root: str, index_key: str, index_type, exec_properties: dict):
+def materialize(
+    executor_class,
+    root: str,
+    index_key: str,
+    index_type,
+    exec_properties: dict,
+    beam_pipeline_args: tuple[str, ...] = (),
+):
     """Runs a materialize executor into fresh artifacts under `root`; returns the output dict."""
     outputs = {
         "examples": [make_artifact(standard_artifacts.Examples, os.path.join(root, "examples"))],
@@ -39,13 +46,28 @@ def materialize(executor_class, root: str, index_key: str, index_type, exec_prop
         index_key: [make_artifact(index_type, os.path.join(root, index_key))],
     }
     # As under the Kubeflow entrypoint, output folders do not exist beforehand.
-    executor_class().Do({}, outputs, exec_properties)
+    context = executor_class.Context(beam_pipeline_args=list(beam_pipeline_args))
+    executor_class(context).Do({}, outputs, exec_properties)
     return {key: value[0] for key, value in outputs.items()}
 
 
 @pytest.fixture(scope="session")
 def digit_domains(tmp_path_factory):
     return write_digit_domains(str(tmp_path_factory.mktemp("digits")), image_size=DIGIT_IMAGE_SIZE)
+
+
+def pairs_properties(digit_domains) -> dict:
+    return {
+        "x_dir": digit_domains.x_dir,
+        "y_dir": digit_domains.y_dir,
+        "pairs": digit_domains.pairs_path,
+        "image_storage": "raw",
+        "raw_height": DIGIT_IMAGE_SIZE,
+        "raw_width": DIGIT_IMAGE_SIZE,
+        "raw_channels": 1,
+        "num_shards": 3,
+        "pairs_format": None,
+    }
 
 
 @pytest.fixture(scope="session")
@@ -56,17 +78,7 @@ def pairs_run(digit_domains, tmp_path_factory):
         root,
         "pair_index",
         artifacts.PairIndex,
-        {
-            "x_dir": digit_domains.x_dir,
-            "y_dir": digit_domains.y_dir,
-            "pairs": digit_domains.pairs_path,
-            "image_storage": "raw",
-            "raw_height": DIGIT_IMAGE_SIZE,
-            "raw_width": DIGIT_IMAGE_SIZE,
-            "raw_channels": 1,
-            "num_shards": 3,
-            "pairs_format": None,
-        },
+        pairs_properties(digit_domains),
     )
 
 

@@ -18,7 +18,8 @@ from components.materialize_component import MaterializeAudio, MaterializePairs
 from components.materialize_component import executor as materialize_executor
 from components.pairs import ValidPairs
 from components.record_store import RecordStore
-from tests.components.conftest import make_artifact, materialize, png_bytes
+from tests.components.conftest import make_artifact, materialize, pairs_properties, png_bytes
+from tests.materialize import readback
 
 
 def _files_below(directory: str) -> list[str]:
@@ -82,6 +83,26 @@ def test_pair_index_matches_the_stores_and_its_count(pairs_run, digit_domains):
         digit_domains.num_pairs
     )
     assert pairs_run["offset_index"].get_int_custom_property("num_rejects") == 0
+
+
+def test_multi_processing_beam_args_run_lean_workers_and_write_the_same_artifacts(
+    pairs_run, digit_domains, tmp_path
+):
+    two_processes = ("--direct_running_mode=multi_processing", "--direct_num_workers=2")
+    executor = materialize_executor.PairsExecutor(
+        materialize_executor.PairsExecutor.Context(beam_pipeline_args=list(two_processes))
+    )
+    assert type(executor._make_beam_pipeline().runner).__name__ == "LeanWorkersRunner"
+    outputs = materialize(
+        materialize_executor.PairsExecutor,
+        str(tmp_path),
+        "pair_index",
+        artifacts.PairIndex,
+        pairs_properties(digit_domains),
+        beam_pipeline_args=two_processes,
+    )
+    for key, artifact in outputs.items():
+        assert readback.run_files(artifact.uri) == readback.run_files(pairs_run[key].uri), key
 
 
 def test_statistics_gen_reads_the_uncompressed_examples(pairs_run, tmp_path):
