@@ -23,11 +23,10 @@ from components import layout
 from components.materialize import class_index, rejects, spill
 from components.materialize.config import ShardingConfig
 from components.materialize.id_index import IdIndex
-from components.materialize.spill import SpillRef
 
 # One record on its way to a shard: (record number, where its serialized tf.train.Example was
 # spilled, class id or -1).
-ShardRecord = tuple[int, SpillRef, int]
+ShardRecord = tuple[int, spill.SpillRef, int]
 
 # The end of the message a shard writer fails with when the records it receives are not its plan.
 LOST_RECORDS = "records were lost or duplicated between stages"
@@ -126,7 +125,7 @@ def plan_shards(record_set: str, table: IdTable, sharding: ShardingConfig) -> Sh
 
 
 def group_by_shard(
-    plan: ShardPlan, record_numbers: np.ndarray, refs: list[SpillRef], class_ids: np.ndarray
+    plan: ShardPlan, record_numbers: np.ndarray, refs: list[spill.SpillRef], class_ids: np.ndarray
 ) -> Iterable[tuple[tuple[str, int], list[ShardRecord]]]:
     """Splits one batch of planned, spilled records into `((record_set, shard), [ShardRecord])`."""
     shards = plan.shard_of(record_numbers)
