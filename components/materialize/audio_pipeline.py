@@ -17,15 +17,7 @@ import apache_beam as beam
 import numpy as np
 
 from components import examples, layout
-from components.materialize import (
-    audio,
-    common,
-    manifest,
-    paths,
-    rejects,
-    shards,
-    spill,
-)
+from components.materialize import audio, common, manifest, paths, rejects, shards, spill
 from components.materialize.config import AudioConfig
 from components.materialize.manifest import ManifestRow
 from components.materialize.splits import EVAL, TRAIN, held_out_speakers, held_out_utterances

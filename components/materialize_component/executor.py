@@ -23,7 +23,6 @@ import posixpath
 from typing import Any
 
 import tensorflow as tf
-from apache_beam.options.pipeline_options import PipelineOptions
 from tfx import types
 from tfx.components.util import examples_utils
 from tfx.dsl.components.base import base_beam_executor
@@ -35,7 +34,7 @@ from components.materialize import (
     AudioConfig,
     PairsConfig,
     ShardingConfig,
-    beam_worker,
+    common,
     run_audio,
     run_pairs,
 )
@@ -66,11 +65,11 @@ class _MaterializeExecutor(base_beam_executor.BaseBeamExecutor):
         raise NotImplementedError
 
     def _make_beam_pipeline(self):
-        # TFX's default is `beam.Pipeline(argv=beam_pipeline_args)`: the same pipeline, except
-        # that local multi_processing runs get the lean SDK workers of `beam_worker`.
+        # TFX's default is `beam.Pipeline(argv=beam_pipeline_args)`; the jobs' default pipeline
+        # is that too, except that local multi_processing runs get the lean SDK workers.
         if self._make_beam_pipeline_fn is not None:
             return super()._make_beam_pipeline()
-        return beam_worker.local_pipeline(PipelineOptions(self._beam_pipeline_args))
+        return common.make_default_pipeline(self._beam_pipeline_args)
 
     def Do(
         self,
