@@ -89,16 +89,16 @@ def plain_loop(x_dir: str, y_dir: str, pairs_path: str, output_dir: str, storage
         ids = sorted(by_id, key=str.encode)
         record_numbers[record_set] = {record_id: i for i, record_id in enumerate(ids)}
         table = IdTable(IdIndex.from_ids(ids), np.array([len(by_id[i]) for i in ids], np.int64))
-        plan = plan_shards(record_set, table, sharding)
-        offsets, shard_paths = [], []
-        for shard in range(plan.num_shards):
-            start, end = plan.shard_starts[shard], plan.shard_starts[shard + 1]
-            path = plan.shard_path(output_dir, shard)
-            written = layout.write_shard(path, [by_id[i] for i in ids[start:end]])
-            offsets.append(np.concatenate([np.full([len(written), 1], shard), written], 1))
-            shard_paths.append(path)
-        layout.save_record_set_index(
-            output_dir, record_set, shard_paths, np.concatenate(offsets), ids
+        starts = plan_shards(record_set, table, sharding).shard_starts
+        layout.write_record_set(
+            output_dir,
+            record_set,
+            (
+                [by_id[i] for i in ids[start:end]]
+                for start, end in zip(starts[:-1], starts[1:], strict=True)
+            ),
+            len(starts) - 1,
+            ids,
         )
     x_ids = sorted(records["x"], key=str.encode)
     rows = [sorted(record_numbers["y"][y] for y in edges[x]) for x in x_ids]
