@@ -56,6 +56,11 @@ CLASS_RECORDS_INDEX = "class_records"
 ROW_SPLITS_FILE = "row_splits.npy"
 VALUES_FILE = "values.npy"
 
+# The two record sets of a pairs run, and the folder prefix TFX gives each split of `Examples`.
+X_RECORD_SET = "x"
+Y_RECORD_SET = "y"
+SPLIT_PREFIX = "Split-"
+
 # TFRecord framing: uint64 length, uint32 masked crc of the length, payload, uint32 masked crc
 # of the payload. Offsets in `offsets.npy` point at the start of the frame.
 FRAME_HEADER_BYTES = 12
@@ -78,7 +83,7 @@ SPEAKER_KEY = "speaker"  # class name
 
 
 def examples_dir(output_dir: str, record_set: str) -> str:
-    return os.path.join(output_dir, EXAMPLES_DIR, f"Split-{record_set}")
+    return os.path.join(output_dir, EXAMPLES_DIR, f"{SPLIT_PREFIX}{record_set}")
 
 
 def index_dir(output_dir: str, record_set: str) -> str:
