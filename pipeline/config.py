@@ -89,7 +89,7 @@ class SpeakerConfig:
         return [self.manifest, self.root]
 
     def feature_options(self) -> dict[str, Any]:
-        """`components.audio_features.AudioFeatureConfig` fields, as the trainer takes them."""
+        """`components.inputs.AudioFeatureConfig` fields, as the trainer takes them."""
         return {
             "sample_rate": self.sample_rate,
             "crop_seconds": self.crop_seconds,

@@ -1,7 +1,7 @@
 """Native TensorFlow ops of the project, built from source against the installed TensorFlow.
 
 One op today, `ReadRecordsByIndex` (`read_records_op.cc`): the disk backend of
-`components.record_store.RecordStore` reads a batch of records by record number in C++ (one
+`components.inputs.record_store.RecordStore` reads a batch of records by record number in C++ (one
 `pread` per record into the output strings, frame and CRC32C checks, reads spread over the intra-op
 threads), where the Python reader pays a `os.pread` call, slices and a `tf.numpy_function`
 conversion per record.

@@ -15,7 +15,7 @@ from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 from tfx.utils import import_utils, path_utils
 
-from components.coverage import PairCoverage, PairCoverageCallback
+from components.inputs.coverage import PairCoverage, PairCoverageCallback
 from components.trainer_component import training_inputs
 from components.trainer_component.fn_args import FnArgs
 

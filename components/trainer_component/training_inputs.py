@@ -16,10 +16,10 @@ import numpy as np
 import tensorflow as tf
 
 from components import layout
-from components.audio_features import AudioFeatureConfig, SpecAugment, audio_features
-from components.coverage import PairCoverage
-from components.parsing import ImageSpec
-from components.record_store import RecordStore
+from components.inputs.audio_features import AudioFeatureConfig, SpecAugment, audio_features
+from components.inputs.coverage import PairCoverage
+from components.inputs.parsing import ImageSpec
+from components.inputs.record_store import RecordStore
 
 X_RECORD_SET = "x"
 Y_RECORD_SET = "y"
@@ -44,7 +44,7 @@ def pairs_train_dataset(
     `remainder`, `on_invalid`). The returned `PairCoverage` observes every batch the dataset
     yields; `PairCoverageCallback(coverage)` logs it per epoch.
     """
-    from components.pairs import ValidPairs, dynamic_pairs
+    from components.inputs.pairs import ValidPairs, dynamic_pairs
 
     options = dict(options or {})
     image = options.pop("image", None)
@@ -108,10 +108,10 @@ def speaker_train_dataset(
 ) -> tf.data.Dataset:
     """Class-balanced batches of `record_set` with the `FnArgs` keys, re-planned every epoch.
 
-    `options` go to `components.class_balanced.class_balanced` (`epoch_mode`, `small_classes`,
+    `options` go to `components.inputs.class_balanced` (`epoch_mode`, `small_classes`,
     `backend`, `memory_budget_bytes`).
     """
-    from components.class_balanced import class_balanced
+    from components.inputs.class_balanced import class_balanced
 
     options = dict(options or {})
     store = RecordStore.open(

@@ -9,10 +9,10 @@ import pytest
 import tensorflow as tf
 
 from components import layout
-from components.audio_features import AudioFeatureConfig
-from components.class_balanced import ClassBalancedSampler, class_balanced
-from components.epoch_plan import EpochState
-from components.record_store import RecordStore
+from components.inputs.audio_features import AudioFeatureConfig
+from components.inputs.class_balanced import ClassBalancedSampler, class_balanced
+from components.inputs.epoch_plan import EpochState
+from components.inputs.record_store import RecordStore
 from tests.class_balanced.runs import write_audio_run
 
 SIZES = [5, 3, 1, 0, 8, 6, 4, 7, 2, 9, 3, 5]
@@ -85,7 +85,7 @@ def test_features_are_the_records_features(run):
         output_dir, n_classes_per_batch=3, n_samples_per_class=2, features=config
     )
     assert dataset.element_spec["features"].shape.as_list() == [6, None, 20]
-    from components.audio_features import audio_features
+    from components.inputs.audio_features import audio_features
 
     batch = next(iter(dataset))
     waveforms = [info["waveforms"][i] for i in batch["index"].numpy()]

@@ -13,11 +13,11 @@ from tfx.components.statistics_gen import stats_artifact_utils
 from tfx.types import artifact_utils, standard_artifacts
 
 from components import artifacts, layout
+from components.inputs.pairs import ValidPairs
+from components.inputs.record_store import RecordStore
 from components.materialize import MaterializeError
 from components.materialize_component import MaterializeAudio, MaterializePairs
 from components.materialize_component import executor as materialize_executor
-from components.pairs import ValidPairs
-from components.record_store import RecordStore
 from tests.components.conftest import make_artifact, materialize, pairs_properties, png_bytes
 from tests.materialize import readback
 

@@ -12,7 +12,7 @@ from tensorflow_metadata.proto.v0 import anomalies_pb2
 from tfx.types import standard_artifacts
 
 from components import layout
-from components.pairs import ValidPairs
+from components.inputs.pairs import ValidPairs
 from components.trainer_component import ResampledTrainer
 from components.trainer_component import executor as trainer_executor
 from tests.components import contract_trainer

@@ -8,7 +8,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components.epoch_plan import (
+from components.inputs.epoch_plan import (
     EpochState,
     epoch_dataset,
     epoch_seed,

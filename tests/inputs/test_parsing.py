@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 
 from components import layout
-from components.parsing import ImageSpec, example_check, image_example_parser
-from components.record_store import DamagedRecordError, RecordStore
+from components.inputs.parsing import ImageSpec, example_check, image_example_parser
+from components.inputs.record_store import DamagedRecordError, RecordStore
 from tests.inputs import runs
 
 

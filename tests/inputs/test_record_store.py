@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 
 from components import layout, native
+from components.inputs.record_store import DamagedRecordError, RecordStore
 from components.layout import masked_crc32c
-from components.record_store import DamagedRecordError, RecordStore
 from tests.inputs import runs
 
 # The memory backend, and the disk backend with each of its readers.

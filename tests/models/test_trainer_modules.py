@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components.coverage import PairCoverage, PairCoverageCallback
+from components.inputs.coverage import PairCoverage, PairCoverageCallback
 from components.models.cyclegan import LOSS_NAMES
 from components.trainer_modules import cyclegan_trainer, speaker_trainer
 from tests.models import synthetic

@@ -10,7 +10,7 @@ over all x, from stateless randomness seeded by `(seed, epoch)`:
   at most D valid partners, every valid pair has been planned after D epochs.
 
 The x order is reshuffled every epoch and cut into global batches; with several workers each
-takes a disjoint set of whole batches (`components.epoch_plan`). Batches are read by index from
+takes a disjoint set of whole batches (`epoch_plan`). Batches are read by index from
 `RecordStore`s and parsed once per batch.
 """
 
@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from components import layout
-from components.epoch_plan import (
+from components.inputs.epoch_plan import (
     SALT_CHOICE,
     SALT_ORDER,
     SALT_TIE_BREAK,
@@ -35,9 +35,9 @@ from components.epoch_plan import (
     index_variable,
     worker_slice,
 )
-from components.parsing import ImageSpec, example_check, image_example_parser
-from components.record_store import RecordStore
-from components.sources import record_store_from
+from components.inputs.parsing import ImageSpec, example_check, image_example_parser
+from components.inputs.record_store import RecordStore
+from components.inputs.sources import record_store_from
 
 STRATEGIES = ("uniform", "least_sampled")
 REMAINDERS = ("wrap", "drop")
@@ -440,7 +440,7 @@ def dynamic_pairs(
     """A dataset of pair batches, re-paired on every iteration (one iteration = one epoch).
 
     Args:
-      x, y: `RecordStore`s, or anything `components.sources.record_store_from` takes (a
+      x, y: `RecordStore`s, or anything `components.inputs.sources.record_store_from` takes (a
         `tf.data.Dataset`, arrays / tensors or a dict / tuple of them).
       valid_pairs: for each x record, the y record numbers it may be paired with (see
         `ValidPairs.build`: ragged tensor, `(row_splits, values)` or list of lists).

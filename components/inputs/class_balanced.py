@@ -33,7 +33,7 @@ or samples), so every worker computes the same global plan and a resumed run rec
   the plan adds batches of `n_c` random distinct usable classes until it is.
 
 `class_balanced` wraps the plan into a `tf.data.Dataset` that reads the planned records from a
-`RecordStore` and computes log-mel features in the graph (`components.audio_features`).
+`RecordStore` and computes log-mel features in the graph (`components.inputs.audio_features`).
 """
 
 from __future__ import annotations
@@ -46,9 +46,10 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from components import epoch_plan, examples, layout, sources
-from components.audio_features import AudioFeatureConfig, audio_features
-from components.record_store import RecordStore
+from components import examples, layout
+from components.inputs import epoch_plan, sources
+from components.inputs.audio_features import AudioFeatureConfig, audio_features
+from components.inputs.record_store import RecordStore
 
 EPOCH_MODES = ("classes", "samples")
 SMALL_CLASS_POLICIES = ("replace", "skip")

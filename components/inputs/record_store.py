@@ -13,7 +13,7 @@ Two backends behind one interface:
 Every record is checked against its TFRecord frame, as `tf.data.TFRecordDataset` does (the length
 field against the index, and the masked CRC32C of the length and of the payload) unless
 `verify_crc=False` (the length is checked always), and, when a `payload_check` is given, its payload
-too (for example `components.parsing.example_check`: is it a parsable `tf.train.Example` with the
+too (for example `parsing.example_check`: is it a parsable `tf.train.Example` with the
 features the parser needs). A damaged record (CRC mismatch, truncated shard, wrong frame length,
 failed payload check) either fails the read with an error naming the record, shard path and offset
 (`on_damaged="fail"`, the default), or comes back as `b""` with `ok=False`, is counted in
@@ -36,7 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 from components import layout, native
-from components.epoch_plan import index_variable
+from components.inputs.epoch_plan import index_variable
 
 # A payload check returns None for a good payload and the reason otherwise.
 PayloadCheck = Callable[[bytes], "str | None"]
@@ -80,7 +80,7 @@ class RecordStore:
 
     Build one with `RecordStore.open` (a materialized run, see `components.layout`),
     `RecordStore.from_serialized` (records already in memory) or
-    `components.sources.record_store_from` (arrays, datasets, ids + a load function).
+    `components.inputs.sources.record_store_from` (arrays, datasets, ids + a load function).
 
     `read(indices)` (int64 [B] -> tf.string [B]) works eagerly and inside `Dataset.map`.
     """
@@ -113,7 +113,7 @@ class RecordStore:
         self._damaged = {d.index: d for d in damaged_records}
         self._damaged_lock = threading.Lock()
         self.damaged_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="damaged_count")
-        # Set by `components.sources` for stores it builds: turns tf.string [B] into tensors.
+        # Set by `components.inputs.sources` for stores it builds: turns tf.string [B] into tensors.
         self.parse_fn = parse_fn
 
     # ----------------------------------------------------------------------------- constructors

@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from components import examples, layout
-from components.record_store import RecordStore
+from components.inputs.record_store import RecordStore
 
 DEFAULT_RECORD_SET = "records"
 _SPEC_FILE = "element_spec.json"

@@ -3,25 +3,25 @@
 Import from here; the modules behind it hold one concept each.
 """
 
-from components.audio_features import AudioFeatureConfig, SpecAugment
-from components.class_balanced import (
+from components.inputs.audio_features import AudioFeatureConfig, SpecAugment
+from components.inputs.class_balanced import (
     ClassBalancedPlan,
     ClassBalancedSampler,
     ClassReport,
     class_balanced,
 )
-from components.coverage import PairCoverage, PairCoverageCallback
-from components.epoch_plan import EpochState
-from components.pairs import (
+from components.inputs.coverage import PairCoverage, PairCoverageCallback
+from components.inputs.epoch_plan import EpochState
+from components.inputs.pairs import (
     PairingState,
     ValidPairs,
     dynamic_pairs,
     dynamic_pairs_from_run,
     open_pairs_run,
 )
-from components.parsing import ImageSpec, example_check, image_example_parser
-from components.record_store import DamagedRecord, DamagedRecordError, RecordStore
-from components.sources import record_store_from, tensor_parser
+from components.inputs.parsing import ImageSpec, example_check, image_example_parser
+from components.inputs.record_store import DamagedRecord, DamagedRecordError, RecordStore
+from components.inputs.sources import record_store_from, tensor_parser
 
 __all__ = [
     "AudioFeatureConfig",

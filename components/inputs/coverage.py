@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from components.pairs import ValidPairs
+from components.inputs.pairs import ValidPairs
 
 
 class PairCoverage(tf.Module):
