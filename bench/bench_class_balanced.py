@@ -238,7 +238,7 @@ def tfsim_worker(scratch: str, num_batches: str, repeats: str) -> None:
 def bench_plan_rate(num_records, num_classes, repeats, peer_python) -> dict:
     import tensorflow as tf
 
-    from components.inputs.class_balanced import ClassBalancedPlan
+    from components.inputs import ClassBalancedPlan
 
     labels = class_labels(num_records, num_classes, seed=0)
     sizes = np.bincount(labels, minlength=num_classes)
@@ -404,8 +404,8 @@ def bench_end_to_end(num_records, num_classes, n_c, num_batches, repeats, scratc
     import tensorflow as tf
 
     from components import layout
+    from components.inputs import class_balanced
     from components.inputs.audio_features import AudioFeatureConfig, audio_features
-    from components.inputs.class_balanced import class_balanced
     from components.inputs.record_store import RecordStore
 
     run_dir = os.path.join(scratch, "run")

@@ -15,6 +15,7 @@ import argparse
 import os
 import time
 
+from components.component_keys import MODEL_RUN_KEY
 from pipeline import config, cyclegan_pipeline, run_local, speaker_pipeline
 
 TRAINER = "ResampledTrainer"
@@ -30,7 +31,7 @@ def _print_artifacts(title: str, results: dict[str, run_local.NodeResult]) -> No
 
 
 def _metrics(results: dict[str, run_local.NodeResult]) -> dict:
-    [model_run] = results[TRAINER].outputs["model_run"]
+    [model_run] = results[TRAINER].outputs[MODEL_RUN_KEY]
     return model_run.properties
 
 

@@ -6,12 +6,18 @@ MaterializeAudio -> StatisticsGen -> ImportSchemaGen -> ExampleValidator -> Resa
 from __future__ import annotations
 
 from tfx import v1 as tfx
+from tfx.types import standard_component_specs
 
+from components.component_keys import (
+    CLASS_BALANCED,
+    CLASS_INDEX_KEY,
+    EXAMPLES_KEY,
+    OFFSET_INDEX_KEY,
+)
 from components.materialize_component import MaterializeAudio
 from components.trainer_component import ResampledTrainer
+from pipeline import common
 from pipeline.config import RunConfig, SpeakerConfig
-from pipeline.fingerprint import input_fingerprint
-from pipeline.validation import validation_components
 
 TRAIN_SPLIT = "train"
 EVAL_SPLIT = "eval"
@@ -28,19 +34,17 @@ def create_pipeline(config: SpeakerConfig, run: RunConfig) -> tfx.dsl.Pipeline:
         split_seed=config.split_seed,
         num_shards=config.num_shards,
         max_reject_fraction=config.max_reject_fraction,
-        input_fingerprint=input_fingerprint(config.input_paths())
-        if run.fingerprint_inputs
-        else None,
+        input_fingerprint=common.materialize_fingerprint(config, run),
     )
-    statistics_gen, schema_gen, example_validator = validation_components(
-        materialize.outputs["examples"], config.schema_file
+    statistics_gen, schema_gen, example_validator = common.validation_components(
+        materialize.outputs[EXAMPLES_KEY], config.schema_file
     )
     trainer = ResampledTrainer(
-        examples=materialize.outputs["examples"],
-        offset_index=materialize.outputs["offset_index"],
-        class_index=materialize.outputs["class_index"],
-        anomalies=example_validator.outputs["anomalies"],
-        input_kind="class_balanced",
+        examples=materialize.outputs[EXAMPLES_KEY],
+        offset_index=materialize.outputs[OFFSET_INDEX_KEY],
+        class_index=materialize.outputs[CLASS_INDEX_KEY],
+        anomalies=example_validator.outputs[standard_component_specs.ANOMALIES_KEY],
+        input_kind=CLASS_BALANCED,
         module_path=config.trainer_module,
         num_epochs=config.num_epochs,
         n_classes_per_batch=config.n_classes_per_batch,
@@ -51,15 +55,6 @@ def create_pipeline(config: SpeakerConfig, run: RunConfig) -> tfx.dsl.Pipeline:
         input_options={"epoch_mode": config.epoch_mode, "features": config.feature_options()},
         custom_config=dict(config.custom_config),
     )
-    return tfx.dsl.Pipeline(
-        pipeline_name=config.pipeline_name,
-        pipeline_root=run.pipeline_root,
-        components=[materialize, statistics_gen, schema_gen, example_validator, trainer],
-        enable_cache=run.enable_cache,
-        metadata_connection_config=(
-            tfx.orchestration.metadata.sqlite_metadata_connection_config(run.metadata_path)
-            if run.metadata_path
-            else None
-        ),
-        beam_pipeline_args=list(run.beam_pipeline_args),
+    return common.assemble_pipeline(
+        config, run, [materialize, statistics_gen, schema_gen, example_validator, trainer]
     )

@@ -1,27 +1,37 @@
 """Public tf.data inputs re-sampled every epoch: record stores, dynamic pairs, coverage.
 
-Import from here; the modules behind it hold one concept each.
+Import from here; the modules behind it hold one concept each:
+
+* `record_store`: serialized records read by global record number (memory or disk backend),
+  on `shard_readers` (frames read by offset: Python and native readers, frame checks);
+* `sources`: what users have (run directories, arrays, datasets, ids + loader) -> record stores;
+  `element_codec`: the default element <-> Example encoding it uses;
+* `parsing`: batched parsers of image Examples and payload checks;
+* `epoch_plan`: stateless per-epoch plans, worker slices, checkpointable epoch state;
+* `valid_pairs`, `pairs`, `coverage`: the valid-pair index, dynamic pairs, pair coverage;
+* `class_plan`, `class_balanced`: the class-balanced plan and the sampler that reads it;
+* `audio_features`: crop/pad, log-mel and SpecAugment in the graph.
+
+None of them imports TFX.
 """
 
 from components.inputs.audio_features import AudioFeatureConfig, SpecAugment
-from components.inputs.class_balanced import (
-    ClassBalancedPlan,
-    ClassBalancedSampler,
-    ClassReport,
-    class_balanced,
-)
+from components.inputs.class_balanced import ClassBalancedSampler, class_balanced
+from components.inputs.class_plan import ClassBalancedPlan, ClassReport
 from components.inputs.coverage import PairCoverage, PairCoverageCallback
+from components.inputs.element_codec import tensor_parser
 from components.inputs.epoch_plan import EpochState
 from components.inputs.pairs import (
     PairingState,
-    ValidPairs,
     dynamic_pairs,
     dynamic_pairs_from_run,
     open_pairs_run,
 )
 from components.inputs.parsing import ImageSpec, example_check, image_example_parser
-from components.inputs.record_store import DamagedRecord, DamagedRecordError, RecordStore
-from components.inputs.sources import record_store_from, tensor_parser
+from components.inputs.record_store import DamagedRecordError, RecordStore
+from components.inputs.shard_readers import DamagedRecord
+from components.inputs.sources import record_store_from
+from components.inputs.valid_pairs import ValidPairs
 
 __all__ = [
     "AudioFeatureConfig",

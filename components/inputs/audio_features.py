@@ -26,6 +26,8 @@ import math
 
 import tensorflow as tf
 
+from components import layout
+
 MODES = ("crop", "pad")
 
 # Sub-streams of a batch's seed.
@@ -265,6 +267,32 @@ def spec_augment(
         inside = (frame_ids >= start[:, None, None]) & (frame_ids < (start + width)[:, None, None])
         keep &= ~inside
     return tf.where(keep, features, tf.zeros_like(features))
+
+
+def parse_audio_examples(records: tf.Tensor, sample_rate: int) -> dict[str, tf.Tensor]:
+    """The features of a batch of audio Examples (a materialized audio record set's records).
+
+    Args:
+      records: tf.string [B] serialized `tf.train.Example`s.
+      sample_rate: the rate of records without a `sample_rate` feature.
+
+    Returns:
+      ``audio`` tf.string [B] (int16 PCM), ``sample_rate`` int64 [B], ``label`` int64 [B]
+      (-1 where a record has none).
+    """
+    parsed = tf.io.parse_example(
+        records,
+        {
+            layout.AUDIO_KEY: tf.io.FixedLenFeature([], tf.string),
+            layout.SAMPLE_RATE_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=sample_rate),
+            layout.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=-1),
+        },
+    )
+    return {
+        "audio": parsed[layout.AUDIO_KEY],
+        "sample_rate": parsed[layout.SAMPLE_RATE_KEY],
+        "label": parsed[layout.LABEL_KEY],
+    }
 
 
 def audio_features(

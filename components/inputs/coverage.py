@@ -12,14 +12,17 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from components.inputs.pairs import ValidPairs
+from components.inputs.epoch_plan import index_variable
+from components.inputs.valid_pairs import ValidPairs
 
 
 class PairCoverage(tf.Module):
     """Distinct valid pairs seen, this epoch and overall.
 
     Pairs are identified by the key `x * num_y + y`; the sorted keys of all valid pairs are held
-    once (int64 [num_pairs]) and batches are matched by binary search.
+    once (int64 [num_pairs], an `epoch_plan.index_variable`, so `observe` does not copy them into
+    the dataset graph every epoch, nor do checkpoints of this module hold them) and batches are
+    matched by binary search.
     """
 
     def __init__(self, valid_pairs, *, num_y: int | None = None, name: str | None = None):
@@ -29,7 +32,7 @@ class PairCoverage(tf.Module):
         keys = np.unique(x_of_pair * pairs.num_y + pairs.values)
         self.num_y = pairs.num_y
         self.num_pairs = len(keys)
-        self._keys = tf.constant(keys)
+        self._find_pairs = _pair_finder(keys)
         self.seen_this_epoch = tf.Variable(
             tf.zeros([self.num_pairs], tf.bool), trainable=False, name="seen_this_epoch"
         )
@@ -42,13 +45,8 @@ class PairCoverage(tf.Module):
         """Records a batch of pairs (int64 [B] each); returns bool [B]: which pairs are valid."""
         x_index = tf.cast(tf.reshape(x_index, [-1]), tf.int64)
         y_index = tf.cast(tf.reshape(y_index, [-1]), tf.int64)
-        keys = x_index * self.num_y + y_index
-        position = tf.searchsorted(self._keys, keys, side="left", out_type=tf.int64)
-        clipped = tf.minimum(position, self.num_pairs - 1)
-        valid = tf.logical_and(
-            tf.logical_and(y_index >= 0, y_index < self.num_y),
-            tf.equal(tf.gather(self._keys, clipped), keys),
-        )
+        clipped, found = self._find_pairs(x_index * self.num_y + y_index)
+        valid = tf.logical_and(tf.logical_and(y_index >= 0, y_index < self.num_y), found)
         seen_positions = tf.boolean_mask(clipped, valid)[:, None]
         flags = tf.ones_like(seen_positions[:, 0], dtype=tf.bool)
         updates = [
@@ -86,6 +84,21 @@ class PairCoverage(tf.Module):
 
     def start_epoch(self) -> None:
         self.seen_this_epoch.assign(tf.zeros([self.num_pairs], tf.bool))
+
+
+def _pair_finder(sorted_keys: np.ndarray):
+    """keys (int64 [B]) -> (position of each key in `sorted_keys`, clipped to a valid index;
+    bool [B]: the key is there). A closure, not a module attribute: a `tf.Module` would track
+    the variable and write every key into each checkpoint."""
+    table = index_variable(sorted_keys, tf.int64, name="pair_keys")
+    last = len(sorted_keys) - 1
+
+    def find(keys: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        position = tf.searchsorted(table, keys, side="left", out_type=tf.int64)
+        clipped = tf.minimum(position, last)
+        return clipped, tf.equal(tf.gather(table, clipped), keys)
+
+    return find
 
 
 def _fraction(flags: tf.Variable, total: int) -> float:

@@ -126,6 +126,33 @@ def worker_slice(
     return int(worker_index), int(num_workers)
 
 
+def replicas_per_worker(input_context: tf.distribute.InputContext | None) -> int:
+    """The replicas one input pipeline feeds (1 without an input context)."""
+    if input_context is None:
+        return 1
+    return max(1, input_context.num_replicas_in_sync // input_context.num_input_pipelines)
+
+
+def round_batches(
+    num_batches: int, *, num_workers: int, replicas_per_worker: int = 1, down: bool = False
+) -> int:
+    """The global batches of an epoch, rounded to a multiple of workers x replicas per worker.
+
+    Every sampler plans its epochs with this one rule, so that every replica of every worker takes
+    the same number of steps (a `tf.distribute` strategy drops a last, partial step). Rounds up
+    (the plan adds batches) unless `down` (the plan leaves the last ones out).
+    """
+    if num_workers < 1 or replicas_per_worker < 1:
+        raise ValueError(
+            f"need num_workers >= 1 and replicas_per_worker >= 1, got {num_workers}, "
+            f"{replicas_per_worker}"
+        )
+    multiple = num_workers * replicas_per_worker
+    if down:
+        return num_batches // multiple * multiple
+    return -(-num_batches // multiple) * multiple
+
+
 def epoch_dataset(
     plan_fn: Callable[[tf.Tensor], object],
     *,

@@ -16,9 +16,6 @@ takes a disjoint set of whole batches (`epoch_plan`). Batches are read by index 
 
 from __future__ import annotations
 
-import dataclasses
-import logging
-import math
 from collections.abc import Callable
 
 import numpy as np
@@ -33,196 +30,17 @@ from components.inputs.epoch_plan import (
     epoch_dataset,
     epoch_seed,
     index_variable,
+    replicas_per_worker,
+    round_batches,
     worker_slice,
 )
 from components.inputs.parsing import ImageSpec, example_check, image_example_parser
 from components.inputs.record_store import RecordStore
 from components.inputs.sources import record_store_from
+from components.inputs.valid_pairs import ValidPairs
 
 STRATEGIES = ("uniform", "least_sampled")
 REMAINDERS = ("wrap", "drop")
-ON_INVALID = ("fail", "skip")
-X_RECORD_SET = "x"
-Y_RECORD_SET = "y"
-
-# Reasons an x is left out of the plan with on_invalid="skip".
-EMPTY_VALID_LIST = "empty valid list"
-Y_OUT_OF_RANGE = "y out of range"
-X_OUT_OF_RANGE = "x out of range"
-
-_log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class ValidPairs:
-    """The checked valid-pair index: CSR rows over x, values are y record numbers.
-
-    Attributes:
-      row_splits: int64 [num_x + 1].
-      values: int64 [num_pairs], each in [0, num_y).
-      num_y: the number of y records.
-      planned_x: int64 [num_planned]: the x that take part in the plan (non-empty rows).
-      skipped: reason -> number of x left out of the plan for it (on_invalid="skip").
-      skipped_x: int64 [num_skipped]: the x left out (those beyond num_x excluded).
-    """
-
-    row_splits: np.ndarray
-    values: np.ndarray
-    num_y: int
-    planned_x: np.ndarray
-    skipped: dict[str, int]
-    skipped_x: np.ndarray
-
-    @property
-    def num_x(self) -> int:
-        return len(self.row_splits) - 1
-
-    @property
-    def num_pairs(self) -> int:
-        return len(self.values)
-
-    @classmethod
-    def build(
-        cls,
-        valid_pairs,
-        *,
-        num_x: int | None = None,
-        num_y: int | None = None,
-        on_invalid: str = "fail",
-    ) -> ValidPairs:
-        """Checks and normalizes `valid_pairs`.
-
-        Args:
-          valid_pairs: a `tf.RaggedTensor` [num_x, None], CSR arrays `(row_splits, values)`, a
-            list of lists of y indices (one list per x), or a `ValidPairs` (returned as is).
-          num_x: the number of x records; rows beyond it are x out of range, x without a row
-            have an empty valid list. Default: the number of rows.
-          num_y: the number of y records; default: max y + 1.
-          on_invalid: "fail" raises ValueError naming the first bad x (y out of range, x out of
-            range, empty valid list); "skip" leaves those x out of the plan and counts them.
-        """
-        if isinstance(valid_pairs, ValidPairs):
-            return valid_pairs
-        if on_invalid not in ON_INVALID:
-            raise ValueError(f"on_invalid must be one of {ON_INVALID}, got {on_invalid!r}")
-        row_splits, values = _csr_arrays(valid_pairs)
-        num_rows = len(row_splits) - 1
-        if num_y is None:
-            num_y = int(values.max()) + 1 if len(values) else 0
-        if num_x is None:
-            num_x = num_rows
-        degrees = np.diff(row_splits)
-        row_of_value = np.repeat(np.arange(num_rows, dtype=np.int64), degrees)
-
-        bad_y = (values < 0) | (values >= num_y)
-        problems = {
-            X_OUT_OF_RANGE: np.flatnonzero(degrees[num_x:] > 0) + num_x,
-            Y_OUT_OF_RANGE: np.unique(row_of_value[bad_y]),
-            EMPTY_VALID_LIST: np.concatenate(
-                [np.flatnonzero(degrees[:num_x] == 0), np.arange(num_rows, num_x)]
-            ).astype(np.int64),
-        }
-        problems = {reason: rows for reason, rows in problems.items() if len(rows)}
-        if problems and on_invalid == "fail":
-            raise ValueError(_invalid_message(problems, row_splits, values, num_x, num_y, bad_y))
-
-        keep_row = np.zeros(num_x, dtype=bool)
-        keep_row[: min(num_rows, num_x)] = degrees[:num_x] > 0
-        if Y_OUT_OF_RANGE in problems:
-            keep_row[problems[Y_OUT_OF_RANGE][problems[Y_OUT_OF_RANGE] < num_x]] = False
-        if problems or num_rows != num_x:
-            # Rows of skipped x become empty; the index gets exactly num_x rows.
-            row_splits, values = _keep_rows(row_splits, values, keep_row, num_x)
-        skipped_x = np.flatnonzero(~keep_row).astype(np.int64)
-        if problems:
-            _log.warning(
-                "valid_pairs: %d x left out of the plan (%s)",
-                len(skipped_x) + len(problems.get(X_OUT_OF_RANGE, ())),
-                ", ".join(f"{reason}: {len(rows)}" for reason, rows in problems.items()),
-            )
-        planned_x = np.flatnonzero(keep_row).astype(np.int64)
-        if not len(planned_x):
-            raise ValueError("valid_pairs: no x has a valid pair; nothing to plan")
-        return cls(
-            row_splits=row_splits,
-            values=values,
-            num_y=int(num_y),
-            planned_x=planned_x,
-            skipped={reason: len(rows) for reason, rows in problems.items()},
-            skipped_x=skipped_x,
-        )
-
-    @classmethod
-    def load(cls, output_dir: str, **kwargs) -> ValidPairs:
-        """Loads `index/pairs` of a materialized run; kwargs as in `build`."""
-        return cls.build(layout.load_csr(layout.pairs_index_dir(output_dir)), **kwargs)
-
-
-def _csr_arrays(valid_pairs) -> tuple[np.ndarray, np.ndarray]:
-    if isinstance(valid_pairs, tf.RaggedTensor):
-        if valid_pairs.ragged_rank != 1 or valid_pairs.shape.rank != 2:
-            raise ValueError(
-                f"valid_pairs must be a [num_x, None] ragged tensor, got {valid_pairs}"
-            )
-        row_splits = valid_pairs.row_splits.numpy()
-        values = valid_pairs.values.numpy()
-    elif isinstance(valid_pairs, tuple) and len(valid_pairs) == 2:
-        row_splits, values = (np.asarray(a) for a in valid_pairs)
-    elif isinstance(valid_pairs, list):
-        lengths = np.fromiter((len(row) for row in valid_pairs), np.int64, len(valid_pairs))
-        row_splits = np.concatenate([[0], np.cumsum(lengths)])
-        # np.array, not np.fromiter: a float or string y must fail the integer check below.
-        values = np.array([y for row in valid_pairs for y in row])
-    else:
-        raise TypeError(
-            "valid_pairs must be a tf.RaggedTensor, a (row_splits, values) tuple or a list of "
-            f"lists of y indices, got {type(valid_pairs).__name__}"
-        )
-    for name, array in (("row_splits", row_splits), ("values", values)):
-        if array.ndim != 1 or not (array.dtype.kind in "iu" or array.size == 0):
-            raise ValueError(
-                f"valid_pairs {name} must be a 1-D integer array, got {array.dtype}"
-                f"{list(array.shape)}"
-            )
-    row_splits = row_splits.astype(np.int64, copy=False)
-    values = values.astype(np.int64, copy=False)
-    if len(row_splits) < 1 or row_splits[0] != 0 or row_splits[-1] != len(values):
-        raise ValueError(
-            f"valid_pairs row_splits must start at 0 and end at len(values) ({len(values)})"
-        )
-    if np.any(np.diff(row_splits) < 0):
-        raise ValueError("valid_pairs row_splits must be non-decreasing")
-    return row_splits, values
-
-
-def _keep_rows(row_splits, values, keep_row, num_x):
-    degrees = np.diff(row_splits)[:num_x]
-    degrees = np.concatenate([degrees, np.zeros(num_x - len(degrees), np.int64)])
-    kept_degrees = np.where(keep_row, degrees, 0)
-    value_row = np.repeat(np.arange(len(degrees), dtype=np.int64), degrees)
-    kept_values = values[: row_splits[min(num_x, len(row_splits) - 1)]][keep_row[value_row]]
-    return np.concatenate([[0], np.cumsum(kept_degrees)]).astype(np.int64), kept_values
-
-
-def _invalid_message(problems, row_splits, values, num_x, num_y, bad_y) -> str:
-    parts = []
-    if Y_OUT_OF_RANGE in problems:
-        position = int(np.flatnonzero(bad_y)[0])
-        x = int(np.searchsorted(row_splits, position, side="right") - 1)
-        parts.append(
-            f"y index {int(values[position])} out of range for x {x} (num_y = {num_y}); "
-            f"{len(problems[Y_OUT_OF_RANGE])} x affected"
-        )
-    if X_OUT_OF_RANGE in problems:
-        rows = problems[X_OUT_OF_RANGE]
-        parts.append(
-            f"valid lists for x {int(rows[0])}.. beyond the x records (num_x = {num_x}); "
-            f"{len(rows)} x affected"
-        )
-    if EMPTY_VALID_LIST in problems:
-        rows = problems[EMPTY_VALID_LIST]
-        parts.append(f"x {int(rows[0])} has an empty valid list; {len(rows)} x affected")
-    return "valid_pairs: " + "; ".join(parts) + ". Pass on_invalid='skip' to leave them out."
 
 
 class PairingState(EpochState):
@@ -274,8 +92,7 @@ class PairPlanner:
         remainder: str = "wrap",
         state: PairingState | None = None,
     ):
-        """`num_batches` is a multiple of `num_workers * replicas_per_worker`, so that every
-        replica gets the same number of batches (a strategy drops a last, partial step)."""
+        """`num_batches` follows `epoch_plan.round_batches` (wrap rounds up, drop down)."""
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
         if remainder not in REMAINDERS:
@@ -287,17 +104,21 @@ class PairPlanner:
         self.seed = int(seed)
         self.batch_size = int(batch_size)
         num_planned = len(valid_pairs.planned_x)
-        step = num_workers * replicas_per_worker
-        global_batch = self.batch_size * step
         if remainder == "wrap":
-            self.num_batches = math.ceil(num_planned / global_batch) * step
+            planned_batches = -(-num_planned // self.batch_size)
         else:
-            self.num_batches = (num_planned // global_batch) * step
-            if not self.num_batches:
-                raise ValueError(
-                    f"remainder='drop' leaves no batch: {num_planned} x, batch_size "
-                    f"{batch_size} x {num_workers} workers"
-                )
+            planned_batches = num_planned // self.batch_size
+        self.num_batches = round_batches(
+            planned_batches,
+            num_workers=num_workers,
+            replicas_per_worker=replicas_per_worker,
+            down=remainder == "drop",
+        )
+        if not self.num_batches:
+            raise ValueError(
+                f"remainder='drop' leaves no batch: {num_planned} x, batch_size "
+                f"{batch_size} x {num_workers} workers"
+            )
         if state is None:
             state = PairingState(valid_pairs, strategy)
         elif state.strategy != strategy or (
@@ -468,10 +289,16 @@ def dynamic_pairs(
       which drops the pairs that touch them. Cardinality: batches per worker per epoch.
     """
     x_store = record_store_from(
-        x, record_set=X_RECORD_SET, memory_budget_bytes=memory_budget_bytes, cache_dir=cache_dir
+        x,
+        record_set=layout.X_RECORD_SET,
+        memory_budget_bytes=memory_budget_bytes,
+        cache_dir=cache_dir,
     )
     y_store = record_store_from(
-        y, record_set=Y_RECORD_SET, memory_budget_bytes=memory_budget_bytes, cache_dir=cache_dir
+        y,
+        record_set=layout.Y_RECORD_SET,
+        memory_budget_bytes=memory_budget_bytes,
+        cache_dir=cache_dir,
     )
     valid_pairs = ValidPairs.build(
         valid_pairs, num_x=x_store.num_records, num_y=y_store.num_records, on_invalid=on_invalid
@@ -484,18 +311,13 @@ def dynamic_pairs(
     worker, workers = worker_slice(
         input_context, worker_index=worker_index, num_workers=num_workers
     )
-    replicas_per_worker = 1
-    if input_context is not None:
-        replicas_per_worker = max(
-            1, input_context.num_replicas_in_sync // input_context.num_input_pipelines
-        )
     planner = PairPlanner(
         valid_pairs,
         strategy=strategy,
         seed=seed,
         batch_size=batch_size,
         num_workers=workers,
-        replicas_per_worker=replicas_per_worker,
+        replicas_per_worker=replicas_per_worker(input_context),
         remainder=remainder,
         state=state,
     )
@@ -522,6 +344,7 @@ def dynamic_pairs(
 def open_pairs_run(
     output_dir: str,
     *,
+    pair_index_dir: str | None = None,
     backend: str = "auto",
     memory_budget_bytes: int = 1 << 30,
     on_damaged: str = "fail",
@@ -531,6 +354,9 @@ def open_pairs_run(
     reader: str = "auto",
 ) -> tuple[RecordStore, RecordStore, ValidPairs]:
     """Opens the `x` and `y` record sets and the valid-pair index of a materialized run.
+
+    `pair_index_dir`: the run directory holding `index/pairs` when it is not `output_dir` (the
+    TFX `PairIndex` artifact beside the `OffsetIndex` one).
 
     `check_examples` also checks that each record is a parsable image Example (a damaged record
     otherwise); it costs a protobuf parse per record read on the disk backend. `reader`: the disk
@@ -548,10 +374,10 @@ def open_pairs_run(
             payload_check=payload_check,
             reader=reader,
         )
-        for record_set in (X_RECORD_SET, Y_RECORD_SET)
+        for record_set in (layout.X_RECORD_SET, layout.Y_RECORD_SET)
     ]
     valid_pairs = ValidPairs.load(
-        output_dir,
+        output_dir if pair_index_dir is None else pair_index_dir,
         num_x=stores[0].num_records,
         num_y=stores[1].num_records,
         on_invalid=on_invalid,

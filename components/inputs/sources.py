@@ -1,17 +1,17 @@
-"""Record stores from what users have: datasets, in-memory arrays, or ids plus a load function.
+"""Record stores from what users have, for both samplers: the one place sources are resolved.
 
 Not every user starts from the Beam job. `record_store_from` turns a `tf.data.Dataset`, arrays /
 tensors (or a dict / tuple of them, sliced along the first axis), or a sequence of ids with a
-load function into a `RecordStore` whose records are `tf.train.Example`s, one per element, and
-attaches the matching batched parse function (`store.parse_fn`). Inputs whose encoded size fits
-`memory_budget_bytes` stay in memory; larger ones are written once to indexed TFRecord shards
-under `cache_dir` (the `components.layout` of a materialized run) and read from disk, so memory
-stays bounded by the budget.
+load function into a `RecordStore` whose records are `tf.train.Example`s, one per element
+(`element_codec`), with the matching batched parse function (`store.parse_fn`). Inputs whose
+encoded size fits `memory_budget_bytes` stay in memory; larger ones are written once to indexed
+TFRecord shards under `cache_dir` (the `components.layout` of a materialized run) and read from
+disk, so memory stays bounded by the budget.
 
-Element encoding: each component of the element structure is one bytes feature, keyed by its
-structure path. Numeric tensors are stored as raw little-endian bytes in C order and decoded with
-one vectorized op per batch; scalar strings as they are. A component whose first dimension varies
-between elements (audio of any length) comes back as a `tf.RaggedTensor` [B, None, ...].
+`labelled_records` does the same for the class-balanced sampler, whose sources carry a class
+per record: a materialized run directory (its class index), a store with labels, a dataset of
+`(waveform, label)`, or ids with labels and a waveform loader. It returns the store with the
+class index in CSR form.
 """
 
 from __future__ import annotations
@@ -21,24 +21,22 @@ import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import tensorflow as tf
 
 from components import examples, layout
+from components.inputs.element_codec import (
+    Component,
+    ExampleEncoder,
+    declared_components,
+    tensor_parser,
+)
 from components.inputs.record_store import RecordStore
 
 DEFAULT_RECORD_SET = "records"
 _SPEC_FILE = "element_spec.json"
-_SINGLE_KEY = "value"
-
-
-@dataclasses.dataclass(frozen=True)
-class _Component:
-    key: str
-    dtype: tf.DType
-    shape: tuple[int | None, ...]
 
 
 def record_store_from(
@@ -83,7 +81,7 @@ def record_store_from(
         source = np.array(source, dtype=object if is_text else None)
     encoder = None
     if encode_fn is None:
-        encoder = _ExampleEncoder(None if load_fn is not None else _declared_components(source))
+        encoder = ExampleEncoder(None if load_fn is not None else declared_components(source))
         encode_fn = encoder.encode
     sink = _RecordSink(cache_dir, record_set, memory_budget_bytes, shard_bytes)
     try:
@@ -94,41 +92,10 @@ def record_store_from(
         components = encoder.components() if encoder is not None else None
         if components is not None and parse_fn is None:
             parse_fn = tensor_parser(components)
-        store = sink.finish(components)
+        return sink.finish(components, parse_fn)
     except BaseException:
         sink.abandon()
         raise
-    store.parse_fn = parse_fn
-    return store
-
-
-def tensor_parser(components: Sequence[_Component] | tf.TypeSpec | object) -> Callable:
-    """The batched decoder of records written by the default encoder.
-
-    `components` is an element spec (a structure of `tf.TensorSpec`) or the encoder's components.
-    Returns tf.string [B] -> the element structure with a leading batch dimension; components
-    whose first dimension is unknown come back ragged.
-    """
-    if not (isinstance(components, list) and components and isinstance(components[0], _Component)):
-        components = _components_of_spec(components)
-    for c in components:
-        if any(d is None for d in c.shape[1:]):
-            raise ValueError(
-                f"component {c.key!r} has shape {list(c.shape)}: only the first dimension may "
-                "vary between elements (give parse_fn to decode it yourself)"
-            )
-    structure = _structure_of(components)
-    features = {c.key: tf.io.FixedLenFeature([], tf.string) for c in components}
-
-    def parse(serialized: tf.Tensor):
-        parsed = tf.io.parse_example(serialized, features)
-        flat = [_decode(parsed[c.key], c) for c in components]
-        return tf.nest.pack_sequence_as(structure, flat)
-
-    return parse
-
-
-# --------------------------------------------------------------------------------- elements
 
 
 def _elements(source, load_fn) -> Iterator:
@@ -152,167 +119,6 @@ def _elements(source, load_fn) -> Iterator:
         )
     (length,) = lengths
     return (tf.nest.pack_sequence_as(source, [a[i] for a in arrays]) for i in range(length))
-
-
-def _declared_components(source) -> list[_Component]:
-    """The components of a dataset's or arrays' elements, known before reading any."""
-    if isinstance(source, tf.data.Dataset):
-        return _components_of_spec(source.element_spec)
-    flat = tf.nest.flatten(source)
-    specs = []
-    for x in flat:
-        array = np.asarray(x)
-        dtype = tf.string if array.dtype.kind in "SOU" else tf.as_dtype(array.dtype)
-        specs.append(tf.TensorSpec(array.shape[1:], dtype))
-    return _components_of_spec(tf.nest.pack_sequence_as(source, specs))
-
-
-def _components_of_spec(spec) -> list[_Component]:
-    paths = _flatten_with_paths(spec)
-    components = []
-    for path, leaf in paths:
-        if not isinstance(leaf, tf.TensorSpec):
-            raise TypeError(
-                f"element component {path or _SINGLE_KEY!r} is {leaf}; only dense tensors are "
-                "stored by default (give encode_fn and parse_fn for others)"
-            )
-        components.append(_Component(path or _SINGLE_KEY, leaf.dtype, tuple(leaf.shape.as_list())))
-    return components
-
-
-def _flatten_with_paths(structure, prefix: str = "") -> list[tuple[str, object]]:
-    """[(path, leaf)] in `tf.nest.flatten` order; paths join dict keys and positions with "/"."""
-    if isinstance(structure, dict):
-        items = [(str(k), structure[k]) for k in sorted(structure)]
-    elif isinstance(structure, (tuple, list)):
-        items = [(str(i), v) for i, v in enumerate(structure)]
-    else:
-        return [(prefix, structure)]
-    flat = []
-    for key, value in items:
-        flat.extend(_flatten_with_paths(value, f"{prefix}/{key}" if prefix else key))
-    return flat
-
-
-def _structure_of(components: Sequence[_Component]):
-    """Rebuilds a nested structure (dicts / lists keyed by path) from component keys."""
-    if len(components) == 1 and components[0].key == _SINGLE_KEY:
-        return 0
-    root: dict = {}
-    for i, c in enumerate(components):
-        node = root
-        *parents, last = c.key.split("/")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = i
-    return _lists_for_integer_keys(root)
-
-
-def _lists_for_integer_keys(node):
-    if not isinstance(node, dict):
-        return node
-    converted = {k: _lists_for_integer_keys(v) for k, v in node.items()}
-    if all(k.isdigit() for k in converted):
-        return tuple(converted[str(i)] for i in range(len(converted)))
-    return converted
-
-
-# --------------------------------------------------------------------------------- encoding
-
-
-class _ExampleEncoder:
-    """Encodes elements as Examples, one bytes feature per component.
-
-    Records the observed shape of each component, widening a dimension to None when it varies
-    between elements, so the decoder knows which components are ragged.
-    """
-
-    def __init__(self, declared: list[_Component] | None):
-        self._declared = {c.key: c for c in declared} if declared is not None else None
-        self._observed: dict[str, _Component] = {}
-
-    def encode(self, element) -> bytes:
-        if isinstance(element, (tf.Tensor, np.ndarray, np.generic, bytes, str, int, float)):
-            flat = [(_SINGLE_KEY, element)]
-        else:
-            flat = [(path or _SINGLE_KEY, value) for path, value in _flatten_with_paths(element)]
-        feature = {}
-        for key, value in flat:
-            array = _as_array(value)
-            component = self._observe(key, array)
-            feature[key] = examples.bytes_feature(_component_bytes(array, component))
-        expected = self._declared if self._declared is not None else self._observed
-        if set(feature) != set(expected):
-            raise ValueError(
-                f"element has components {sorted(feature)}, expected {sorted(expected)}"
-            )
-        return examples.serialize_example(feature)
-
-    def components(self) -> list[_Component]:
-        keys = self._declared if self._declared is not None else self._observed
-        return [self._observed[key] for key in keys]
-
-    def _observe(self, key: str, array: np.ndarray) -> _Component:
-        dtype = tf.string if array.dtype.kind in "SOU" else tf.as_dtype(array.dtype)
-        shape = tuple(array.shape)
-        if dtype == tf.string and shape:
-            raise ValueError(
-                f"component {key!r}: only scalar strings are stored by default, got shape "
-                f"{list(shape)} (give encode_fn and parse_fn)"
-            )
-        reference = self._observed.get(key)
-        if reference is None and self._declared is not None:
-            reference = self._declared.get(key)
-            if reference is None:
-                raise ValueError(f"unexpected element component {key!r}")
-        if reference is not None:
-            if reference.dtype != dtype or len(reference.shape) != len(shape):
-                raise ValueError(
-                    f"component {key!r} is {dtype.name}{list(shape)}, but elements so far are "
-                    f"{reference.dtype.name}{list(reference.shape)}"
-                )
-            shape = tuple(
-                r if r == s else None for r, s in zip(reference.shape, shape, strict=True)
-            )
-        component = _Component(key, dtype, shape)
-        self._observed[key] = component
-        return component
-
-
-def _as_array(value) -> np.ndarray:
-    if isinstance(value, tf.Tensor):
-        value = value.numpy()
-    if isinstance(value, (bytes, str)):
-        # Not np.asarray: fixed-width bytes arrays drop trailing NULs.
-        return np.array(value, dtype=object)
-    return np.asarray(value)
-
-
-def _component_bytes(array: np.ndarray, component: _Component) -> bytes:
-    if component.dtype == tf.string:
-        item = array.item()
-        return item.encode() if isinstance(item, str) else bytes(item)
-    return np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
-
-
-# --------------------------------------------------------------------------------- decoding
-
-
-def _decode(encoded: tf.Tensor, c: _Component):
-    if c.dtype == tf.string:
-        return encoded
-    inner = c.shape[1:] if c.shape else ()
-    raw_dtype = tf.uint8 if c.dtype == tf.bool else c.dtype
-    if c.shape and c.shape[0] is None:
-        # Variable first dimension: one decode over the concatenated batch, then split by length.
-        item_bytes = raw_dtype.size * int(np.prod(inner, dtype=np.int64))
-        values = tf.io.decode_raw(tf.strings.reduce_join(encoded), raw_dtype)
-        values = tf.reshape(values, [-1, *inner])
-        row_lengths = tf.cast(tf.strings.length(encoded) // item_bytes, tf.int64)
-        decoded = tf.RaggedTensor.from_row_lengths(values, row_lengths, validate=False)
-        return tf.cast(decoded, tf.bool) if c.dtype == tf.bool else decoded
-    decoded = tf.reshape(tf.io.decode_raw(encoded, raw_dtype), [-1, *c.shape])
-    return tf.cast(decoded, tf.bool) if c.dtype == tf.bool else decoded
 
 
 # --------------------------------------------------------------------------------- storage
@@ -373,10 +179,12 @@ class _RecordSink:
         if self._temporary:
             shutil.rmtree(self._cache_dir, ignore_errors=True)
 
-    def finish(self, components: list[_Component] | None) -> RecordStore:
+    def finish(self, components: list[Component] | None, parse_fn) -> RecordStore:
         if not self._shard_paths:
             return RecordStore.from_serialized(
-                np.array(self._pending, dtype=object), record_set=self._record_set
+                np.array(self._pending, dtype=object),
+                record_set=self._record_set,
+                parse_fn=parse_fn,
             )
         self._flush()
         output_dir = self._cache_dir
@@ -395,7 +203,7 @@ class _RecordSink:
             )
         # shards.json, written last, marks the cache complete.
         layout.save_record_set_index(output_dir, self._record_set, shard_paths, offsets, ids)
-        store = RecordStore.open(output_dir, self._record_set, backend="disk")
+        store = RecordStore.open(output_dir, self._record_set, backend="disk", parse_fn=parse_fn)
         if self._temporary:
             weakref.finalize(store, shutil.rmtree, output_dir, True)
         return store
@@ -408,13 +216,230 @@ def _cache_complete(cache_dir: str, record_set: str) -> bool:
 
 
 def _open_cache(cache_dir, record_set, encode_fn, parse_fn) -> RecordStore:
-    store = RecordStore.open(cache_dir, record_set, backend="disk")
     spec_path = os.path.join(layout.index_dir(cache_dir, record_set), _SPEC_FILE)
     if parse_fn is None and encode_fn is None and tf.io.gfile.exists(spec_path):
         components = [
-            _Component(c["key"], tf.as_dtype(c["dtype"]), tuple(c["shape"]))
+            Component(c["key"], tf.as_dtype(c["dtype"]), tuple(c["shape"]))
             for c in layout.load_json(spec_path)
         ]
         parse_fn = tensor_parser(components)
-    store.parse_fn = parse_fn
-    return store
+    return RecordStore.open(cache_dir, record_set, backend="disk", parse_fn=parse_fn)
+
+
+# ------------------------------------------------------------------------------ labelled sources
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelledRecords:
+    """A record store with the class index of its records.
+
+    Attributes:
+      store: the records.
+      row_splits: int64 [C + 1], values: int64 [N]: CSR, the record numbers of each class.
+      classes: class names (sorted string labels, or the run's `classes.txt`), else None.
+      labels_in_records: the records carry the `label` feature (a materialized run).
+    """
+
+    store: RecordStore
+    row_splits: np.ndarray
+    values: np.ndarray
+    classes: list[str] | None
+    labels_in_records: bool
+
+
+def labelled_records(
+    source,
+    labels=None,
+    *,
+    record_set: str | None = None,
+    load_fn: Callable[[object], object] | None = None,
+    backend: str = "auto",
+    memory_budget_bytes: int = 1 << 30,
+    cache_dir: str | None = None,
+    sample_rate: int | None = None,
+) -> LabelledRecords:
+    """The store and class index of a labelled source (see `class_balanced` for the kinds).
+
+    Waveforms (from a dataset or `load_fn`) are stored as audio Examples at `sample_rate`.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        if labels is not None or load_fn is not None:
+            raise ValueError("a materialized run has its own labels; do not pass labels/load_fn")
+        return _open_labelled_run(os.fspath(source), record_set, backend, memory_budget_bytes)
+    if isinstance(source, RecordStore):
+        if labels is None:
+            raise ValueError("a RecordStore source needs labels (one class per record)")
+        return _from_labels(source, labels)
+    if isinstance(source, tf.data.Dataset):
+        if labels is not None or load_fn is not None:
+            raise ValueError(
+                "a dataset source yields (waveform, label): do not pass labels/load_fn"
+            )
+        return _from_dataset(source, cache_dir, backend, memory_budget_bytes, sample_rate)
+    if load_fn is None or labels is None:
+        raise TypeError(
+            "source must be a run directory, a RecordStore (with labels), a tf.data.Dataset of "
+            "(waveform, label), or sample ids with labels and load_fn; got "
+            f"{type(source).__name__}" + ("" if load_fn is not None else " without load_fn")
+        )
+    ids = list(source)
+    if len(ids) != len(labels):
+        raise ValueError(f"{len(ids)} ids but {len(labels)} labels")
+    encoder = _AudioEncoder(sample_rate)
+
+    def load_and_check(item):
+        try:
+            waveform = load_fn(item)
+        except Exception as error:
+            raise ValueError(f"load_fn failed for id {item!r}: {error}") from error
+        return encoder.encode(waveform, where=f"id {item!r}")
+
+    store = record_store_from(
+        ids,
+        load_fn=load_and_check,
+        encode_fn=lambda record: record,
+        parse_fn=None,
+        cache_dir=cache_dir,
+        memory_budget_bytes=memory_budget_bytes,
+    )
+    return _from_labels(store, labels)
+
+
+def _open_labelled_run(
+    output_dir, record_set, backend, memory_budget_bytes, labels_in_records: bool = True
+) -> LabelledRecords:
+    """A record set with its class index (`labels_in_records`: a materialized run's records
+    carry the `label` feature; a dataset cache's do not)."""
+    if record_set is None:
+        index_root = os.path.join(output_dir, layout.INDEX_DIR)
+        labelled_sets = sorted(
+            name
+            for name in (tf.io.gfile.listdir(index_root) if tf.io.gfile.isdir(index_root) else [])
+            if tf.io.gfile.isdir(layout.class_records_dir(output_dir, name.rstrip("/")))
+        )
+        if len(labelled_sets) != 1:
+            raise ValueError(
+                f"pass record_set: {output_dir} has labelled record sets {labelled_sets}"
+                if labelled_sets
+                else f"{output_dir} has no labelled record set (no index/*/class_records)"
+            )
+        record_set = labelled_sets[0].rstrip("/")
+    class_dir = layout.class_records_dir(output_dir, record_set)
+    if not tf.io.gfile.isdir(class_dir):
+        raise FileNotFoundError(
+            f"record set {record_set!r} of {output_dir} has no class index ({class_dir})"
+        )
+    row_splits, values = layout.load_csr(class_dir)
+    classes_path = os.path.join(layout.index_dir(output_dir, record_set), layout.CLASSES_FILE)
+    classes = layout.load_lines(classes_path) if tf.io.gfile.exists(classes_path) else None
+    if classes is not None and len(classes) != len(row_splits) - 1:
+        raise ValueError(
+            f"{classes_path} lists {len(classes)} classes but the class index has "
+            f"{len(row_splits) - 1}"
+        )
+    store = RecordStore.open(
+        output_dir, record_set, backend=backend, memory_budget_bytes=memory_budget_bytes
+    )
+    _check_csr(row_splits, values, store.num_records, class_dir)
+    return LabelledRecords(store, np.asarray(row_splits), values, classes, labels_in_records)
+
+
+def _from_labels(store: RecordStore, labels) -> LabelledRecords:
+    class_ids, classes = _class_ids(labels, store.num_records)
+    num_classes = int(class_ids.max()) + 1 if len(class_ids) else 0
+    row_splits, values = layout.class_records(class_ids, num_classes)
+    return LabelledRecords(store, row_splits, values, classes, False)
+
+
+def _class_ids(labels, num_records: int) -> tuple[np.ndarray, list[str] | None]:
+    """int64 [N] class ids and the class names (sorted) when `labels` are strings."""
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or len(labels) != num_records:
+        raise ValueError(
+            f"labels must be a vector with one class per record ({num_records}), got shape "
+            f"{labels.shape}"
+        )
+    if labels.dtype.kind in "SUO":
+        classes, class_ids = np.unique(labels.astype(str), return_inverse=True)
+        return class_ids.astype(np.int64), classes.tolist()
+    if labels.dtype.kind not in "iu":
+        raise TypeError(f"labels must be integers or strings, got dtype {labels.dtype}")
+    class_ids = labels.astype(np.int64)
+    if len(class_ids) and class_ids.min() < 0:
+        bad = int(np.flatnonzero(class_ids < 0)[0])
+        raise ValueError(f"labels must be >= 0; record {bad} has label {class_ids[bad]}")
+    return class_ids, None
+
+
+def _from_dataset(dataset, cache_dir, backend, memory_budget_bytes, sample_rate) -> LabelledRecords:
+    spec = dataset.element_spec
+    if not (isinstance(spec, tuple) and len(spec) == 2):
+        raise TypeError(f"a dataset source must yield (waveform, label) pairs, got {spec}")
+    record_set = DEFAULT_RECORD_SET
+    if cache_dir is not None and tf.io.gfile.isdir(layout.class_records_dir(cache_dir, record_set)):
+        # A complete cache from an earlier run: its class index is written last.
+        return _open_labelled_run(
+            cache_dir, record_set, backend, memory_budget_bytes, labels_in_records=False
+        )
+    encoder = _AudioEncoder(sample_rate)
+    labels: list = []
+
+    def encode(element) -> bytes:
+        waveform, label = element
+        labels.append(label.decode() if isinstance(label, bytes) else label)
+        return encoder.encode(waveform, where=f"dataset element {len(labels) - 1}")
+
+    store = record_store_from(
+        dataset,
+        encode_fn=encode,
+        cache_dir=cache_dir,
+        record_set=record_set,
+        memory_budget_bytes=memory_budget_bytes,
+    )
+    if not labels:
+        raise ValueError(
+            f"{cache_dir} holds records of an earlier run but no class index; remove it"
+        )
+    if store.backend == "disk" and cache_dir is not None:
+        class_ids, classes = _class_ids(labels, store.num_records)
+        num_classes = len(classes) if classes is not None else int(class_ids.max()) + 1
+        layout.save_class_index(cache_dir, record_set, class_ids, num_classes, classes)
+    return _from_labels(store, labels)
+
+
+class _AudioEncoder:
+    """Waveforms -> audio Examples in the layout of a materialized record set."""
+
+    def __init__(self, sample_rate: int | None):
+        self._sample_rate = sample_rate
+
+    def encode(self, waveform, *, where: str) -> bytes:
+        samples = np.asarray(waveform.numpy() if isinstance(waveform, tf.Tensor) else waveform)
+        if samples.ndim == 2 and samples.shape[1] == 1:
+            samples = samples[:, 0]
+        if samples.ndim != 1:
+            raise ValueError(
+                f"{where}: expected a mono waveform [n] or [n, 1], got {samples.shape}"
+            )
+        if samples.size == 0:
+            raise ValueError(f"{where}: empty waveform")
+        if samples.dtype.kind == "f":
+            samples = np.round(np.clip(samples, -1.0, 32767 / 32768) * 32768)
+        elif samples.dtype.kind not in "iu":
+            raise ValueError(f"{where}: waveform dtype {samples.dtype} is not int16 or float")
+        pcm = samples.astype("<i2")
+        feature = {
+            layout.AUDIO_KEY: examples.bytes_feature(pcm.tobytes()),
+            layout.NUM_SAMPLES_KEY: examples.int64_feature(len(pcm)),
+        }
+        if self._sample_rate is not None:
+            feature[layout.SAMPLE_RATE_KEY] = examples.int64_feature(self._sample_rate)
+        return examples.serialize_example(feature)
+
+
+def _check_csr(row_splits, values, num_records: int, where: str) -> None:
+    if len(values) != num_records or (len(row_splits) and row_splits[-1] != len(values)):
+        raise ValueError(
+            f"{where}: the class index covers {len(values)} records (row_splits end at "
+            f"{row_splits[-1] if len(row_splits) else None}) but the record set has {num_records}"
+        )

@@ -22,32 +22,51 @@ from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 
 from components import artifacts
-from components.materialize_component import executor
-from components.materialize_component.executor import (
+from components.component_keys import (
     CLASS_INDEX_KEY,
+    EVAL_FRACTION_KEY,
     EXAMPLES_KEY,
+    IMAGE_STORAGE_KEY,
+    INPUT_FINGERPRINT_KEY,
+    MANIFEST_FORMAT_KEY,
+    MANIFEST_KEY,
+    MAX_REJECT_FRACTION_KEY,
+    MAX_SHARD_BYTES_KEY,
+    NUM_SHARDS_KEY,
     OFFSET_INDEX_KEY,
     PAIR_INDEX_KEY,
+    PAIRS_FORMAT_KEY,
+    PAIRS_KEY,
+    RAW_CHANNELS_KEY,
+    RAW_HEIGHT_KEY,
+    RAW_WIDTH_KEY,
+    ROOT_KEY,
+    SAMPLE_RATE_KEY,
+    SPLIT_MODE_KEY,
+    SPLIT_SEED_KEY,
+    X_DIR_KEY,
+    Y_DIR_KEY,
 )
+from components.materialize_component import executor
 
 _COMMON_PARAMETERS = {
-    "num_shards": ExecutionParameter(type=int, optional=True),
-    "max_shard_bytes": ExecutionParameter(type=int, optional=True),
-    "max_reject_fraction": ExecutionParameter(type=float, optional=True),
-    "input_fingerprint": ExecutionParameter(type=str, optional=True),
+    NUM_SHARDS_KEY: ExecutionParameter(type=int, optional=True),
+    MAX_SHARD_BYTES_KEY: ExecutionParameter(type=int, optional=True),
+    MAX_REJECT_FRACTION_KEY: ExecutionParameter(type=float, optional=True),
+    INPUT_FINGERPRINT_KEY: ExecutionParameter(type=str, optional=True),
 }
 
 
 class MaterializePairsSpec(types.ComponentSpec):
     PARAMETERS = {
-        "x_dir": ExecutionParameter(type=str),
-        "y_dir": ExecutionParameter(type=str),
-        "pairs": ExecutionParameter(type=str),
-        "pairs_format": ExecutionParameter(type=str, optional=True),
-        "image_storage": ExecutionParameter(type=str, optional=True),
-        "raw_height": ExecutionParameter(type=int, optional=True),
-        "raw_width": ExecutionParameter(type=int, optional=True),
-        "raw_channels": ExecutionParameter(type=int, optional=True),
+        X_DIR_KEY: ExecutionParameter(type=str),
+        Y_DIR_KEY: ExecutionParameter(type=str),
+        PAIRS_KEY: ExecutionParameter(type=str),
+        PAIRS_FORMAT_KEY: ExecutionParameter(type=str, optional=True),
+        IMAGE_STORAGE_KEY: ExecutionParameter(type=str, optional=True),
+        RAW_HEIGHT_KEY: ExecutionParameter(type=int, optional=True),
+        RAW_WIDTH_KEY: ExecutionParameter(type=int, optional=True),
+        RAW_CHANNELS_KEY: ExecutionParameter(type=int, optional=True),
         **_COMMON_PARAMETERS,
     }
     INPUTS: dict[str, ChannelParameter] = {}
@@ -60,13 +79,13 @@ class MaterializePairsSpec(types.ComponentSpec):
 
 class MaterializeAudioSpec(types.ComponentSpec):
     PARAMETERS = {
-        "manifest": ExecutionParameter(type=str),
-        "root": ExecutionParameter(type=str),
-        "manifest_format": ExecutionParameter(type=str, optional=True),
-        "sample_rate": ExecutionParameter(type=int, optional=True),
-        "split_mode": ExecutionParameter(type=str, optional=True),
-        "eval_fraction": ExecutionParameter(type=float, optional=True),
-        "split_seed": ExecutionParameter(type=int, optional=True),
+        MANIFEST_KEY: ExecutionParameter(type=str),
+        ROOT_KEY: ExecutionParameter(type=str),
+        MANIFEST_FORMAT_KEY: ExecutionParameter(type=str, optional=True),
+        SAMPLE_RATE_KEY: ExecutionParameter(type=int, optional=True),
+        SPLIT_MODE_KEY: ExecutionParameter(type=str, optional=True),
+        EVAL_FRACTION_KEY: ExecutionParameter(type=float, optional=True),
+        SPLIT_SEED_KEY: ExecutionParameter(type=int, optional=True),
         **_COMMON_PARAMETERS,
     }
     INPUTS: dict[str, ChannelParameter] = {}

@@ -30,6 +30,14 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
 
 from components import artifacts, layout
+from components.component_keys import (
+    CLASS_INDEX_KEY,
+    EXAMPLES_KEY,
+    MAX_SHARD_BYTES_KEY,
+    NUM_SHARDS_KEY,
+    OFFSET_INDEX_KEY,
+    PAIR_INDEX_KEY,
+)
 from components.materialize import (
     AudioConfig,
     PairsConfig,
@@ -39,13 +47,7 @@ from components.materialize import (
     run_pairs,
 )
 
-EXAMPLES_KEY = "examples"
-OFFSET_INDEX_KEY = "offset_index"
-PAIR_INDEX_KEY = "pair_index"
-CLASS_INDEX_KEY = "class_index"
-
-_SHARDING_FIELDS = ("num_shards", "max_shard_bytes")
-_SPLIT_PREFIX = "Split-"
+_SHARDING_FIELDS = (NUM_SHARDS_KEY, MAX_SHARD_BYTES_KEY)
 _CLASS_INDEX_PARTS = (layout.CLASSES_FILE, layout.CLASS_IDS_FILE, layout.CLASS_RECORDS_INDEX)
 
 
@@ -174,13 +176,13 @@ def record_sets_of(run_dir: str) -> list[str]:
     """Names of the record sets a run wrote (its `examples/Split-*` folders), sorted."""
     examples_dir = os.path.join(run_dir, layout.EXAMPLES_DIR)
     names = [n.rstrip("/") for n in tf.io.gfile.listdir(examples_dir)]
-    return sorted(n[len(_SPLIT_PREFIX) :] for n in names if n.startswith(_SPLIT_PREFIX))
+    return sorted(n[len(layout.SPLIT_PREFIX) :] for n in names if n.startswith(layout.SPLIT_PREFIX))
 
 
 def move_shards(run_dir: str, record_set: str, examples_uri: str) -> None:
     """Moves a record set's shards into `<examples_uri>/Split-<record_set>/`, fixes shards.json."""
     source = layout.examples_dir(run_dir, record_set)
-    target = os.path.join(examples_uri, f"{_SPLIT_PREFIX}{record_set}")
+    target = os.path.join(examples_uri, f"{layout.SPLIT_PREFIX}{record_set}")
     move_tree(source, target)
     shards_path = os.path.join(layout.index_dir(run_dir, record_set), layout.SHARDS_FILE)
     manifest = layout.load_json(shards_path)

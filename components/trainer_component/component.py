@@ -24,32 +24,47 @@ from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 
 from components import artifacts
-from components.trainer_component import executor
-from components.trainer_component.executor import (
+from components.component_keys import (
     ANOMALIES_KEY,
+    BATCH_SIZE_KEY,
+    CLASS_BALANCED,
     CLASS_INDEX_KEY,
+    CUSTOM_CONFIG_KEY,
+    DYNAMIC_PAIRS,
+    EVAL_SPLIT_KEY,
     EXAMPLES_KEY,
+    INPUT_KIND_KEY,
+    INPUT_KINDS,
+    INPUT_OPTIONS_KEY,
     MODEL_KEY,
     MODEL_RUN_KEY,
+    MODULE_FILE_KEY,
+    MODULE_PATH_KEY,
+    N_CLASSES_PER_BATCH_KEY,
+    N_SAMPLES_PER_CLASS_KEY,
+    NUM_EPOCHS_KEY,
     OFFSET_INDEX_KEY,
     PAIR_INDEX_KEY,
+    SEED_KEY,
+    TRAIN_SPLIT_KEY,
 )
+from components.trainer_component import executor
 
 
 class ResampledTrainerSpec(types.ComponentSpec):
     PARAMETERS = {
-        "input_kind": ExecutionParameter(type=str),
-        "module_path": ExecutionParameter(type=str, optional=True),
-        "module_file": ExecutionParameter(type=str, optional=True),
-        "num_epochs": ExecutionParameter(type=int),
-        "seed": ExecutionParameter(type=int, optional=True),
-        "batch_size": ExecutionParameter(type=int, optional=True),
-        "n_classes_per_batch": ExecutionParameter(type=int, optional=True),
-        "n_samples_per_class": ExecutionParameter(type=int, optional=True),
-        "train_split": ExecutionParameter(type=str, optional=True),
-        "eval_split": ExecutionParameter(type=str, optional=True),
-        "input_options": ExecutionParameter(type=str, optional=True),
-        "custom_config": ExecutionParameter(type=str, optional=True),
+        INPUT_KIND_KEY: ExecutionParameter(type=str),
+        MODULE_PATH_KEY: ExecutionParameter(type=str, optional=True),
+        MODULE_FILE_KEY: ExecutionParameter(type=str, optional=True),
+        NUM_EPOCHS_KEY: ExecutionParameter(type=int),
+        SEED_KEY: ExecutionParameter(type=int, optional=True),
+        BATCH_SIZE_KEY: ExecutionParameter(type=int, optional=True),
+        N_CLASSES_PER_BATCH_KEY: ExecutionParameter(type=int, optional=True),
+        N_SAMPLES_PER_CLASS_KEY: ExecutionParameter(type=int, optional=True),
+        TRAIN_SPLIT_KEY: ExecutionParameter(type=str, optional=True),
+        EVAL_SPLIT_KEY: ExecutionParameter(type=str, optional=True),
+        INPUT_OPTIONS_KEY: ExecutionParameter(type=str, optional=True),
+        CUSTOM_CONFIG_KEY: ExecutionParameter(type=str, optional=True),
     }
     INPUTS = {
         EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples),
@@ -91,15 +106,13 @@ class ResampledTrainer(base_component.BaseComponent):
         input_options: Mapping[str, Any] | None = None,
         custom_config: Mapping[str, Any] | None = None,
     ):
-        if input_kind not in executor.INPUT_KINDS:
-            raise ValueError(
-                f"input_kind must be one of {executor.INPUT_KINDS}, got {input_kind!r}"
-            )
+        if input_kind not in INPUT_KINDS:
+            raise ValueError(f"input_kind must be one of {INPUT_KINDS}, got {input_kind!r}")
         if bool(module_path) == bool(module_file):
             raise ValueError("give exactly one of module_path and module_file")
-        if input_kind == executor.DYNAMIC_PAIRS and (pair_index is None or batch_size is None):
+        if input_kind == DYNAMIC_PAIRS and (pair_index is None or batch_size is None):
             raise ValueError("input_kind='dynamic_pairs' needs pair_index and batch_size")
-        if input_kind == executor.CLASS_BALANCED and (
+        if input_kind == CLASS_BALANCED and (
             class_index is None or n_classes_per_batch is None or n_samples_per_class is None
         ):
             raise ValueError(

@@ -15,21 +15,32 @@ from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 from tfx.utils import import_utils, path_utils
 
-from components.inputs.coverage import PairCoverage, PairCoverageCallback
+from components import layout
+from components.component_keys import (
+    ANOMALIES_KEY,
+    BATCH_SIZE_KEY,
+    CLASS_BALANCED,
+    CLASS_INDEX_KEY,
+    CUSTOM_CONFIG_KEY,
+    EVAL_SPLIT_KEY,
+    INPUT_KIND_KEY,
+    INPUT_KINDS,
+    INPUT_OPTIONS_KEY,
+    MODEL_KEY,
+    MODEL_RUN_KEY,
+    MODULE_FILE_KEY,
+    MODULE_PATH_KEY,
+    N_CLASSES_PER_BATCH_KEY,
+    N_SAMPLES_PER_CLASS_KEY,
+    NUM_EPOCHS_KEY,
+    OFFSET_INDEX_KEY,
+    PAIR_INDEX_KEY,
+    SEED_KEY,
+    TRAIN_SPLIT_KEY,
+)
+from components.inputs import PairCoverage, PairCoverageCallback
 from components.trainer_component import training_inputs
 from components.trainer_component.fn_args import FnArgs
-
-EXAMPLES_KEY = "examples"
-OFFSET_INDEX_KEY = "offset_index"
-PAIR_INDEX_KEY = "pair_index"
-CLASS_INDEX_KEY = "class_index"
-ANOMALIES_KEY = "anomalies"
-MODEL_KEY = "model"
-MODEL_RUN_KEY = "model_run"
-
-DYNAMIC_PAIRS = "dynamic_pairs"
-CLASS_BALANCED = "class_balanced"
-INPUT_KINDS = (DYNAMIC_PAIRS, CLASS_BALANCED)
 
 RUN_FN = "run_fn"
 METRICS_FILE = "metrics.json"
@@ -51,11 +62,11 @@ class Executor(base_executor.BaseExecutor):
         exec_properties: dict[str, Any],
     ) -> None:
         self._log_startup(input_dict, output_dict, exec_properties)
-        input_kind = exec_properties["input_kind"]
+        input_kind = exec_properties[INPUT_KIND_KEY]
         if input_kind not in INPUT_KINDS:
             raise ValueError(f"input_kind must be one of {INPUT_KINDS}, got {input_kind!r}")
-        train_split = exec_properties.get("train_split") or _default_train_split(input_kind)
-        eval_split = exec_properties.get("eval_split")
+        train_split = exec_properties.get(TRAIN_SPLIT_KEY) or _default_train_split(input_kind)
+        eval_split = exec_properties.get(EVAL_SPLIT_KEY)
         run_fn = _load_run_fn(exec_properties)
 
         if input_dict.get(ANOMALIES_KEY):
@@ -63,7 +74,7 @@ class Executor(base_executor.BaseExecutor):
                 artifact_utils.get_single_instance(input_dict[ANOMALIES_KEY]),
                 [s for s in (train_split, eval_split) if s]
                 if input_kind == CLASS_BALANCED
-                else ["x", "y"],
+                else [layout.X_RECORD_SET, layout.Y_RECORD_SET],
             )
 
         model = artifact_utils.get_single_instance(output_dict[MODEL_KEY])
@@ -109,16 +120,16 @@ class Executor(base_executor.BaseExecutor):
     ) -> tuple[FnArgs, PairCoverage | None]:
         """`run_fn`'s arguments, and the pair coverage tracker for dynamic pairs."""
         offset_index = artifact_utils.get_single_uri(input_dict[OFFSET_INDEX_KEY])
-        options = _json_dict(exec_properties, "input_options")
-        custom_config = _json_dict(exec_properties, "custom_config")
-        seed = int(exec_properties.get("seed") or 0)
+        options = _json_dict(exec_properties, INPUT_OPTIONS_KEY)
+        custom_config = _json_dict(exec_properties, CUSTOM_CONFIG_KEY)
+        seed = int(exec_properties.get(SEED_KEY) or 0)
         callbacks: list = []
         eval_dataset = None
         coverage = None
         if input_kind == CLASS_BALANCED:
             class_index = _required_uri(input_dict, CLASS_INDEX_KEY, input_kind)
-            n_c = _required_int(exec_properties, "n_classes_per_batch")
-            n_p = _required_int(exec_properties, "n_samples_per_class")
+            n_c = _required_int(exec_properties, N_CLASSES_PER_BATCH_KEY)
+            n_p = _required_int(exec_properties, N_SAMPLES_PER_CLASS_KEY)
             features = training_inputs.audio_feature_config(options.pop("features", None))
             eval_batch_size = int(options.pop("eval_batch_size", n_c * n_p))
             train_dataset = training_inputs.speaker_train_dataset(
@@ -148,7 +159,7 @@ class Executor(base_executor.BaseExecutor):
             )
         else:
             pair_index = _required_uri(input_dict, PAIR_INDEX_KEY, input_kind)
-            batch_size = _required_int(exec_properties, "batch_size")
+            batch_size = _required_int(exec_properties, BATCH_SIZE_KEY)
             train_dataset, coverage = training_inputs.pairs_train_dataset(
                 offset_index, pair_index, batch_size=batch_size, seed=seed, options=options
             )
@@ -159,7 +170,7 @@ class Executor(base_executor.BaseExecutor):
             train_dataset=train_dataset,
             eval_dataset=eval_dataset,
             callbacks=callbacks,
-            num_epochs=_required_int(exec_properties, "num_epochs"),
+            num_epochs=_required_int(exec_properties, NUM_EPOCHS_KEY),
             serving_model_dir=serving_model_dir,
             model_run_dir=model_run_dir,
             custom_config=custom_config,
@@ -208,12 +219,12 @@ def _describe(info: anomalies_pb2.AnomalyInfo) -> str:
 
 
 def _default_train_split(input_kind: str) -> str:
-    return "train" if input_kind == CLASS_BALANCED else "x"
+    return "train" if input_kind == CLASS_BALANCED else layout.X_RECORD_SET
 
 
 def _load_run_fn(exec_properties: Mapping[str, Any]) -> Callable[[FnArgs], object]:
-    module_path = exec_properties.get("module_path")
-    module_file = exec_properties.get("module_file")
+    module_path = exec_properties.get(MODULE_PATH_KEY)
+    module_file = exec_properties.get(MODULE_FILE_KEY)
     if bool(module_path) == bool(module_file):
         raise ValueError("set exactly one of module_path (importable) and module_file (a path)")
     if module_path:

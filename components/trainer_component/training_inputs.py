@@ -16,13 +16,17 @@ import numpy as np
 import tensorflow as tf
 
 from components import layout
-from components.inputs.audio_features import AudioFeatureConfig, SpecAugment, audio_features
-from components.inputs.coverage import PairCoverage
-from components.inputs.parsing import ImageSpec
-from components.inputs.record_store import RecordStore
-
-X_RECORD_SET = "x"
-Y_RECORD_SET = "y"
+from components.inputs import (
+    AudioFeatureConfig,
+    ImageSpec,
+    PairCoverage,
+    RecordStore,
+    SpecAugment,
+    class_balanced,
+    dynamic_pairs,
+    open_pairs_run,
+)
+from components.inputs.audio_features import audio_features, parse_audio_examples
 
 # Keys of the class-balanced batches handed to `run_fn` (see `FnArgs`).
 SPEAKER_KEYS = ("features", "lengths", "label", "index")
@@ -35,7 +39,6 @@ def pairs_train_dataset(
     batch_size: int,
     seed: int,
     options: Mapping[str, Any] | None = None,
-    log_dir: str | None = None,
 ) -> tuple[tf.data.Dataset, PairCoverage]:
     """Dynamic-pair batches with the `FnArgs` keys, re-paired every epoch, and their coverage.
 
@@ -44,27 +47,15 @@ def pairs_train_dataset(
     `remainder`, `on_invalid`). The returned `PairCoverage` observes every batch the dataset
     yields; `PairCoverageCallback(coverage)` logs it per epoch.
     """
-    from components.inputs.pairs import ValidPairs, dynamic_pairs
-
     options = dict(options or {})
     image = options.pop("image", None)
     if not image:
         raise ValueError("input_options needs `image`: {height, width, channels}")
-    backend = options.pop("backend", "auto")
-    memory_budget_bytes = options.pop("memory_budget_bytes", 1 << 30)
-    x_store, y_store = (
-        RecordStore.open(
-            offset_index_uri,
-            record_set,
-            backend=backend,
-            memory_budget_bytes=memory_budget_bytes // 2,
-        )
-        for record_set in (X_RECORD_SET, Y_RECORD_SET)
-    )
-    valid_pairs = ValidPairs.load(
-        pair_index_uri,
-        num_x=x_store.num_records,
-        num_y=y_store.num_records,
+    x_store, y_store, valid_pairs = open_pairs_run(
+        offset_index_uri,
+        pair_index_dir=pair_index_uri,
+        backend=options.pop("backend", "auto"),
+        memory_budget_bytes=options.pop("memory_budget_bytes", 1 << 30),
         on_invalid=options.get("on_invalid", "fail"),
     )
     batches = dynamic_pairs(
@@ -111,8 +102,6 @@ def speaker_train_dataset(
     `options` go to `components.inputs.class_balanced` (`epoch_mode`, `small_classes`,
     `backend`, `memory_budget_bytes`).
     """
-    from components.inputs.class_balanced import class_balanced
-
     options = dict(options or {})
     store = RecordStore.open(
         offset_index_uri,
@@ -159,18 +148,9 @@ def speaker_eval_dataset(
     eval_features = dataclasses.replace(features, mode="pad", spec_augment=None)
 
     def load(index: tf.Tensor) -> dict[str, tf.Tensor]:
-        parsed = tf.io.parse_example(
-            store.read(index),
-            {
-                layout.AUDIO_KEY: tf.io.FixedLenFeature([], tf.string),
-                layout.SAMPLE_RATE_KEY: tf.io.FixedLenFeature([], tf.int64),
-            },
-        )
+        parsed = parse_audio_examples(store.read(index), eval_features.sample_rate)
         computed = audio_features(
-            parsed[layout.AUDIO_KEY],
-            eval_features,
-            index=index,
-            sample_rate=parsed[layout.SAMPLE_RATE_KEY],
+            parsed["audio"], eval_features, index=index, sample_rate=parsed["sample_rate"]
         )
         return _speaker_batch({**computed, "label": tf.gather(labels, index), "index": index})
 

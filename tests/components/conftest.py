@@ -13,6 +13,26 @@ from PIL import Image
 from tfx.types import standard_artifacts
 
 from components import artifacts
+from components.component_keys import (
+    CLASS_INDEX_KEY,
+    EVAL_FRACTION_KEY,
+    EXAMPLES_KEY,
+    IMAGE_STORAGE_KEY,
+    MANIFEST_KEY,
+    NUM_SHARDS_KEY,
+    OFFSET_INDEX_KEY,
+    PAIR_INDEX_KEY,
+    PAIRS_FORMAT_KEY,
+    PAIRS_KEY,
+    RAW_CHANNELS_KEY,
+    RAW_HEIGHT_KEY,
+    RAW_WIDTH_KEY,
+    ROOT_KEY,
+    SAMPLE_RATE_KEY,
+    SPLIT_MODE_KEY,
+    X_DIR_KEY,
+    Y_DIR_KEY,
+)
 from components.materialize_component import executor as materialize_executor
 from pipeline import config
 from pipeline.sample_data import write_digit_domains
@@ -41,8 +61,12 @@ def materialize(
 ):
     """Runs a materialize executor into fresh artifacts under `root`; returns the output dict."""
     outputs = {
-        "examples": [make_artifact(standard_artifacts.Examples, os.path.join(root, "examples"))],
-        "offset_index": [make_artifact(artifacts.OffsetIndex, os.path.join(root, "offset_index"))],
+        EXAMPLES_KEY: [
+            make_artifact(standard_artifacts.Examples, os.path.join(root, EXAMPLES_KEY))
+        ],
+        OFFSET_INDEX_KEY: [
+            make_artifact(artifacts.OffsetIndex, os.path.join(root, OFFSET_INDEX_KEY))
+        ],
         index_key: [make_artifact(index_type, os.path.join(root, index_key))],
     }
     # As under the Kubeflow entrypoint, output folders do not exist beforehand.
@@ -58,15 +82,15 @@ def digit_domains(tmp_path_factory):
 
 def pairs_properties(digit_domains) -> dict:
     return {
-        "x_dir": digit_domains.x_dir,
-        "y_dir": digit_domains.y_dir,
-        "pairs": digit_domains.pairs_path,
-        "image_storage": "raw",
-        "raw_height": DIGIT_IMAGE_SIZE,
-        "raw_width": DIGIT_IMAGE_SIZE,
-        "raw_channels": 1,
-        "num_shards": 3,
-        "pairs_format": None,
+        X_DIR_KEY: digit_domains.x_dir,
+        Y_DIR_KEY: digit_domains.y_dir,
+        PAIRS_KEY: digit_domains.pairs_path,
+        IMAGE_STORAGE_KEY: "raw",
+        RAW_HEIGHT_KEY: DIGIT_IMAGE_SIZE,
+        RAW_WIDTH_KEY: DIGIT_IMAGE_SIZE,
+        RAW_CHANNELS_KEY: 1,
+        NUM_SHARDS_KEY: 3,
+        PAIRS_FORMAT_KEY: None,
     }
 
 
@@ -76,7 +100,7 @@ def pairs_run(digit_domains, tmp_path_factory):
     return materialize(
         materialize_executor.PairsExecutor,
         root,
-        "pair_index",
+        PAIR_INDEX_KEY,
         artifacts.PairIndex,
         pairs_properties(digit_domains),
     )
@@ -107,15 +131,15 @@ def audio_run(speaker_manifest, tmp_path_factory):
     return materialize(
         materialize_executor.AudioExecutor,
         root,
-        "class_index",
+        CLASS_INDEX_KEY,
         artifacts.ClassIndex,
         {
-            "manifest": speaker_manifest,
-            "root": config.SPEAKER_CORPUS_DIR,
-            "sample_rate": 16000,
-            "split_mode": "speaker",
-            "eval_fraction": 0.3,
-            "num_shards": 2,
+            MANIFEST_KEY: speaker_manifest,
+            ROOT_KEY: config.SPEAKER_CORPUS_DIR,
+            SAMPLE_RATE_KEY: 16000,
+            SPLIT_MODE_KEY: "speaker",
+            EVAL_FRACTION_KEY: 0.3,
+            NUM_SHARDS_KEY: 2,
         },
     )
 

@@ -12,7 +12,20 @@ from tensorflow_metadata.proto.v0 import anomalies_pb2
 from tfx.types import standard_artifacts
 
 from components import layout
-from components.inputs.pairs import ValidPairs
+from components.component_keys import (
+    ANOMALIES_KEY,
+    CLASS_BALANCED,
+    CLASS_INDEX_KEY,
+    DYNAMIC_PAIRS,
+    EXAMPLES_KEY,
+    MODEL_KEY,
+    MODEL_RUN_KEY,
+    MODULE_PATH_KEY,
+    NUM_EPOCHS_KEY,
+    OFFSET_INDEX_KEY,
+    PAIR_INDEX_KEY,
+)
+from components.inputs import ValidPairs
 from components.trainer_component import ResampledTrainer
 from components.trainer_component import executor as trainer_executor
 from tests.components import contract_trainer
@@ -24,16 +37,17 @@ N_SAMPLES_PER_CLASS = 2
 
 
 def _train(run, index_key, tmp_path, extra_inputs=None, **exec_properties):
-    model = make_artifact(standard_artifacts.Model, str(tmp_path / "model"))
-    model_run = make_artifact(standard_artifacts.ModelRun, str(tmp_path / "model_run"))
+    model = make_artifact(standard_artifacts.Model, str(tmp_path / MODEL_KEY))
+    model_run = make_artifact(standard_artifacts.ModelRun, str(tmp_path / MODEL_RUN_KEY))
     inputs = {
-        "examples": [run["examples"]],
-        "offset_index": [run["offset_index"]],
+        EXAMPLES_KEY: [run[EXAMPLES_KEY]],
+        OFFSET_INDEX_KEY: [run[OFFSET_INDEX_KEY]],
         index_key: [run[index_key]],
         **(extra_inputs or {}),
     }
-    properties = {"module_path": CONTRACT_MODULE, "num_epochs": 2, **exec_properties}
-    trainer_executor.Executor().Do(inputs, {"model": [model], "model_run": [model_run]}, properties)
+    properties = {MODULE_PATH_KEY: CONTRACT_MODULE, NUM_EPOCHS_KEY: 2, **exec_properties}
+    outputs = {MODEL_KEY: [model], MODEL_RUN_KEY: [model_run]}
+    trainer_executor.Executor().Do(inputs, outputs, properties)
     return model, model_run
 
 
@@ -41,9 +55,9 @@ def _train(run, index_key, tmp_path, extra_inputs=None, **exec_properties):
 def pairs_training(pairs_run, tmp_path_factory):
     model, model_run = _train(
         pairs_run,
-        "pair_index",
+        PAIR_INDEX_KEY,
         tmp_path_factory.mktemp("pairs_training"),
-        input_kind="dynamic_pairs",
+        input_kind=DYNAMIC_PAIRS,
         batch_size=64,
         seed=3,
         input_options=json.dumps(
@@ -58,9 +72,9 @@ def pairs_training(pairs_run, tmp_path_factory):
 def speaker_training(audio_run, tmp_path_factory):
     model, model_run = _train(
         audio_run,
-        "class_index",
+        CLASS_INDEX_KEY,
         tmp_path_factory.mktemp("speaker_training"),
-        input_kind="class_balanced",
+        input_kind=CLASS_BALANCED,
         n_classes_per_batch=N_CLASSES_PER_BATCH,
         n_samples_per_class=N_SAMPLES_PER_CLASS,
         train_split="train",
@@ -103,7 +117,7 @@ def test_pairs_batches_follow_the_contract_and_change_every_epoch(pairs_training
         "y_index": tf.TensorSpec([64], tf.int64),
     }
     steps = int(fn_args.train_dataset.cardinality())
-    valid = ValidPairs.load(pairs_run["pair_index"].uri)
+    valid = ValidPairs.load(pairs_run[PAIR_INDEX_KEY].uri)
     row_splits, values = valid.row_splits, valid.values
     epochs = []
     for _ in range(2):
@@ -132,7 +146,7 @@ def test_speaker_batches_are_class_balanced_and_eval_covers_held_out_speakers(
     assert spec["label"] == tf.TensorSpec([batch_size], tf.int64)
     assert spec["index"] == tf.TensorSpec([batch_size], tf.int64)
     train_ids = layout.load_npy(
-        os.path.join(layout.index_dir(audio_run["class_index"].uri, "train"), "class_ids.npy")
+        os.path.join(layout.index_dir(audio_run[CLASS_INDEX_KEY].uri, "train"), "class_ids.npy")
     )
     plans = []
     for _ in range(2):
@@ -150,7 +164,7 @@ def test_speaker_batches_are_class_balanced_and_eval_covers_held_out_speakers(
     assert not np.array_equal(plans[0], plans[1])
 
     eval_ids = layout.load_npy(
-        os.path.join(layout.index_dir(audio_run["class_index"].uri, "eval"), "class_ids.npy")
+        os.path.join(layout.index_dir(audio_run[CLASS_INDEX_KEY].uri, "eval"), "class_ids.npy")
     )
     eval_batches = list(fn_args.eval_dataset)
     np.testing.assert_array_equal(
@@ -171,29 +185,35 @@ def _anomalies_artifact(directory, split_anomalies: dict[str, bool]):
         found = anomalies_pb2.Anomalies()
         if broken:
             found.anomaly_info["image"].short_description = "Column dropped"
-        os.makedirs(directory / f"Split-{split}")
-        (directory / f"Split-{split}" / "SchemaDiff.pb").write_bytes(found.SerializeToString())
+        os.makedirs(directory / f"{layout.SPLIT_PREFIX}{split}")
+        (directory / f"{layout.SPLIT_PREFIX}{split}" / "SchemaDiff.pb").write_bytes(
+            found.SerializeToString()
+        )
     return anomalies
 
 
 def test_anomalies_in_a_training_split_stop_training(pairs_run, tmp_path):
-    anomalies = _anomalies_artifact(tmp_path / "anomalies", {"x": False, "y": True})
+    anomalies = _anomalies_artifact(
+        tmp_path / "anomalies", {layout.X_RECORD_SET: False, layout.Y_RECORD_SET: True}
+    )
     with pytest.raises(trainer_executor.AnomaliesFoundError, match="split 'y'.*image.*dropped"):
         _train(
             pairs_run,
-            "pair_index",
+            PAIR_INDEX_KEY,
             tmp_path,
-            extra_inputs={"anomalies": [anomalies]},
-            input_kind="dynamic_pairs",
+            extra_inputs={ANOMALIES_KEY: [anomalies]},
+            input_kind=DYNAMIC_PAIRS,
             batch_size=8,
             input_options=json.dumps({"image": {"height": 8, "width": 8, "channels": 1}}),
         )
-    assert not (tmp_path / "model").exists()
+    assert not (tmp_path / MODEL_KEY).exists()
 
 
 def test_clean_anomalies_let_training_run(pairs_run, tmp_path):
-    anomalies = _anomalies_artifact(tmp_path / "anomalies", {"x": False, "y": False})
-    trainer_executor.check_no_anomalies(anomalies, ["x", "y"])
+    anomalies = _anomalies_artifact(
+        tmp_path / "anomalies", {layout.X_RECORD_SET: False, layout.Y_RECORD_SET: False}
+    )
+    trainer_executor.check_no_anomalies(anomalies, [layout.X_RECORD_SET, layout.Y_RECORD_SET])
 
 
 @pytest.mark.parametrize(
@@ -215,11 +235,11 @@ def test_a_run_fn_that_exports_nothing_fails(pairs_run, tmp_path):
     with pytest.raises(RuntimeError, match="exported nothing"):
         _train(
             pairs_run,
-            "pair_index",
+            PAIR_INDEX_KEY,
             tmp_path,
             module_path=None,
             module_file=str(module_file),
-            input_kind="dynamic_pairs",
+            input_kind=DYNAMIC_PAIRS,
             batch_size=8,
             input_options=json.dumps({"image": {"height": 8, "width": 8, "channels": 1}}),
         )
@@ -228,17 +248,17 @@ def test_a_run_fn_that_exports_nothing_fails(pairs_run, tmp_path):
 def test_missing_inputs_and_settings_are_named(pairs_run, tmp_path):
     with pytest.raises(ValueError, match="class_index"):
         _train(
-            {**pairs_run, "class_index": pairs_run["pair_index"]},
-            "pair_index",
+            {**pairs_run, CLASS_INDEX_KEY: pairs_run[PAIR_INDEX_KEY]},
+            PAIR_INDEX_KEY,
             tmp_path,
-            input_kind="class_balanced",
+            input_kind=CLASS_BALANCED,
             n_classes_per_batch=2,
             n_samples_per_class=2,
         )
     with pytest.raises(ValueError, match="batch_size"):
-        _train(pairs_run, "pair_index", tmp_path, input_kind="dynamic_pairs")
+        _train(pairs_run, PAIR_INDEX_KEY, tmp_path, input_kind=DYNAMIC_PAIRS)
     with pytest.raises(ValueError, match="input_kind"):
-        _train(pairs_run, "pair_index", tmp_path, input_kind="triplets")
+        _train(pairs_run, PAIR_INDEX_KEY, tmp_path, input_kind="triplets")
 
 
 def test_component_checks_its_configuration():
@@ -249,7 +269,7 @@ def test_component_checks_its_configuration():
         ResampledTrainer(
             examples,
             examples,
-            input_kind="dynamic_pairs",
+            input_kind=DYNAMIC_PAIRS,
             num_epochs=1,
             module_path=CONTRACT_MODULE,
         )
@@ -257,7 +277,7 @@ def test_component_checks_its_configuration():
         ResampledTrainer(
             examples,
             examples,
-            input_kind="class_balanced",
+            input_kind=CLASS_BALANCED,
             num_epochs=1,
             module_path=CONTRACT_MODULE,
             module_file="trainer.py",

@@ -10,7 +10,8 @@ import sys
 
 import numpy as np
 
-from components.inputs.pairs import PairPlanner, ValidPairs
+from components.inputs import ValidPairs
+from components.inputs.pairs import PairPlanner
 from tests.inputs import multiworker_worker as worker
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

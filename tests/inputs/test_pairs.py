@@ -17,7 +17,8 @@ from components.inputs import (
     dynamic_pairs_from_run,
     open_pairs_run,
 )
-from components.inputs.pairs import EMPTY_VALID_LIST, X_OUT_OF_RANGE, Y_OUT_OF_RANGE, PairPlanner
+from components.inputs.pairs import PairPlanner
+from components.inputs.valid_pairs import EMPTY_VALID_LIST, X_OUT_OF_RANGE, Y_OUT_OF_RANGE
 from tests.inputs import runs
 
 FEW = settings(max_examples=12, deadline=None)

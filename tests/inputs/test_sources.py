@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from components import layout
-from components.inputs.sources import record_store_from, tensor_parser
+from components.inputs import record_store_from, tensor_parser
 
 
 def _read(store, indices):

@@ -1,0 +1,405 @@
+"""The class-balanced epoch plan: `n_c` distinct classes x `n_p` samples a batch, every class every
+epoch.
+
+Given a class index in CSR form (`row_splits` [C + 1] over the record numbers of each class),
+`ClassBalancedPlan` computes, for each epoch, int64 [num_batches, n_c * n_p] record positions.
+It is a pure function of (class CSR, seed, epoch), vectorized in TF (no Python loop over classes
+or samples), so every worker computes the same global plan and a resumed run recomputes it.
+
+* **Classes.** A class with fewer than `n_p` records is *small*. With
+  ``small_classes="replace"`` it is used and its records repeat inside its batches; with
+  ``"skip"`` it is left out. Classes without records are always left out. Both are listed in
+  `ClassReport` and logged as a warning, never dropped silently. The rest are *usable*; `n_c`
+  larger than the number of usable classes is an error naming both numbers.
+* **Coverage** (``epoch_mode="classes"``, the default): the epoch is a fresh random permutation
+  of the usable classes cut into groups of `n_c`, one group per batch. The last group, if short,
+  is completed with other usable classes (drawn at random, distinct from the group's), so every
+  usable class appears at least once per epoch and `num_batches = ceil(usable / n_c)`.
+* **Coverage** (``epoch_mode="samples"``): every record of every usable class appears at least
+  once per epoch. A class with `m` records contributes `ceil(m / n_p)` chunks of `n_p`; round
+  `r` of the epoch holds chunk `r` of every class that has one, in a fresh random class order,
+  cut into groups of `n_c` and completed like the classes mode. Batches of all rounds are then
+  shuffled.
+* **Within a class** records are taken without replacement along a fresh random permutation of
+  the class: its `j`-th appearance in the epoch takes permutation positions
+  `[j * n_p, (j + 1) * n_p)`, modulo the class size. So no record repeats within a class in an
+  epoch until the class is exhausted, and never within a batch unless the class is small.
+* **Batch layout** (the documented in-batch order): a batch is `n_c` groups of `n_p`
+  consecutive samples, one group per class: sample `i` belongs to the batch's `i // n_p`-th
+  class. Batches are in random order.
+* **Workers** take whole batches (`epoch_plan.epoch_dataset`), so each replica's batch keeps the
+  exact `n_c x n_p` structure. When `num_batches` is not a multiple of workers x replicas per
+  worker (`epoch_plan.round_batches`), the plan adds batches of `n_c` random distinct usable
+  classes until it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+from components.inputs import epoch_plan
+
+EPOCH_MODES = ("classes", "samples")
+SMALL_CLASS_POLICIES = ("replace", "skip")
+
+# Streams within one (seed, epoch); values after epoch_plan's shared salts.
+_SALT_ROUND_ORDER = 10
+_SALT_FILL_ORDER = 11
+_SALT_FILL_OFFSET = 12
+_SALT_WITHIN_CLASS = 13
+_SALT_BATCH_ORDER = 14
+_SALT_BATCH_SEEDS = 15
+
+
+# Longest within-class permutation prefix drawn by the partial Fisher-Yates shuffle; longer
+# prefixes (large n_p) shuffle every class in full instead.
+_MAX_PREFIX = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassReport:
+    """What a plan does with each class of the index.
+
+    Attributes:
+      num_classes: rows of the class index (C).
+      n_samples_per_class: the `n_p` the report was made for.
+      policy: the small-class policy, ``"replace"`` or ``"skip"``.
+      usable_classes: int64 [U] class ids that the plans use, ascending.
+      small_classes: int64 class ids with 0 < records < n_p.
+      empty_classes: int64 class ids without records (never usable).
+      class_sizes: int64 [C] records per class.
+    """
+
+    num_classes: int
+    n_samples_per_class: int
+    policy: str
+    usable_classes: np.ndarray
+    small_classes: np.ndarray
+    empty_classes: np.ndarray
+    class_sizes: np.ndarray
+
+    @property
+    def skipped_classes(self) -> np.ndarray:
+        """Class ids left out of every plan: the empty ones, plus the small ones under "skip"."""
+        if self.policy == "skip":
+            return np.union1d(self.small_classes, self.empty_classes)
+        return self.empty_classes
+
+    @property
+    def replaced_classes(self) -> np.ndarray:
+        """Class ids whose records repeat inside a batch (small classes under "replace")."""
+        return self.small_classes if self.policy == "replace" else self.small_classes[:0]
+
+    def summary(self, max_listed: int = 10) -> str:
+        def listed(ids: np.ndarray) -> str:
+            head = ", ".join(str(i) for i in ids[:max_listed])
+            return f"[{head}{', ...' if len(ids) > max_listed else ''}]"
+
+        parts = [f"{len(self.usable_classes)} of {self.num_classes} classes usable"]
+        if len(self.small_classes):
+            action = "skipped" if self.policy == "skip" else "filled with replacement"
+            parts.append(
+                f"{len(self.small_classes)} classes with fewer than {self.n_samples_per_class} "
+                f"records {action}: {listed(self.small_classes)}"
+            )
+        if len(self.empty_classes):
+            parts.append(
+                f"{len(self.empty_classes)} classes without records skipped: "
+                f"{listed(self.empty_classes)}"
+            )
+        return "; ".join(parts)
+
+
+def class_report(
+    row_splits, n_samples_per_class: int, small_classes: str = "replace"
+) -> ClassReport:
+    """Classifies the classes of a CSR class index (`row_splits`, int64 [C + 1])."""
+    if small_classes not in SMALL_CLASS_POLICIES:
+        raise ValueError(
+            f"small_classes must be one of {SMALL_CLASS_POLICIES}, got {small_classes!r}"
+        )
+    if n_samples_per_class < 1:
+        raise ValueError(f"n_samples_per_class must be >= 1, got {n_samples_per_class}")
+    row_splits = np.asarray(row_splits)
+    if row_splits.ndim != 1 or len(row_splits) < 1 or row_splits[0] != 0:
+        raise ValueError("row_splits must be a vector [C + 1] starting at 0")
+    sizes = np.diff(row_splits.astype(np.int64))
+    if np.any(sizes < 0):
+        raise ValueError("row_splits must be non-decreasing")
+    small = np.flatnonzero((sizes > 0) & (sizes < n_samples_per_class))
+    empty = np.flatnonzero(sizes == 0)
+    minimum = n_samples_per_class if small_classes == "skip" else 1
+    return ClassReport(
+        num_classes=len(sizes),
+        n_samples_per_class=n_samples_per_class,
+        policy=small_classes,
+        usable_classes=np.flatnonzero(sizes >= minimum).astype(np.int64),
+        small_classes=small.astype(np.int64),
+        empty_classes=empty.astype(np.int64),
+        class_sizes=sizes,
+    )
+
+
+class ClassBalancedPlan:
+    """Per-epoch plans of `n_c x n_p` batches over a CSR class index (see the module docstring).
+
+    `plan(epoch)` returns a dict of int64 tensors with leading dimension `num_batches`:
+
+    * ``position`` [num_batches, n_c * n_p]: positions in the CSR `values` (the record numbers
+      of the classes); ``values[position]`` are the batch's record numbers.
+    * ``label`` [num_batches, n_c * n_p]: the class id (CSR row) of each sample.
+    * ``seed`` [num_batches, 2]: a stateless seed per batch, for crop offsets and masks.
+    """
+
+    def __init__(
+        self,
+        row_splits,
+        *,
+        n_classes_per_batch: int,
+        n_samples_per_class: int,
+        seed: int = 0,
+        epoch_mode: str = "classes",
+        small_classes: str = "replace",
+        num_workers: int = 1,
+        replicas_per_worker: int = 1,
+    ):
+        if epoch_mode not in EPOCH_MODES:
+            raise ValueError(f"epoch_mode must be one of {EPOCH_MODES}, got {epoch_mode!r}")
+        if n_classes_per_batch < 1:
+            raise ValueError(f"n_classes_per_batch must be >= 1, got {n_classes_per_batch}")
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        report = class_report(row_splits, n_samples_per_class, small_classes)
+        num_usable = len(report.usable_classes)
+        if n_classes_per_batch > num_usable:
+            raise ValueError(
+                f"n_classes_per_batch={n_classes_per_batch} is larger than the number of usable "
+                f"classes, {num_usable} ({report.summary()})"
+            )
+        self.report = report
+        self.n_classes_per_batch = n_c = int(n_classes_per_batch)
+        self.n_samples_per_class = n_p = int(n_samples_per_class)
+        self.seed = int(seed)
+        self.epoch_mode = epoch_mode
+        self.num_workers = int(num_workers)
+
+        usable = report.usable_classes
+        usable_sizes = report.class_sizes[usable]
+        if epoch_mode == "classes":
+            chunks = np.ones(num_usable, np.int64)
+        else:
+            chunks = np.maximum(1, -(-usable_sizes // n_p))
+        # active[r]: classes with a chunk in round r; the rounds' groups are the batches.
+        active = np.cumsum(np.bincount(chunks, minlength=chunks.max() + 1)[::-1])[::-1][1:]
+        groups = -(-active // n_c)
+        round_starts = np.concatenate([[0], np.cumsum(active)[:-1]])
+        batch_offsets = np.concatenate([[0], np.cumsum(groups)[:-1]])
+        planned = int(groups.sum())
+        self.num_batches = epoch_plan.round_batches(
+            planned, num_workers=self.num_workers, replicas_per_worker=replicas_per_worker
+        )
+        extra = self.num_batches - planned
+        self.batch_size = n_c * n_p
+
+        # Batches to complete with other classes: the short last group of a round (its members
+        # are the round's last `active % n_c` items), then whole extra batches for the workers.
+        short = np.flatnonzero(active % n_c)
+        members = active[short] % n_c
+        fill_batch = np.concatenate(
+            [batch_offsets[short] + groups[short] - 1, planned + np.arange(extra)]
+        )
+        fill_first_member = np.concatenate(
+            [round_starts[short] + active[short] - members, np.zeros(extra, np.int64)]
+        )
+        fill_members = np.concatenate([members, np.zeros(extra, np.int64)])
+
+        self._num_usable = num_usable
+        self._num_items = int(active.sum())
+        self._num_fill_batches = len(fill_batch)
+        # Each batch holds a class at most once, so a class appears at most
+        # max_chunks + (batches completed with fillers) times per epoch.
+        max_appearances = int(chunks.max()) + len(fill_batch)
+        self._prefix = min(max_appearances * n_p, int(usable_sizes.max()))
+        self._full_shuffle = epoch_mode == "samples" or self._prefix > _MAX_PREFIX
+
+        # Variables, not constants: tf.data captures a variable by handle but copies a constant
+        # into the dataset graph for every iterator, that is every epoch.
+        const = lambda a: epoch_plan.index_variable(np.asarray(a, np.int64), tf.int64)
+        row_splits = np.concatenate([[0], np.cumsum(report.class_sizes)])
+        self._row_splits = const(row_splits)
+        self._usable = const(usable)
+        self._usable_sizes = const(usable_sizes)
+        self._usable_starts = const(row_splits[usable])
+        self._chunks = const(chunks)
+        # Chunk r of usable class u, for r < chunks[u], in class order (epoch-independent).
+        self._item_class = const(np.repeat(np.arange(num_usable), chunks))
+        self._item_round = const(
+            np.arange(self._num_items) - np.repeat(np.cumsum(chunks) - chunks, chunks)
+        )
+        self._sample_offsets = const(np.tile(np.arange(n_p), self.num_batches * n_c))
+        self._round_starts = const(round_starts)
+        self._batch_offsets = const(batch_offsets)
+        self._fill_batch = const(fill_batch)
+        self._fill_first_member = const(fill_first_member)
+        self._fill_members = const(fill_members)
+
+    def plan(self, epoch) -> dict[str, tf.Tensor]:
+        """The global plan of `epoch` (int64 scalar; a Python int or a tensor)."""
+        epoch = tf.convert_to_tensor(epoch, tf.int64)
+        n_c, n_p = self.n_classes_per_batch, self.n_samples_per_class
+        stream = lambda salt: epoch_plan.epoch_seed(self.seed, epoch, salt)
+
+        # Chunks of every usable class (class u has chunks 0..chunks[u]-1), ordered by round and,
+        # within a round, randomly: the order in which the round fills its groups.
+        item_class, item_round = self._item_class, self._item_round
+        random_bits = tf.random.stateless_uniform(
+            [self._num_items],
+            seed=stream(_SALT_ROUND_ORDER),
+            minval=0,
+            maxval=1 << 31,
+            dtype=tf.int64,
+        )
+        order = tf.argsort(
+            tf.bitwise.bitwise_or(tf.bitwise.left_shift(item_round, 31), random_bits)
+        )
+        item_class = tf.gather(item_class, order)
+        item_round = tf.gather(item_round, order)
+        in_round = tf.range(self._num_items, dtype=tf.int64) - tf.gather(
+            self._round_starts, item_round
+        )
+        item_batch = tf.gather(self._batch_offsets, item_round) + in_round // n_c
+        item_slot = in_round % n_c
+
+        fill_class, fill_batch, fill_slot, fill_appearance = self._fillers(item_class, stream)
+
+        classes = tf.concat([item_class, fill_class], 0)
+        appearances = tf.concat([item_round, fill_appearance], 0)
+        slots = tf.concat([item_batch, fill_batch], 0) * n_c + tf.concat([item_slot, fill_slot], 0)
+        batch_classes = tf.scatter_nd(slots[:, None], classes, [self.num_batches * n_c])
+        batch_appearances = tf.scatter_nd(slots[:, None], appearances, [self.num_batches * n_c])
+
+        # Expand each (class, appearance) to its n_p permutation positions, modulo the class size.
+        sample_class = tf.repeat(batch_classes, n_p)
+        sizes = tf.gather(self._usable_sizes, sample_class)
+        within = (tf.repeat(batch_appearances, n_p) * n_p + self._sample_offsets) % sizes
+        position = self._permuted_positions(sample_class, within, stream(_SALT_WITHIN_CLASS))
+        label = tf.gather(self._usable, sample_class)
+
+        batch_order = epoch_plan.stateless_permutation(self.num_batches, stream(_SALT_BATCH_ORDER))
+        shape = [self.num_batches, n_c * n_p]
+        batch_seeds = tf.random.stateless_uniform(
+            [self.num_batches, 2],
+            seed=stream(_SALT_BATCH_SEEDS),
+            minval=None,
+            maxval=None,
+            dtype=tf.int64,
+        )
+        return {
+            "position": tf.gather(tf.reshape(position, shape), batch_order),
+            "label": tf.gather(tf.reshape(label, shape), batch_order),
+            "seed": batch_seeds,
+        }
+
+    def _fillers(self, item_class: tf.Tensor, stream) -> tuple[tf.Tensor, ...]:
+        """Classes that complete the short batches: (class, batch, slot, appearance), each [F].
+
+        The candidates of a batch are `n_c` consecutive entries (from a random offset, wrapping)
+        of a random permutation of the usable classes; the first ones that are not already in
+        the batch fill its free slots. At most `members < n_c` candidates are in the batch, so
+        enough remain.
+        """
+        n_c = self.n_classes_per_batch
+        if self._num_fill_batches == 0:
+            empty = tf.zeros([0], tf.int64)
+            return empty, empty, empty, empty
+        column = tf.range(n_c, dtype=tf.int64)[tf.newaxis, :]
+        member_positions = self._fill_first_member[:, None] + column
+        has_member = column < self._fill_members[:, None]
+        members = tf.where(
+            has_member,
+            tf.gather(item_class, tf.where(has_member, member_positions, 0)),
+            -1,
+        )
+        class_order = epoch_plan.stateless_permutation(self._num_usable, stream(_SALT_FILL_ORDER))
+        start = tf.random.stateless_uniform(
+            [self._num_fill_batches],
+            seed=stream(_SALT_FILL_OFFSET),
+            minval=0,
+            maxval=self._num_usable,
+            dtype=tf.int64,
+        )
+        candidates = tf.gather(class_order, (start[:, None] + column) % self._num_usable)
+        taken = tf.reduce_any(tf.equal(candidates[:, :, None], members[:, None, :]), axis=2)
+        rank = tf.cumsum(tf.cast(~taken, tf.int64), axis=1) - 1
+        free_slots = n_c - self._fill_members
+        chosen = (~taken) & (rank < free_slots[:, None])
+        fill_class = tf.boolean_mask(candidates, chosen)
+        fill_batch = tf.boolean_mask(tf.tile(self._fill_batch[:, None], [1, n_c]), chosen)
+        fill_slot = tf.boolean_mask(self._fill_members[:, None] + rank, chosen)
+        # A filler's appearance number continues after the class's own chunks, counting the
+        # class's earlier fillers in this epoch.
+        by_class = tf.cast(tf.argsort(fill_class, stable=True), tf.int64)
+        sorted_class = tf.gather(fill_class, by_class)
+        earlier = tf.range(tf.size(fill_class, out_type=tf.int64)) - tf.searchsorted(
+            sorted_class, sorted_class, side="left", out_type=tf.int64
+        )
+        earlier = tf.scatter_nd(by_class[:, None], earlier, tf.shape(fill_class, out_type=tf.int64))
+        fill_appearance = tf.gather(self._chunks, fill_class) + earlier
+        return fill_class, fill_batch, fill_slot, fill_appearance
+
+    def _permuted_positions(
+        self, sample_class: tf.Tensor, within: tf.Tensor, seed: tf.Tensor
+    ) -> tf.Tensor:
+        """CSR positions of permutation entries `within` (< class size) of each sample's class."""
+        starts = tf.gather(self._usable_starts, sample_class)
+        if self._full_shuffle:
+            shuffled = epoch_plan.shuffle_within_rows(self._row_splits, seed)
+            return tf.gather(shuffled, starts + within)
+        prefixes = permutation_prefixes(self._usable_sizes, self._prefix, seed)
+        return starts + tf.gather_nd(prefixes, tf.stack([sample_class, within], axis=1))
+
+
+def permutation_prefixes(sizes, length: int, seed) -> tf.Tensor:
+    """int64 [R, length]: row `r` starts a uniform random permutation of `0..sizes[r]-1`.
+
+    Entries `j < min(length, sizes[r])` are the first entries of the permutation (the rest are
+    unspecified). A partial Fisher-Yates shuffle, vectorized over rows: step `j` swaps entry `j`
+    with a uniform entry `t_j` of `[j, size)`. Only the entries `0..length-1` and the targets
+    `t_j` are ever touched, so the shuffle runs on a dense `[R, 2 * length]` array of those
+    entries: the cost is `O(R * length**2)`, independent of the class sizes (a full shuffle of
+    1M records is a 1M-key sort; this draws only what an epoch of the classes mode uses).
+    """
+    sizes = tf.convert_to_tensor(sizes, tf.int64)
+    rows = tf.shape(sizes, out_type=tf.int64)[0]
+    step = tf.range(length, dtype=tf.int64)[tf.newaxis, :]
+    remaining = sizes[:, tf.newaxis] - step
+    draws = tf.random.stateless_uniform(tf.shape(remaining), seed=seed, dtype=tf.float64)
+    offset = tf.cast(draws * tf.cast(tf.maximum(remaining, 1), tf.float64), tf.int64)
+    # Steps past the end of a small row swap an entry with itself.
+    targets = step + tf.clip_by_value(offset, 0, tf.maximum(remaining - 1, 0))
+    # Dense slot of each target: entries below `length` are their own slot; a target at or
+    # beyond it gets slot `length + i`, i the first step that targets the same entry.
+    first_same = tf.argmax(
+        tf.cast(tf.equal(targets[:, :, tf.newaxis], targets[:, tf.newaxis, :]), tf.int32),
+        axis=2,
+        output_type=tf.int64,
+    )
+    slots = tf.where(targets < length, targets, length + first_same)
+    entries = tf.concat([tf.broadcast_to(step, [rows, length]), targets], axis=1)
+    slot_ids = tf.range(2 * length, dtype=tf.int64)[tf.newaxis, :]
+    prefix = []
+    for j in range(length):
+        slot = slots[:, j]
+        prefix.append(tf.gather(entries, slot, batch_dims=1))
+        # Entry j is never read again (later targets are > j), so only the target slot changes.
+        moved = tf.equal(slot_ids, slot[:, tf.newaxis])
+        entries = tf.where(moved, entries[:, j : j + 1], entries)
+    return tf.stack(prefix, axis=1)
+
+
+def batch_layout(n_classes_per_batch: int, n_samples_per_class: int) -> np.ndarray:
+    """int64 [n_c * n_p]: the class slot of each sample of a batch (`i // n_p`)."""
+    return np.repeat(np.arange(n_classes_per_batch), n_samples_per_class).astype(np.int64)

@@ -1,0 +1,213 @@
+"""Elements <-> `tf.train.Example` records: the default encoding of `sources.record_store_from`.
+
+Each component of the element structure is one bytes feature, keyed by its structure path.
+Numeric tensors are stored as raw little-endian bytes in C order and decoded with one vectorized
+op per batch; scalar strings as they are. A component whose first dimension varies between
+elements (audio of any length) comes back as a `tf.RaggedTensor` [B, None, ...].
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from components import examples
+
+SINGLE_KEY = "value"
+
+
+@dataclasses.dataclass(frozen=True)
+class Component:
+    key: str
+    dtype: tf.DType
+    shape: tuple[int | None, ...]
+
+
+def tensor_parser(components: Sequence[Component] | tf.TypeSpec | object) -> Callable:
+    """The batched decoder of records written by the default encoder.
+
+    `components` is an element spec (a structure of `tf.TensorSpec`) or the encoder's components.
+    Returns tf.string [B] -> the element structure with a leading batch dimension; components
+    whose first dimension is unknown come back ragged.
+    """
+    if not (isinstance(components, list) and components and isinstance(components[0], Component)):
+        components = components_of_spec(components)
+    for c in components:
+        if any(d is None for d in c.shape[1:]):
+            raise ValueError(
+                f"component {c.key!r} has shape {list(c.shape)}: only the first dimension may "
+                "vary between elements (give parse_fn to decode it yourself)"
+            )
+    structure = _structure_of(components)
+    features = {c.key: tf.io.FixedLenFeature([], tf.string) for c in components}
+
+    def parse(serialized: tf.Tensor):
+        parsed = tf.io.parse_example(serialized, features)
+        flat = [_decode(parsed[c.key], c) for c in components]
+        return tf.nest.pack_sequence_as(structure, flat)
+
+    return parse
+
+
+def declared_components(source) -> list[Component]:
+    """The components of a dataset's or arrays' elements, known before reading any."""
+    if isinstance(source, tf.data.Dataset):
+        return components_of_spec(source.element_spec)
+    flat = tf.nest.flatten(source)
+    specs = []
+    for x in flat:
+        array = np.asarray(x)
+        dtype = tf.string if array.dtype.kind in "SOU" else tf.as_dtype(array.dtype)
+        specs.append(tf.TensorSpec(array.shape[1:], dtype))
+    return components_of_spec(tf.nest.pack_sequence_as(source, specs))
+
+
+def components_of_spec(spec) -> list[Component]:
+    paths = _flatten_with_paths(spec)
+    components = []
+    for path, leaf in paths:
+        if not isinstance(leaf, tf.TensorSpec):
+            raise TypeError(
+                f"element component {path or SINGLE_KEY!r} is {leaf}; only dense tensors are "
+                "stored by default (give encode_fn and parse_fn for others)"
+            )
+        components.append(Component(path or SINGLE_KEY, leaf.dtype, tuple(leaf.shape.as_list())))
+    return components
+
+
+def _flatten_with_paths(structure, prefix: str = "") -> list[tuple[str, object]]:
+    """[(path, leaf)] in `tf.nest.flatten` order; paths join dict keys and positions with "/"."""
+    if isinstance(structure, dict):
+        items = [(str(k), structure[k]) for k in sorted(structure)]
+    elif isinstance(structure, (tuple, list)):
+        items = [(str(i), v) for i, v in enumerate(structure)]
+    else:
+        return [(prefix, structure)]
+    flat = []
+    for key, value in items:
+        flat.extend(_flatten_with_paths(value, f"{prefix}/{key}" if prefix else key))
+    return flat
+
+
+def _structure_of(components: Sequence[Component]):
+    """Rebuilds a nested structure (dicts / lists keyed by path) from component keys."""
+    if len(components) == 1 and components[0].key == SINGLE_KEY:
+        return 0
+    root: dict = {}
+    for i, c in enumerate(components):
+        node = root
+        *parents, last = c.key.split("/")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = i
+    return _lists_for_integer_keys(root)
+
+
+def _lists_for_integer_keys(node):
+    if not isinstance(node, dict):
+        return node
+    converted = {k: _lists_for_integer_keys(v) for k, v in node.items()}
+    if all(k.isdigit() for k in converted):
+        return tuple(converted[str(i)] for i in range(len(converted)))
+    return converted
+
+
+# --------------------------------------------------------------------------------- encoding
+
+
+class ExampleEncoder:
+    """Encodes elements as Examples, one bytes feature per component.
+
+    Records the observed shape of each component, widening a dimension to None when it varies
+    between elements, so the decoder knows which components are ragged.
+    """
+
+    def __init__(self, declared: list[Component] | None):
+        self._declared = {c.key: c for c in declared} if declared is not None else None
+        self._observed: dict[str, Component] = {}
+
+    def encode(self, element) -> bytes:
+        if isinstance(element, (tf.Tensor, np.ndarray, np.generic, bytes, str, int, float)):
+            flat = [(SINGLE_KEY, element)]
+        else:
+            flat = [(path or SINGLE_KEY, value) for path, value in _flatten_with_paths(element)]
+        feature = {}
+        for key, value in flat:
+            array = _as_array(value)
+            component = self._observe(key, array)
+            feature[key] = examples.bytes_feature(_component_bytes(array, component))
+        expected = self._declared if self._declared is not None else self._observed
+        if set(feature) != set(expected):
+            raise ValueError(
+                f"element has components {sorted(feature)}, expected {sorted(expected)}"
+            )
+        return examples.serialize_example(feature)
+
+    def components(self) -> list[Component]:
+        keys = self._declared if self._declared is not None else self._observed
+        return [self._observed[key] for key in keys]
+
+    def _observe(self, key: str, array: np.ndarray) -> Component:
+        dtype = tf.string if array.dtype.kind in "SOU" else tf.as_dtype(array.dtype)
+        shape = tuple(array.shape)
+        if dtype == tf.string and shape:
+            raise ValueError(
+                f"component {key!r}: only scalar strings are stored by default, got shape "
+                f"{list(shape)} (give encode_fn and parse_fn)"
+            )
+        reference = self._observed.get(key)
+        if reference is None and self._declared is not None:
+            reference = self._declared.get(key)
+            if reference is None:
+                raise ValueError(f"unexpected element component {key!r}")
+        if reference is not None:
+            if reference.dtype != dtype or len(reference.shape) != len(shape):
+                raise ValueError(
+                    f"component {key!r} is {dtype.name}{list(shape)}, but elements so far are "
+                    f"{reference.dtype.name}{list(reference.shape)}"
+                )
+            shape = tuple(
+                r if r == s else None for r, s in zip(reference.shape, shape, strict=True)
+            )
+        component = Component(key, dtype, shape)
+        self._observed[key] = component
+        return component
+
+
+def _as_array(value) -> np.ndarray:
+    if isinstance(value, tf.Tensor):
+        value = value.numpy()
+    if isinstance(value, (bytes, str)):
+        # Not np.asarray: fixed-width bytes arrays drop trailing NULs.
+        return np.array(value, dtype=object)
+    return np.asarray(value)
+
+
+def _component_bytes(array: np.ndarray, component: Component) -> bytes:
+    if component.dtype == tf.string:
+        item = array.item()
+        return item.encode() if isinstance(item, str) else bytes(item)
+    return np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+# --------------------------------------------------------------------------------- decoding
+
+
+def _decode(encoded: tf.Tensor, c: Component):
+    if c.dtype == tf.string:
+        return encoded
+    inner = c.shape[1:] if c.shape else ()
+    raw_dtype = tf.uint8 if c.dtype == tf.bool else c.dtype
+    if c.shape and c.shape[0] is None:
+        # Variable first dimension: one decode over the concatenated batch, then split by length.
+        item_bytes = raw_dtype.size * int(np.prod(inner, dtype=np.int64))
+        values = tf.io.decode_raw(tf.strings.reduce_join(encoded), raw_dtype)
+        values = tf.reshape(values, [-1, *inner])
+        row_lengths = tf.cast(tf.strings.length(encoded) // item_bytes, tf.int64)
+        decoded = tf.RaggedTensor.from_row_lengths(values, row_lengths, validate=False)
+        return tf.cast(decoded, tf.bool) if c.dtype == tf.bool else decoded
+    decoded = tf.reshape(tf.io.decode_raw(encoded, raw_dtype), [-1, *c.shape])
+    return tf.cast(decoded, tf.bool) if c.dtype == tf.bool else decoded
