@@ -1,0 +1,86 @@
+"""The task image's Dockerfile: multi-stage, no compiler at run time, an unprivileged user.
+
+No Docker daemon runs on CI machines, so the file is checked as text: its stages, what the
+runtime stage installs and who it runs as, and that the build context keeps what it copies.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import pathlib
+import re
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DOCKERFILE = ROOT / "kubeflow" / "Dockerfile"
+DOCKERIGNORE = ROOT / ".dockerignore"
+
+
+def _instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) in order, continuation lines joined, comments dropped."""
+    joined = re.sub(
+        r"\\\n",
+        " ",
+        "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")),
+    )
+    return [
+        (line.split(None, 1)[0].upper(), line.split(None, 1)[1] if " " in line.strip() else "")
+        for line in joined.splitlines()
+        if line.strip()
+    ]
+
+
+def _stages() -> list[list[tuple[str, str]]]:
+    stages: list[list[tuple[str, str]]] = []
+    for instruction in _instructions(DOCKERFILE.read_text()):
+        if instruction[0] == "FROM":
+            stages.append([])
+        stages[-1].append(instruction)
+    return stages
+
+
+def test_the_image_is_built_in_two_stages_and_the_runtime_has_no_compiler():
+    stages = _stages()
+    assert len(stages) >= 2
+    builder, runtime = stages[0], stages[-1]
+    assert any("g++" in args for kind, args in builder if kind == "RUN")
+    runtime_runs = " ".join(args for kind, args in runtime if kind == "RUN")
+    assert "g++" not in runtime_runs and "apt-get install" not in runtime_runs
+    copies = [args for kind, args in runtime if kind == "COPY"]
+    assert copies and all(args.startswith("--from=") for args in copies)
+
+
+def test_the_runtime_stage_runs_as_an_unprivileged_user():
+    runtime = _stages()[-1]
+    users = [args.strip() for kind, args in runtime if kind == "USER"]
+    assert users, "the runtime stage sets no USER (it would run as root)"
+    assert users[-1] not in {"root", "0", "0:0"}
+    assert any(users[-1] in args for kind, args in runtime if kind == "RUN")  # the user is made
+
+
+def test_the_build_context_keeps_what_the_builder_copies_and_drops_local_state():
+    patterns = [
+        line.strip()
+        for line in DOCKERIGNORE.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert {".git", ".venv"} <= set(patterns)
+
+    def ignored(path: str) -> bool:
+        return any(
+            fnmatch.fnmatch(path, p)
+            or fnmatch.fnmatch(path, p.removeprefix("**/"))
+            or path.split("/")[0] == p
+            for p in patterns
+        )
+
+    builder = _stages()[0]
+    sources = [
+        source
+        for kind, args in builder
+        if kind == "COPY" and not args.startswith("--from=")
+        for source in args.split()[:-1]
+    ]
+    assert "components/" in sources and "requirements.lock" in sources
+    for source in sources:
+        assert (ROOT / source).exists(), source
+        assert not ignored(source.rstrip("/")), f".dockerignore drops {source}, which is copied"
