@@ -56,6 +56,13 @@ CLASS_RECORDS_INDEX = "class_records"
 ROW_SPLITS_FILE = "row_splits.npy"
 VALUES_FILE = "values.npy"
 
+
+class IndexFileError(ValueError):
+    """An index file of a run is unreadable, truncated or not of its declared type and shape, or
+    its values contradict the rest of the run. The message names the file (and the record or
+    row, where one is at fault)."""
+
+
 # The two record sets of a pairs run, and the folder prefix TFX gives each split of `Examples`.
 X_RECORD_SET = "x"
 Y_RECORD_SET = "y"
@@ -80,6 +87,10 @@ NUM_SAMPLES_KEY = "num_samples"
 SAMPLE_RATE_KEY = "sample_rate"
 LABEL_KEY = "label"  # int64 class id within the record set's vocabulary
 SPEAKER_KEY = "speaker"  # class name
+
+# The shortest audio record the audio job stores; `AudioFeatureConfig` refuses frames longer
+# than this, so every stored record yields at least one feature frame.
+MIN_AUDIO_SECONDS = 0.05
 
 
 def examples_dir(output_dir: str, record_set: str) -> str:
@@ -108,6 +119,47 @@ def resolve(output_dir: str, relative_path: str) -> str:
         scheme, rest = output_dir.split("://", 1)
         return f"{scheme}://{posixpath.normpath(posixpath.join(rest, relative_path))}"
     return os.path.normpath(os.path.join(output_dir, relative_path))
+
+
+def resolve_shard(output_dir: str, record_set: str, shard_path: object, where: str) -> str:
+    """The path of a shard listed in `where` (the `shards.json` of `record_set`), confined.
+
+    A shard path must be relative and resolve inside the run directory, or into a
+    `Split-<record_set>` folder beside it: the materialize component moves the shards into its
+    `Examples` artifact (`../examples/Split-x/...` from the `offset_index` artifact, the run
+    directory). Anything else (an absolute path, `../../etc/passwd`) is refused, so a damaged or
+    forged index cannot make a reader open files outside the data it describes.
+    """
+    if not isinstance(shard_path, str) or not shard_path:
+        raise IndexFileError(
+            f"{where}: a shard path must be a non-empty string, got {shard_path!r:.200}"
+        )
+    # Control characters, NUL and lone surrogates would fail (unnamed) in the file layer.
+    if not shard_path.isprintable():
+        raise IndexFileError(f"{where}: shard path {shard_path!r} holds unprintable characters")
+    if "://" in shard_path or posixpath.isabs(shard_path) or os.path.isabs(shard_path):
+        raise IndexFileError(
+            f"{where}: shard path {shard_path!r} is absolute; shard paths are relative to the run "
+            f"directory {output_dir}"
+        )
+    resolved = resolve(output_dir, shard_path)
+    split_folder = posixpath.basename(posixpath.dirname(resolved.replace(os.sep, "/")))
+    if not (_is_within(resolved, output_dir) or split_folder == f"{SPLIT_PREFIX}{record_set}"):
+        raise IndexFileError(
+            f"{where}: shard path {shard_path!r} resolves to {resolved}, outside the run "
+            f"directory {output_dir} and not in a {SPLIT_PREFIX}{record_set} folder"
+        )
+    return resolved
+
+
+def _is_within(path: str, directory: str) -> bool:
+    """Whether `path` lies strictly below `directory` (both as `resolve` writes them)."""
+    if "://" in directory:
+        scheme, rest = directory.split("://", 1)
+        prefix = f"{scheme}://{posixpath.normpath(rest).rstrip('/')}/"
+        return path.startswith(prefix)
+    path, directory = os.path.abspath(path), os.path.abspath(directory)
+    return path != directory and os.path.commonpath([path, directory]) == directory
 
 
 def shard_name(shard: int, num_shards: int) -> str:
@@ -229,19 +281,63 @@ def save_npy(path: str, array: np.ndarray) -> None:
         f.write(buffer.getvalue())
 
 
-def load_npy(path: str, mmap: bool = True) -> np.ndarray:
+# `load_npy(dtype=INTEGER)`: any signed or unsigned integer dtype.
+INTEGER = "integer"
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def load_npy(
+    path: str,
+    mmap: bool = True,
+    *,
+    shape: tuple[int | None, ...] | None = None,
+    dtype: str | np.dtype | None = None,
+) -> np.ndarray:
     """Loads a .npy file; local files are memory-mapped so memory does not grow with N.
 
-    Remote files (gs://, s3://, ...) are copied once to a local temporary file first.
+    Remote files (gs://, s3://, ...) are copied once to a local temporary file first. `shape`
+    (None for an axis of any length) and `dtype` (a numpy dtype, or `INTEGER` for any integer
+    dtype) are checked when given. A file that is not a readable array of that shape and dtype
+    raises `IndexFileError` naming it.
     """
     if "://" in path:
         fd, local = tempfile.mkstemp(suffix=".npy")
         os.close(fd)
         gfile().copy(path, local, overwrite=True)
-        path = local
-    if not os.path.exists(path):
+        source = local
+    else:
+        source = path
+    if not os.path.exists(source):
         raise FileNotFoundError(f"index file not found: {path}")
-    return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    with open(source, "rb") as f:
+        magic = f.read(len(_NPY_MAGIC))
+    # np.load would also take a zip (.npz) or a pickle; neither is an index array.
+    if magic != _NPY_MAGIC:
+        raise IndexFileError(f"{path}: not a .npy file (it starts with {magic!r})")
+    try:
+        # Mapped first even when a copy is wanted: mapping checks the header's shape against the
+        # file size, where a plain load of a damaged header would try to allocate what it claims.
+        array = np.load(source, mmap_mode="r", allow_pickle=False)
+    except Exception as error:
+        # numpy's header parser lets through whatever a damaged header makes it raise (ValueError,
+        # EOFError, tokenize.TokenError, TypeError, ...); all of them mean this file is damaged.
+        raise IndexFileError(f"{path}: not a readable .npy array: {error!r}") from error
+    if dtype is not None and not _dtype_matches(array.dtype, dtype):
+        expected = "an integer dtype" if dtype == INTEGER else np.dtype(dtype).str
+        raise IndexFileError(f"{path}: expected {expected}, got {array.dtype.str}")
+    if shape is not None and (
+        array.ndim != len(shape)
+        or any(w is not None and g != w for g, w in zip(array.shape, shape, strict=True))
+    ):
+        expected = "[" + ", ".join("N" if s is None else str(s) for s in shape) + "]"
+        raise IndexFileError(f"{path}: expected shape {expected}, got {list(array.shape)}")
+    return array if mmap else np.array(array)
+
+
+def _dtype_matches(got: np.dtype, expected: str | np.dtype) -> bool:
+    if isinstance(expected, str) and expected == INTEGER:
+        return got.kind in "iu"
+    return got == np.dtype(expected)
 
 
 def save_csr(directory: str, row_splits: np.ndarray, values: np.ndarray) -> None:
@@ -250,11 +346,31 @@ def save_csr(directory: str, row_splits: np.ndarray, values: np.ndarray) -> None
 
 
 def load_csr(directory: str, mmap: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """Returns `(row_splits, values)`, int64; `tf.RaggedTensor.from_row_splits` takes them."""
-    return (
-        load_npy(os.path.join(directory, ROW_SPLITS_FILE), mmap),
-        load_npy(os.path.join(directory, VALUES_FILE), mmap),
-    )
+    """Returns `(row_splits, values)`, int64; `tf.RaggedTensor.from_row_splits` takes them.
+
+    Both must be 1-D integer arrays, and `row_splits` must start at 0, never decrease and end at
+    `len(values)`; otherwise `IndexFileError` names the file. The values are not range-checked
+    here: their range depends on the index (y records, record numbers).
+    """
+    splits_path = os.path.join(directory, ROW_SPLITS_FILE)
+    row_splits = load_npy(splits_path, mmap, shape=(None,), dtype=INTEGER)
+    values = load_npy(os.path.join(directory, VALUES_FILE), mmap, shape=(None,), dtype=INTEGER)
+    row_splits = row_splits.astype(np.int64, copy=False)
+    values = values.astype(np.int64, copy=False)
+    if len(row_splits) < 1 or row_splits[0] != 0 or row_splits[-1] != len(values):
+        raise IndexFileError(
+            f"{splits_path}: row_splits must start at 0 and end at the number of values "
+            f"({len(values)}), got {len(row_splits)} splits"
+            + (f" from {row_splits[0]} to {row_splits[-1]}" if len(row_splits) else "")
+        )
+    decreasing = np.flatnonzero(np.diff(row_splits) < 0)
+    if len(decreasing):
+        row = int(decreasing[0])
+        raise IndexFileError(
+            f"{splits_path}: row_splits decrease at row {row} "
+            f"({row_splits[row]} -> {row_splits[row + 1]})"
+        )
+    return row_splits, values
 
 
 def class_records(class_ids: np.ndarray, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -295,8 +411,12 @@ def save_json(path: str, obj: object) -> None:
 
 
 def load_json(path: str) -> object:
-    with gfile().GFile(path) as f:
-        return json.loads(f.read())
+    """The JSON value in `path`; `IndexFileError` naming the file when it is not JSON."""
+    try:
+        with gfile().GFile(path, "rb") as f:
+            return json.loads(f.read().decode("utf-8"))
+    except (ValueError, RecursionError) as error:  # JSONDecodeError, UnicodeDecodeError
+        raise IndexFileError(f"{path}: not valid JSON: {error}") from error
 
 
 def save_lines(path: str, lines: list[str]) -> None:
@@ -305,8 +425,37 @@ def save_lines(path: str, lines: list[str]) -> None:
 
 
 def load_lines(path: str) -> list[str]:
-    with gfile().GFile(path) as f:
-        return f.read().splitlines()
+    """The lines of a UTF-8 text file; `IndexFileError` naming the file when it is not text."""
+    with gfile().GFile(path, "rb") as f:
+        data = f.read()
+    try:
+        return data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        raise IndexFileError(f"{path}: not UTF-8 text: {error}") from error
+
+
+def load_shards(output_dir: str, record_set: str) -> tuple[list[str], int]:
+    """The shard paths (resolved, see `resolve_shard`) and record count in `shards.json`.
+
+    Raises FileNotFoundError when the record set has no `shards.json`, and `IndexFileError`
+    naming it when it is not an object with `"shards"` (a list of relative paths) and
+    `"num_records"` (an integer >= 0).
+    """
+    path = os.path.join(index_dir(output_dir, record_set), SHARDS_FILE)
+    if not gfile().exists(path):
+        raise FileNotFoundError(f"record set {record_set!r} not found in {output_dir}: no {path}")
+    manifest = load_json(path)
+    if not isinstance(manifest, dict):
+        raise IndexFileError(f"{path}: expected a JSON object, got {type(manifest).__name__}")
+    shards, num_records = manifest.get("shards"), manifest.get("num_records")
+    if not isinstance(shards, list):
+        raise IndexFileError(f'{path}: "shards" must be a list of paths, got {shards!r:.200}')
+    # bool is an int subclass: `true` is not a record count.
+    if not isinstance(num_records, int) or isinstance(num_records, bool) or num_records < 0:
+        raise IndexFileError(
+            f'{path}: "num_records" must be an integer >= 0, got {num_records!r:.200}'
+        )
+    return [resolve_shard(output_dir, record_set, shard, path) for shard in shards], num_records
 
 
 def create(path: str) -> IO[bytes]:

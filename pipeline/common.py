@@ -1,53 +1,75 @@
-"""What both pipeline factories share: the input fingerprint, data validation, the Pipeline.
+"""What both pipeline factories share: the materialize parameters set alike, and the rest of
+the pipeline after the materialize component.
 
-A factory builds its materialize component with `materialize_fingerprint(config, run)`, checks
-the component's examples with `validation_components`, adds its trainer and hands the
-components to `assemble_pipeline`.
+A factory builds its materialize component with `materialize_parameters(config, run)` and hands
+it, with its trainer's own arguments, to `training_pipeline`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Any
 
 from tfx import v1 as tfx
-from tfx.dsl.components.base import base_node
+from tfx.dsl.components.base import base_component
 from tfx.types import standard_component_specs
 
+from components import component_keys as keys
+from components.trainer_component import ResampledTrainer
 from pipeline.config import CycleGanConfig, RunConfig, SpeakerConfig
 from pipeline.fingerprint import input_fingerprint
 
 
-def materialize_fingerprint(config: CycleGanConfig | SpeakerConfig, run: RunConfig) -> str | None:
-    """The fingerprint of `config`'s input files, or None where `run` does not fingerprint."""
-    return input_fingerprint(config.input_paths()) if run.fingerprint_inputs else None
+def materialize_parameters(
+    config: CycleGanConfig | SpeakerConfig, run: RunConfig
+) -> dict[str, Any]:
+    """The materialize component's sharding and reject budget from `config`, and the
+    fingerprint of its input files, or None where `run` does not fingerprint."""
+    return {
+        keys.NUM_SHARDS_KEY: config.num_shards,
+        keys.MAX_REJECT_FRACTION_KEY: config.max_reject_fraction,
+        keys.INPUT_FINGERPRINT_KEY: (
+            input_fingerprint(config.input_paths()) if run.fingerprint_inputs else None
+        ),
+    }
 
 
-def validation_components(
-    examples: tfx.dsl.Channel, schema_file: str
-) -> tuple[
-    tfx.components.StatisticsGen, tfx.components.ImportSchemaGen, tfx.components.ExampleValidator
-]:
-    """StatisticsGen over `examples`, ImportSchemaGen of `schema_file`, ExampleValidator."""
+def training_pipeline(
+    config: CycleGanConfig | SpeakerConfig,
+    run: RunConfig,
+    materialize: base_component.BaseComponent,
+    index_key: str,
+    **trainer_args: Any,
+) -> tfx.dsl.Pipeline:
+    """`materialize` -> StatisticsGen -> ImportSchemaGen -> ExampleValidator ->
+    ResampledTrainer, as the TFX pipeline `config.pipeline_name`, with `run`'s root, cache,
+    sqlite ML Metadata (where `run.metadata_path` is set) and Beam arguments.
+
+    ExampleValidator checks `materialize`'s examples against `config.schema_file`. The trainer
+    reads the examples, the offset index and the `index_key` output, refuses splits with
+    anomalies, and runs `config.trainer_module` for `config.num_epochs` with `config.seed` and
+    `trainer_args`.
+    """
+    examples = materialize.outputs[keys.EXAMPLES_KEY]
     statistics_gen = tfx.components.StatisticsGen(examples=examples)
-    schema_gen = tfx.components.ImportSchemaGen(schema_file=schema_file)
+    schema_gen = tfx.components.ImportSchemaGen(schema_file=config.schema_file)
     example_validator = tfx.components.ExampleValidator(
         statistics=statistics_gen.outputs[standard_component_specs.STATISTICS_KEY],
         schema=schema_gen.outputs[standard_component_specs.SCHEMA_KEY],
     )
-    return statistics_gen, schema_gen, example_validator
-
-
-def assemble_pipeline(
-    config: CycleGanConfig | SpeakerConfig,
-    run: RunConfig,
-    components: Sequence[base_node.BaseNode],
-) -> tfx.dsl.Pipeline:
-    """The TFX pipeline `config.pipeline_name` of `components`, with `run`'s root, cache,
-    sqlite ML Metadata (where `run.metadata_path` is set) and Beam arguments."""
+    trainer = ResampledTrainer(
+        examples=examples,
+        offset_index=materialize.outputs[keys.OFFSET_INDEX_KEY],
+        anomalies=example_validator.outputs[standard_component_specs.ANOMALIES_KEY],
+        module_path=config.trainer_module,
+        num_epochs=config.num_epochs,
+        seed=config.seed,
+        **{index_key: materialize.outputs[index_key]},
+        **trainer_args,
+    )
     return tfx.dsl.Pipeline(
         pipeline_name=config.pipeline_name,
         pipeline_root=run.pipeline_root,
-        components=list(components),
+        components=[materialize, statistics_gen, schema_gen, example_validator, trainer],
         enable_cache=run.enable_cache,
         metadata_connection_config=(
             tfx.orchestration.metadata.sqlite_metadata_connection_config(run.metadata_path)

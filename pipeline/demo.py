@@ -15,7 +15,7 @@ import argparse
 import os
 import time
 
-from components.component_keys import MODEL_RUN_KEY
+from components import component_keys as keys
 from pipeline import config, cyclegan_pipeline, run_local, speaker_pipeline
 
 TRAINER = "ResampledTrainer"
@@ -31,7 +31,7 @@ def _print_artifacts(title: str, results: dict[str, run_local.NodeResult]) -> No
 
 
 def _metrics(results: dict[str, run_local.NodeResult]) -> dict:
-    [model_run] = results[TRAINER].outputs[MODEL_RUN_KEY]
+    [model_run] = results[TRAINER].outputs[keys.MODEL_RUN_KEY]
     return model_run.properties
 
 

@@ -8,7 +8,8 @@ Import from here; the modules behind it hold one concept each:
   `element_codec`: the default element <-> Example encoding it uses;
 * `parsing`: batched parsers of image Examples and payload checks;
 * `epoch_plan`: stateless per-epoch plans, worker slices, checkpointable epoch state;
-* `valid_pairs`, `pairs`, `coverage`: the valid-pair index, dynamic pairs, pair coverage;
+* `valid_pairs`, `group_pairs`, `pairs`, `coverage`: the valid-pair index (edges, or groups),
+  dynamic pairs, pair coverage;
 * `class_plan`, `class_balanced`: the class-balanced plan and the sampler that reads it;
 * `audio_features`: crop/pad, log-mel and SpecAugment in the graph.
 
@@ -21,7 +22,9 @@ from components.inputs.class_plan import ClassBalancedPlan, ClassReport
 from components.inputs.coverage import PairCoverage, PairCoverageCallback
 from components.inputs.element_codec import tensor_parser
 from components.inputs.epoch_plan import EpochState
+from components.inputs.group_pairs import GroupPairs
 from components.inputs.pairs import (
+    DynamicPairsSampler,
     PairingState,
     dynamic_pairs,
     dynamic_pairs_from_run,
@@ -41,7 +44,9 @@ __all__ = [
     "SpecAugment",
     "DamagedRecord",
     "DamagedRecordError",
+    "DynamicPairsSampler",
     "EpochState",
+    "GroupPairs",
     "ImageSpec",
     "PairCoverage",
     "PairCoverageCallback",

@@ -71,7 +71,8 @@ class AudioFeatureConfig:
       crop_seconds: window length in ``"crop"`` mode.
       num_mel_bins, frame_length_ms, frame_step_ms, lower_edge_hertz, upper_edge_hertz: the
         filterbank; `upper_edge_hertz=None` means `sample_rate / 2`. The FFT length is the
-        smallest power of two that holds one frame.
+        smallest power of two that holds one frame. A frame may be at most
+        `layout.MIN_AUDIO_SECONDS` long, the shortest record the audio job keeps.
       log_offset: added to the mel energies before the log, so silence stays finite.
       mean_normalization: subtract each record's mean over its valid frames, per mel bin.
       spec_augment: masks to apply, or None.
@@ -104,6 +105,14 @@ class AudioFeatureConfig:
             raise ValueError(
                 f"need 0 <= lower_edge_hertz < upper_edge_hertz <= sample_rate / 2, got "
                 f"{self.lower_edge_hertz}, {upper}, {self.sample_rate / 2}"
+            )
+        # The audio job keeps records of at least MIN_AUDIO_SECONDS (compared the same way), so
+        # with this bound pad mode accepts every record it stored.
+        if self.frame_length > layout.MIN_AUDIO_SECONDS * self.sample_rate:
+            raise ValueError(
+                f"frame_length_ms={self.frame_length_ms} is longer than the shortest audio "
+                f"record the audio job keeps (layout.MIN_AUDIO_SECONDS = "
+                f"{layout.MIN_AUDIO_SECONDS} s), which pad mode could then not featurize"
             )
         if self.mode == "crop" and self.crop_samples < self.frame_length:
             raise ValueError(
@@ -355,7 +364,8 @@ def audio_features(
         check = tf.debugging.Assert(
             tf.logical_not(tf.reduce_any(too_short)),
             [
-                f"pad mode needs records of at least one frame ({config.frame_length} samples); "
+                f"pad mode needs records of at least one frame ({config.frame_length} samples; "
+                f"the audio job stores none shorter than {layout.MIN_AUDIO_SECONDS} s); "
                 "shorter records:",
                 tf.boolean_mask(index, too_short),
                 "samples:",

@@ -21,14 +21,14 @@ from components.inputs.audio_features import (
     parse_audio_examples,
 )
 from components.inputs.class_plan import ClassBalancedPlan, ClassReport
-from components.inputs.record_store import RecordStore
+from components.inputs.record_store import RecordStore, describe_damaged
 
 DEFAULT_FEATURES = AudioFeatureConfig()
 
 _log = logging.getLogger(__name__)
 
 
-class ClassBalancedSampler:
+class ClassBalancedSampler(epoch_plan.EpochSampler):
     """A class-balanced input over one source: its record store, class index, plan and state.
 
     `dataset()` is the `tf.data.Dataset` that `class_balanced` returns; the sampler also exposes
@@ -36,7 +36,9 @@ class ClassBalancedSampler:
 
     * `report` (`ClassReport`): usable, small, skipped and empty classes (also logged once as a
       warning when any class is small or empty);
-    * `state` (`epoch_plan.EpochState`): track it in a `tf.train.Checkpoint` to resume;
+    * `state` (`epoch_plan.EpochState`): track it in a `tf.train.Checkpoint` to resume; its
+      `skipped_samples` (also `sampler.skipped_samples`) counts the samples left out of batches
+      because their records are damaged (`on_damaged="skip"`), logged once per epoch that skips;
     * `plan` (`ClassBalancedPlan`), `store` (`RecordStore`), `classes` (class names when the
       labels were strings or the run has a `classes.txt`, else None).
 
@@ -62,6 +64,7 @@ class ClassBalancedSampler:
         backend: str = "auto",
         memory_budget_bytes: int = 1 << 30,
         cache_dir: str | None = None,
+        on_damaged: str = "fail",
         state: epoch_plan.EpochState | None = None,
     ):
         self.worker_index, self.num_workers = epoch_plan.worker_slice(
@@ -78,6 +81,7 @@ class ClassBalancedSampler:
             memory_budget_bytes=memory_budget_bytes,
             cache_dir=cache_dir,
             sample_rate=sample_rate,
+            on_damaged=on_damaged,
         )
         self.store: RecordStore = resolved.store
         self.classes = resolved.classes
@@ -97,15 +101,14 @@ class ClassBalancedSampler:
             num_workers=self.num_workers,
             replicas_per_worker=epoch_plan.replicas_per_worker(input_context),
         )
+        self.num_batches = self.plan.num_batches
         self.report = self.plan.report
         _log_report(self.report)
         self.state = state if state is not None else epoch_plan.EpochState()
         self._record_numbers = _record_number_lookup(resolved.values, memory_budget_bytes)
-
-    @property
-    def steps_per_epoch(self) -> int:
-        """Batches per epoch on this worker."""
-        return self.plan.num_batches // self.num_workers
+        self._skip_log = epoch_plan.SkipLog(
+            "class_balanced", self.state, lambda: describe_damaged({"": self.store})
+        )
 
     def epoch_plan(self, epoch) -> dict[str, tf.Tensor]:
         """The global plan of `epoch` in record numbers: ``index`` and ``label`` [num_batches,
@@ -117,30 +120,20 @@ class ClassBalancedSampler:
             "seed": planned["seed"],
         }
 
-    def dataset(
-        self, *, initial_step: int = 0, num_parallel_calls: int = tf.data.AUTOTUNE
-    ) -> tf.data.Dataset:
-        """Batches of this worker; each iteration of the dataset is the next epoch.
-
-        `initial_step` resumes the epoch in progress (see `epoch_plan.epoch_dataset`).
-        """
-        rows = epoch_plan.epoch_dataset(
-            self.epoch_plan,
-            num_batches=self.plan.num_batches,
-            state=self.state,
-            num_workers=self.num_workers,
-            worker_index=self.worker_index,
-            initial_step=initial_step,
-        )
-        return rows.map(
-            self._load_batch, num_parallel_calls=num_parallel_calls, deterministic=True
-        ).prefetch(tf.data.AUTOTUNE)
+    def _plan(self, epoch: tf.Tensor) -> dict[str, tf.Tensor]:
+        return self.epoch_plan(epoch)
 
     def _load_batch(self, row: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         batch_size = self.plan.batch_size
         index = tf.ensure_shape(row["index"], [batch_size])
         label = tf.ensure_shape(row["label"], [batch_size])
-        records = self.store.read(index)
+        records, ok = self.store.read_checked(index)
+        if self.store.on_damaged == "skip":
+            # A damaged record comes back empty: leave its sample out (the batch is then short of
+            # the exact n_c x n_p) rather than train on a record that is not there.
+            with tf.control_dependencies([self._skip_log.record(row["epoch"], ok)]):
+                ok = tf.identity(ok)
+            index, label, records = (tf.boolean_mask(t, ok) for t in (index, label, records))
         if self.features is None:
             return {"index": index, "label": label, "record": records}
         parsed = parse_audio_examples(records, self.features.sample_rate)
@@ -206,8 +199,10 @@ def class_balanced(
       num_parallel_calls: parallelism of the read + features `map`.
       **options: `epoch_mode` ("classes" | "samples"), `small_classes` ("replace" | "skip"),
         `features` (`AudioFeatureConfig`, or None for raw records), `record_set`, `load_fn`,
-        `backend` ("auto" | "memory" | "disk"), `memory_budget_bytes`, `cache_dir`, `state`
-        (`EpochState`), `worker_index`, `num_workers`: see `ClassBalancedPlan` and
+        `backend` ("auto" | "memory" | "disk"), `memory_budget_bytes`, `cache_dir`,
+        `on_damaged` ("fail" | "skip": a run directory's damaged records fail the read, or their
+        samples are left out, counted in `state.skipped_samples` and logged once per epoch),
+        `state` (`EpochState`), `worker_index`, `num_workers`: see `ClassBalancedPlan` and
         `ClassBalancedSampler`.
 
     Returns:

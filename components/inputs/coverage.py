@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from components.inputs.epoch_plan import index_variable
+from components.inputs.group_pairs import GroupPairs
 from components.inputs.valid_pairs import ValidPairs
 
 
@@ -27,7 +28,16 @@ class PairCoverage(tf.Module):
 
     def __init__(self, valid_pairs, *, num_y: int | None = None, name: str | None = None):
         super().__init__(name=name)
-        pairs = ValidPairs.build(valid_pairs, num_y=num_y)
+        if isinstance(valid_pairs, GroupPairs):
+            # x left out of the plan have no pairs to cover.
+            pairs = ValidPairs.build(
+                valid_pairs.edges(),
+                num_x=valid_pairs.num_x,
+                num_y=valid_pairs.num_y,
+                on_invalid="skip",
+            )
+        else:
+            pairs = ValidPairs.build(valid_pairs, num_y=num_y)
         x_of_pair = np.repeat(np.arange(pairs.num_x, dtype=np.int64), np.diff(pairs.row_splits))
         keys = np.unique(x_of_pair * pairs.num_y + pairs.values)
         self.num_y = pairs.num_y

@@ -15,14 +15,19 @@ epoch, which is what `keras.Model.fit(ds, epochs=N)` needs.
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable
 
 import tensorflow as tf
+
+_log = logging.getLogger(__name__)
 
 # Salts separate the random streams drawn for different purposes within one (seed, epoch).
 SALT_ORDER = 0
 SALT_CHOICE = 1
 SALT_TIE_BREAK = 2
+SALT_GROUP_START = 3
 
 
 class EpochState(tf.Module):
@@ -32,6 +37,10 @@ class EpochState(tf.Module):
     increments it when an iteration starts, so a checkpoint written during epoch `e` holds
     `e + 1`; resuming with `initial_step > 0` re-plans epoch `epoch - 1`, the one in progress.
     Track it with `tf.train.Checkpoint(sampler=state, ...)`.
+
+    `skipped_samples` (int64 scalar variable) counts the samples the sampler left out of its
+    batches because their records are damaged (stores opened with `on_damaged="skip"`), over all
+    epochs; it is checkpointed with the epoch, so a resumed run keeps counting.
     """
 
     def __init__(self, initial_epoch: int = 0, name: str | None = None):
@@ -40,6 +49,52 @@ class EpochState(tf.Module):
         if initial_epoch < 0:
             raise ValueError(f"initial_epoch must be >= 0, got {initial_epoch}")
         self.epoch = tf.Variable(initial_epoch, dtype=tf.int64, trainable=False, name="epoch")
+        self.skipped_samples = tf.Variable(
+            0, dtype=tf.int64, trainable=False, name="skipped_samples"
+        )
+
+
+class SkipLog:
+    """Counts the samples a sampler leaves out of a batch and logs each epoch that skips once.
+
+    `record(epoch, kept)` adds the samples with `kept == False` to `state.skipped_samples`; the
+    first batch of an epoch that skips any logs one warning naming the epoch, the total so far and
+    what `describe()` says about the damaged records (their record numbers, shards and offsets).
+    Python runs only for a batch that skips something.
+    """
+
+    def __init__(self, sampler: str, state: EpochState, describe: Callable[[], str]):
+        self._sampler = sampler
+        self._state = state
+        self._describe = describe
+        self._logged_epochs: set[int] = set()
+        self._lock = threading.Lock()
+
+    def record(self, epoch: tf.Tensor, kept: tf.Tensor) -> tf.Tensor:
+        """Returns an op to run before the batch is returned (a control dependency)."""
+        skipped = tf.reduce_sum(tf.cast(tf.logical_not(kept), tf.int64))
+        total = self._state.skipped_samples.assign_add(skipped)
+        return tf.cond(
+            skipped > 0,
+            lambda: tf.py_function(self._log, [epoch, total], tf.bool),
+            lambda: tf.constant(False),
+        )
+
+    def _log(self, epoch: tf.Tensor, total: tf.Tensor) -> bool:
+        epoch = int(epoch.numpy())
+        with self._lock:
+            if epoch in self._logged_epochs:
+                return False
+            self._logged_epochs.add(epoch)
+        _log.warning(
+            "%s: epoch %d skips samples whose records are damaged (on_damaged='skip'); %d "
+            "skipped so far (state.skipped_samples). %s",
+            self._sampler,
+            epoch,
+            int(total.numpy()),
+            self._describe(),
+        )
+        return True
 
 
 def index_variable(values, dtype: tf.DType | None = None, name: str | None = None) -> tf.Variable:
@@ -248,3 +303,64 @@ def _check_rows(rows: tf.Tensor, num_batches: int) -> tf.Tensor:
     )
     with tf.control_dependencies([check]):
         return tf.identity(rows)
+
+
+class EpochSampler:
+    """What both samplers share: this worker's slice of a per-epoch plan, the state, the skip
+    count, and the dataset of batches.
+
+    A sampler sets `state` (`EpochState`), `worker_index`, `num_workers` and `num_batches`
+    (global batches per epoch, a multiple of `num_workers`), and implements `_plan(epoch)` (the
+    global plan: a dict of int64 tensors with leading dimension `num_batches`) and
+    `_load_batch(row)` (read and parse one batch; the row also holds its ``epoch``, for
+    `SkipLog`).
+    """
+
+    state: EpochState
+    worker_index: int
+    num_workers: int
+    num_batches: int
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Batches per epoch on this worker."""
+        return self.num_batches // self.num_workers
+
+    @property
+    def skipped_samples(self) -> int:
+        """Samples left out of batches so far because their records are damaged (all epochs)."""
+        return int(self.state.skipped_samples.numpy())
+
+    def dataset(
+        self,
+        *,
+        initial_step: int = 0,
+        num_parallel_calls: int = tf.data.AUTOTUNE,
+        deterministic: bool = True,
+    ) -> tf.data.Dataset:
+        """Batches of this worker; each iteration of the dataset is the next epoch.
+
+        `initial_step` resumes the epoch in progress (see `epoch_dataset`).
+        """
+        num_batches = self.num_batches
+
+        def plan_with_epoch(epoch: tf.Tensor) -> dict[str, tf.Tensor]:
+            return {**self._plan(epoch), "epoch": tf.fill([num_batches], epoch)}
+
+        rows = epoch_dataset(
+            plan_with_epoch,
+            num_batches=num_batches,
+            state=self.state,
+            num_workers=self.num_workers,
+            worker_index=self.worker_index,
+            initial_step=initial_step,
+        )
+        return rows.map(
+            self._load_batch, num_parallel_calls=num_parallel_calls, deterministic=deterministic
+        ).prefetch(tf.data.AUTOTUNE)
+
+    def _plan(self, epoch: tf.Tensor) -> dict[str, tf.Tensor]:
+        raise NotImplementedError
+
+    def _load_batch(self, row: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        raise NotImplementedError

@@ -16,31 +16,42 @@ takes a disjoint set of whole batches (`epoch_plan`). Batches are read by index 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import tensorflow as tf
 
 from components import layout
 from components.inputs.epoch_plan import (
     SALT_CHOICE,
+    SALT_GROUP_START,
     SALT_ORDER,
     SALT_TIE_BREAK,
+    EpochSampler,
     EpochState,
-    epoch_dataset,
+    SkipLog,
     epoch_seed,
     index_variable,
     replicas_per_worker,
     round_batches,
     worker_slice,
 )
-from components.inputs.parsing import ImageSpec, example_check, image_example_parser
-from components.inputs.record_store import RecordStore
+from components.inputs.group_pairs import GroupPairs
+from components.inputs.parsing import ImageSpec, ParseFn, example_check, image_example_parser
+from components.inputs.record_store import RecordStore, describe_damaged
 from components.inputs.sources import record_store_from
 from components.inputs.valid_pairs import ValidPairs
 
 STRATEGIES = ("uniform", "least_sampled")
 REMAINDERS = ("wrap", "drop")
+# The options of `open_pairs_run` that `DynamicPairsSampler.from_run` passes on to it.
+_RUN_OPTIONS = (
+    "backend",
+    "memory_budget_bytes",
+    "on_damaged",
+    "verify_crc",
+    "check_examples",
+    "on_invalid",
+    "reader",
+)
 
 
 class PairingState(EpochState):
@@ -49,12 +60,13 @@ class PairingState(EpochState):
     `epoch` (see `EpochState`); for `least_sampled`, also `pair_counts` (int64 [num_pairs]: how
     often each valid pair was planned), `last_choice` (int64 [num_planned]: the pair each planned
     x took in the last planned epoch) and `planned_epoch` (that epoch), which let a resumed run
-    re-plan the epoch in progress exactly.
+    re-plan the epoch in progress exactly. With `GroupPairs`, `least_sampled` is a stateless
+    schedule and the state holds only the epoch.
     """
 
     def __init__(
         self,
-        valid_pairs: ValidPairs,
+        valid_pairs: ValidPairs | GroupPairs,
         strategy: str = "uniform",
         initial_epoch: int = 0,
         name: str | None = None,
@@ -65,7 +77,8 @@ class PairingState(EpochState):
         self.strategy = strategy
         self.num_pairs = valid_pairs.num_pairs
         self.num_planned = len(valid_pairs.planned_x)
-        if strategy == "least_sampled":
+        # Group pairs follow a stateless schedule: nothing to count.
+        if strategy == "least_sampled" and isinstance(valid_pairs, ValidPairs):
             self.pair_counts = tf.Variable(
                 tf.zeros([self.num_pairs], tf.int64), trainable=False, name="pair_counts"
             )
@@ -82,7 +95,7 @@ class PairPlanner:
 
     def __init__(
         self,
-        valid_pairs: ValidPairs,
+        valid_pairs: ValidPairs | GroupPairs,
         *,
         strategy: str,
         seed: int,
@@ -131,10 +144,13 @@ class PairPlanner:
                 f"{valid_pairs.num_pairs} pairs"
             )
         self.state = state
-        self._row_splits = index_variable(valid_pairs.row_splits, name="row_splits")
-        self._values = index_variable(valid_pairs.values, name="values")
         self._planned_x = index_variable(valid_pairs.planned_x, name="planned_x")
         self._all_x_planned = len(valid_pairs.planned_x) == valid_pairs.num_x
+        if isinstance(valid_pairs, GroupPairs):
+            self._init_groups(valid_pairs)
+            return
+        self._row_splits = index_variable(valid_pairs.row_splits, name="row_splits")
+        self._values = index_variable(valid_pairs.values, name="values")
         if strategy == "least_sampled":
             degrees = np.diff(valid_pairs.row_splits)
             row_dtype = np.int32 if valid_pairs.num_x < 2**31 else np.int64
@@ -148,7 +164,9 @@ class PairPlanner:
         # Choices are made in x order, where every read of the index is sequential; one shuffle
         # of the (x, y) rows then orders the epoch. Random gathers into the index would cost
         # more than the shuffle at 10M x.
-        if self.strategy == "uniform":
+        if isinstance(self.valid_pairs, GroupPairs):
+            chosen_y = self._group_choices(epoch)
+        elif self.strategy == "uniform":
             starts = self._row_splits[:-1]
             degrees = self._row_splits[1:] - starts
             if not self._all_x_planned:
@@ -158,15 +176,43 @@ class PairPlanner:
                 tf.shape(starts), epoch_seed(self.seed, epoch, SALT_CHOICE), dtype=tf.float64
             )
             offsets = tf.cast(uniform * tf.cast(degrees, tf.float64), tf.int64)
-            positions = starts + tf.minimum(offsets, degrees - 1)
+            chosen_y = tf.gather(self._values, starts + tf.minimum(offsets, degrees - 1))
         else:
-            positions = self._least_sampled_positions(epoch)
-        pairs = tf.stack([self._planned_x, tf.gather(self._values, positions)], axis=1)
+            chosen_y = tf.gather(self._values, self._least_sampled_positions(epoch))
+        pairs = tf.stack([self._planned_x, chosen_y], axis=1)
         pairs = tf.random.experimental.stateless_shuffle(
             pairs, seed=epoch_seed(self.seed, epoch, SALT_ORDER)
         )
         pairs = tf.reshape(self._fit_to_batches(pairs), [self.num_batches, self.batch_size, 2])
         return {"x_index": pairs[..., 0], "y_index": pairs[..., 1]}
+
+    def _init_groups(self, pairs: GroupPairs) -> None:
+        x_group = pairs.x_group if self._all_x_planned else pairs.x_group[pairs.planned_x]
+        self._planned_group = index_variable(x_group, tf.int64, name="planned_group")
+        self._group_starts = index_variable(pairs.group_row_splits[:-1], name="group_starts")
+        self._group_sizes = index_variable(pairs.group_sizes, name="group_sizes")
+        group_values = pairs.group_values
+        if self.strategy == "least_sampled":
+            # Each group's y in a fixed random order (from the seed): the order x walks along.
+            value_group = np.repeat(np.arange(pairs.num_groups), pairs.group_sizes)
+            keys = np.random.default_rng(self.seed).random(len(group_values))
+            group_values = group_values[np.lexsort((keys, value_group))]
+        self._group_values = index_variable(group_values, name="group_values")
+
+    def _group_choices(self, epoch: tf.Tensor) -> tf.Tensor:
+        """int64 [num_planned]: the y each planned x takes in `epoch`, drawn from its group."""
+        starts = tf.gather(self._group_starts, self._planned_group)
+        sizes = tf.gather(self._group_sizes, self._planned_group)
+        if self.strategy == "uniform":
+            seed = epoch_seed(self.seed, epoch, SALT_CHOICE)
+        else:
+            # The same draw every epoch: where x starts its walk along its group's order.
+            seed = epoch_seed(self.seed, -1, SALT_GROUP_START)
+        uniform = tf.random.stateless_uniform(tf.shape(starts), seed, dtype=tf.float64)
+        offsets = tf.minimum(tf.cast(uniform * tf.cast(sizes, tf.float64), tf.int64), sizes - 1)
+        if self.strategy == "least_sampled":
+            offsets = tf.math.floormod(offsets + epoch, sizes)
+        return tf.gather(self._group_values, starts + offsets)
 
     def _fit_to_batches(self, ordered: tf.Tensor) -> tf.Tensor:
         """Cuts (drop) or extends (wrap: the start of this epoch's order again) to whole batches."""
@@ -243,20 +289,10 @@ def dynamic_pairs(
     strategy: str = "uniform",
     seed: int = 0,
     input_context: tf.distribute.InputContext | None = None,
-    worker_index: int | None = None,
-    num_workers: int | None = None,
-    state: PairingState | None = None,
     initial_step: int = 0,
-    image: ImageSpec | None = None,
-    parse_fn: Callable[[tf.Tensor], object] | None = None,
-    x_parse_fn: Callable[[tf.Tensor], object] | None = None,
-    y_parse_fn: Callable[[tf.Tensor], object] | None = None,
-    remainder: str = "wrap",
-    on_invalid: str = "fail",
-    memory_budget_bytes: int = 1 << 30,
-    cache_dir: str | None = None,
     num_parallel_calls: int = tf.data.AUTOTUNE,
     deterministic: bool = True,
+    **options,
 ) -> tf.data.Dataset:
     """A dataset of pair batches, re-paired on every iteration (one iteration = one epoch).
 
@@ -264,12 +300,14 @@ def dynamic_pairs(
       x, y: `RecordStore`s, or anything `components.inputs.sources.record_store_from` takes (a
         `tf.data.Dataset`, arrays / tensors or a dict / tuple of them).
       valid_pairs: for each x record, the y record numbers it may be paired with (see
-        `ValidPairs.build`: ragged tensor, `(row_splits, values)` or list of lists).
+        `ValidPairs.build`: ragged tensor, `(row_splits, values)` or list of lists), or a
+        `GroupPairs` (`ValidPairs.from_groups`: x pairs with any y of its group).
       batch_size: pairs per element (per worker / replica). With `input_context`, pass
         `input_context.get_per_replica_batch_size(global_batch_size)`.
       strategy: "uniform" or "least_sampled".
       seed: plans are a pure function of `(seed, epoch)` (and the counts, for least_sampled).
-      input_context / worker_index, num_workers: this worker's slice of the global plan.
+      input_context: this worker's slice of the global plan (or pass `worker_index` and
+        `num_workers` in `options`).
       state: a `PairingState` to checkpoint (epoch, and counts for least_sampled); resume by
         restoring it and passing `initial_step` (batches of this worker already consumed in the
         epoch in progress).
@@ -282,63 +320,153 @@ def dynamic_pairs(
       on_invalid: what to do with bad valid-pair input (see `ValidPairs.build`).
       memory_budget_bytes, cache_dir: for `x` / `y` given as arrays or datasets.
       num_parallel_calls, deterministic: of the read-and-parse map.
+      **options: `worker_index`, `num_workers`, `state`, `image`, `parse_fn`, `x_parse_fn`,
+        `y_parse_fn`, `remainder`, `on_invalid`, `memory_budget_bytes`, `cache_dir`: see
+        `DynamicPairsSampler`, which also exposes the stores, the plan and the skip count.
 
     Returns:
       A dataset of dicts: `x`, `y` (parsed batches), `x_index`, `y_index` (int64 [B]). The
       batch dimension is static, unless a store skips damaged records (on_damaged="skip"),
-      which drops the pairs that touch them. Cardinality: batches per worker per epoch.
+      which drops the pairs that touch them (counted in `state.skipped_samples` and logged once
+      per epoch). Cardinality: batches per worker per epoch.
     """
-    x_store = record_store_from(
+    sampler = DynamicPairsSampler(
         x,
-        record_set=layout.X_RECORD_SET,
-        memory_budget_bytes=memory_budget_bytes,
-        cache_dir=cache_dir,
-    )
-    y_store = record_store_from(
         y,
-        record_set=layout.Y_RECORD_SET,
-        memory_budget_bytes=memory_budget_bytes,
-        cache_dir=cache_dir,
-    )
-    valid_pairs = ValidPairs.build(
-        valid_pairs, num_x=x_store.num_records, num_y=y_store.num_records, on_invalid=on_invalid
-    )
-    if valid_pairs.num_x != x_store.num_records or valid_pairs.num_y != y_store.num_records:
-        raise ValueError(
-            f"valid_pairs covers {valid_pairs.num_x} x and {valid_pairs.num_y} y, but the stores "
-            f"hold {x_store.num_records} x and {y_store.num_records} y records"
-        )
-    worker, workers = worker_slice(
-        input_context, worker_index=worker_index, num_workers=num_workers
-    )
-    planner = PairPlanner(
         valid_pairs,
+        batch_size=batch_size,
         strategy=strategy,
         seed=seed,
-        batch_size=batch_size,
-        num_workers=workers,
-        replicas_per_worker=replicas_per_worker(input_context),
-        remainder=remainder,
-        state=state,
+        input_context=input_context,
+        **options,
     )
-    plans = epoch_dataset(
-        planner.plan,
-        num_batches=planner.num_batches,
-        state=planner.state,
-        num_workers=workers,
-        worker_index=worker,
+    return sampler.dataset(
         initial_step=initial_step,
+        num_parallel_calls=num_parallel_calls,
+        deterministic=deterministic,
     )
-    load = _batch_loader(
-        x_store,
-        y_store,
-        _parser(x_parse_fn or parse_fn, x_store, image),
-        _parser(y_parse_fn or parse_fn, y_store, image),
-        batch_size,
-    )
-    return plans.map(
-        load, num_parallel_calls=num_parallel_calls, deterministic=deterministic
-    ).prefetch(tf.data.AUTOTUNE)
+
+
+class DynamicPairsSampler(EpochSampler):
+    """A dynamic-pairs input: its record stores, valid pairs, planner and state.
+
+    `dataset()` is the `tf.data.Dataset` that `dynamic_pairs` returns; the sampler also exposes
+    what it is built from: `x_store`, `y_store` (`RecordStore`s), `valid_pairs` (`ValidPairs`),
+    `planner` (`PairPlanner`), `state` (`PairingState`: track it in a checkpoint to resume; its
+    `skipped_samples` counts the pairs left out because a record is damaged). Build one over a
+    materialized run with `from_run`. See `dynamic_pairs` for the arguments.
+    """
+
+    def __init__(
+        self,
+        x,
+        y,
+        valid_pairs,
+        *,
+        batch_size: int,
+        strategy: str = "uniform",
+        seed: int = 0,
+        input_context: tf.distribute.InputContext | None = None,
+        worker_index: int | None = None,
+        num_workers: int | None = None,
+        state: PairingState | None = None,
+        image: ImageSpec | None = None,
+        parse_fn: ParseFn | None = None,
+        x_parse_fn: ParseFn | None = None,
+        y_parse_fn: ParseFn | None = None,
+        remainder: str = "wrap",
+        on_invalid: str = "fail",
+        memory_budget_bytes: int = 1 << 30,
+        cache_dir: str | None = None,
+    ):
+        self.x_store = record_store_from(
+            x,
+            record_set=layout.X_RECORD_SET,
+            memory_budget_bytes=memory_budget_bytes,
+            cache_dir=cache_dir,
+        )
+        self.y_store = record_store_from(
+            y,
+            record_set=layout.Y_RECORD_SET,
+            memory_budget_bytes=memory_budget_bytes,
+            cache_dir=cache_dir,
+        )
+        self.valid_pairs = (
+            valid_pairs
+            if isinstance(valid_pairs, GroupPairs)
+            else ValidPairs.build(
+                valid_pairs,
+                num_x=self.x_store.num_records,
+                num_y=self.y_store.num_records,
+                on_invalid=on_invalid,
+            )
+        )
+        if (self.valid_pairs.num_x, self.valid_pairs.num_y) != (
+            self.x_store.num_records,
+            self.y_store.num_records,
+        ):
+            raise ValueError(
+                f"valid_pairs covers {self.valid_pairs.num_x} x and {self.valid_pairs.num_y} y, "
+                f"but the stores hold {self.x_store.num_records} x and "
+                f"{self.y_store.num_records} y records"
+            )
+        self.worker_index, self.num_workers = worker_slice(
+            input_context, worker_index=worker_index, num_workers=num_workers
+        )
+        self.batch_size = int(batch_size)
+        self.planner = PairPlanner(
+            self.valid_pairs,
+            strategy=strategy,
+            seed=seed,
+            batch_size=batch_size,
+            num_workers=self.num_workers,
+            replicas_per_worker=replicas_per_worker(input_context),
+            remainder=remainder,
+            state=state,
+        )
+        self.state = self.planner.state
+        self.num_batches = self.planner.num_batches
+        self._x_parse = _parser(x_parse_fn or parse_fn, self.x_store, image)
+        self._y_parse = _parser(y_parse_fn or parse_fn, self.y_store, image)
+        self._skip_log = SkipLog(
+            "dynamic_pairs",
+            self.state,
+            lambda: describe_damaged({"x": self.x_store, "y": self.y_store}),
+        )
+
+    @classmethod
+    def from_run(cls, output_dir: str, *, batch_size: int, **options) -> DynamicPairsSampler:
+        """A sampler over a materialized run directory: the options of `open_pairs_run`
+        (`backend`, `on_damaged`, `verify_crc`, `check_examples`, ...) open it, the rest are
+        as in `dynamic_pairs`."""
+        run_options = {k: options.pop(k) for k in _RUN_OPTIONS if k in options}
+        x_store, y_store, valid_pairs = open_pairs_run(output_dir, **run_options)
+        return cls(x_store, y_store, valid_pairs, batch_size=batch_size, **options)
+
+    def _plan(self, epoch: tf.Tensor) -> dict[str, tf.Tensor]:
+        return self.planner.plan(epoch)
+
+    def _load_batch(self, row: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        x_index, y_index = row["x_index"], row["y_index"]
+        x_records, x_ok = self.x_store.read_checked(x_index)
+        y_records, y_ok = self.y_store.read_checked(y_index)
+        if "skip" not in (self.x_store.on_damaged, self.y_store.on_damaged):
+            batch = {
+                "x": self._x_parse(x_records),
+                "y": self._y_parse(y_records),
+                "x_index": x_index,
+                "y_index": y_index,
+            }
+            return tf.nest.map_structure(lambda t: _with_batch_dim(t, self.batch_size), batch)
+        keep = tf.logical_and(x_ok, y_ok)
+        with tf.control_dependencies([self._skip_log.record(row["epoch"], keep)]):
+            keep = tf.identity(keep)
+        return {
+            "x": self._x_parse(tf.boolean_mask(x_records, keep)),
+            "y": self._y_parse(tf.boolean_mask(y_records, keep)),
+            "x_index": tf.boolean_mask(x_index, keep),
+            "y_index": tf.boolean_mask(y_index, keep),
+        }
 
 
 def open_pairs_run(
@@ -389,26 +517,20 @@ def dynamic_pairs_from_run(
     output_dir: str,
     *,
     batch_size: int,
-    image: ImageSpec | None = None,
-    backend: str = "auto",
-    memory_budget_bytes: int = 1 << 30,
-    on_damaged: str = "fail",
-    verify_crc: bool = True,
-    check_examples: bool = False,
-    **kwargs,
+    initial_step: int = 0,
+    num_parallel_calls: int = tf.data.AUTOTUNE,
+    deterministic: bool = True,
+    **options,
 ) -> tf.data.Dataset:
-    """`dynamic_pairs` over a materialized run directory; kwargs as in `dynamic_pairs`."""
-    x_store, y_store, valid_pairs = open_pairs_run(
-        output_dir,
-        backend=backend,
-        memory_budget_bytes=memory_budget_bytes,
-        on_damaged=on_damaged,
-        verify_crc=verify_crc,
-        check_examples=check_examples,
-        on_invalid=kwargs.pop("on_invalid", "fail"),
-    )
-    return dynamic_pairs(
-        x_store, y_store, valid_pairs, batch_size=batch_size, image=image, **kwargs
+    """`dynamic_pairs` over a materialized run directory; options as in
+    `DynamicPairsSampler.from_run` (`backend`, `on_damaged`, `verify_crc`, `check_examples`, ...)
+    and `dynamic_pairs`. Skipped pairs are counted in the sampler's state and logged once per
+    epoch; build the `DynamicPairsSampler` to read the count."""
+    sampler = DynamicPairsSampler.from_run(output_dir, batch_size=batch_size, **options)
+    return sampler.dataset(
+        initial_step=initial_step,
+        num_parallel_calls=num_parallel_calls,
+        deterministic=deterministic,
     )
 
 
@@ -420,33 +542,6 @@ def _parser(explicit, store: RecordStore, image: ImageSpec | None):
     if image is not None:
         return image_example_parser(image)
     return tf.identity
-
-
-def _batch_loader(x_store, y_store, x_parse, y_parse, batch_size):
-    skipping = "skip" in (x_store.on_damaged, y_store.on_damaged)
-
-    def load(row):
-        x_index, y_index = row["x_index"], row["y_index"]
-        x_records, x_ok = x_store.read_checked(x_index)
-        y_records, y_ok = y_store.read_checked(y_index)
-        if skipping:
-            keep = tf.logical_and(x_ok, y_ok)
-            x_index, y_index = tf.boolean_mask(x_index, keep), tf.boolean_mask(y_index, keep)
-            x_records, y_records = (
-                tf.boolean_mask(x_records, keep),
-                tf.boolean_mask(y_records, keep),
-            )
-        batch = {
-            "x": x_parse(x_records),
-            "y": y_parse(y_records),
-            "x_index": x_index,
-            "y_index": y_index,
-        }
-        if skipping:
-            return batch
-        return tf.nest.map_structure(lambda t: _with_batch_dim(t, batch_size), batch)
-
-    return load
 
 
 def _with_batch_dim(tensor, batch_size: int):

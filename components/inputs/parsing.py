@@ -49,11 +49,15 @@ def image_example_parser(image: ImageSpec, *, image_key: str = layout.IMAGE_KEY)
     """Returns a parse function: tf.string [B] of image Examples -> images [B, H, W, C].
 
     Reads the layout's image features (`image`, `image_format`, `height`, `width`,
-    `channels`). A batch whose images are all raw pixels of exactly the target shape is decoded
-    with one vectorized op; other batches decode image by image (PNG, JPEG, raw).
+    `channels`, and `id` for error messages). A batch whose images are all raw pixels of exactly
+    the target shape is decoded with one vectorized op; other batches decode image by image
+    (PNG, JPEG, raw). An image that cannot take the target shape (raw bytes that are not
+    height x width x channels, more than 4 channels) is an InvalidArgumentError naming its
+    record id.
     """
     target_pixels = image.height * image.width * image.channels
     features = {
+        layout.ID_KEY: tf.io.FixedLenFeature([], tf.string, default_value=b""),
         image_key: tf.io.FixedLenFeature([], tf.string),
         layout.IMAGE_FORMAT_KEY: tf.io.FixedLenFeature([], tf.string, default_value=b"raw"),
         layout.HEIGHT_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=0),
@@ -61,16 +65,30 @@ def image_example_parser(image: ImageSpec, *, image_key: str = layout.IMAGE_KEY)
         layout.CHANNELS_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=0),
     }
 
-    def decode_one(encoded, image_format, height, width, channels):
+    def decode_one(record_id, encoded, image_format, height, width, channels):
         def raw():
             pixels = tf.io.decode_raw(encoded, tf.uint8)
-            return tf.reshape(pixels, tf.stack([height, width, channels]))
+            shape = tf.stack([height, width, channels])
+            check = tf.debugging.Assert(
+                tf.equal(tf.size(pixels, out_type=tf.int64), tf.reduce_prod(shape)),
+                [
+                    "image record",
+                    record_id,
+                    "holds",
+                    tf.size(pixels),
+                    "raw bytes, not height x width x channels of",
+                    shape,
+                ],
+                summarize=3,
+            )
+            with tf.control_dependencies([check]):
+                return tf.reshape(pixels, shape)
 
         def compressed():
             return tf.io.decode_image(encoded, channels=0, expand_animations=False)
 
         decoded = tf.cond(tf.equal(image_format, b"raw"), raw, compressed)
-        return _to_image_spec(decoded, image)
+        return _to_image_spec(decoded, image, record_id)
 
     def parse(serialized: tf.Tensor) -> tf.Tensor:
         parsed = tf.io.parse_example(serialized, features)
@@ -94,6 +112,7 @@ def image_example_parser(image: ImageSpec, *, image_key: str = layout.IMAGE_KEY)
             return tf.map_fn(
                 lambda args: decode_one(*args),
                 (
+                    parsed[layout.ID_KEY],
                     encoded,
                     parsed[layout.IMAGE_FORMAT_KEY],
                     parsed[layout.HEIGHT_KEY],
@@ -109,19 +128,36 @@ def image_example_parser(image: ImageSpec, *, image_key: str = layout.IMAGE_KEY)
     return parse
 
 
-def _to_image_spec(decoded: tf.Tensor, image: ImageSpec) -> tf.Tensor:
-    """uint8 [h, w, c] (c in 1, 3, 4) -> image.dtype [H, W, C]."""
+def _to_image_spec(decoded: tf.Tensor, image: ImageSpec, record_id: tf.Tensor) -> tf.Tensor:
+    """uint8 [h, w, c] (c in 1 to 4: grey, grey + alpha, RGB, RGBA) -> image.dtype [H, W, C].
+
+    An image of another channel count is an error naming `record_id`, instead of a shape error
+    deep in the batch that names no record.
+    """
     channels = tf.shape(decoded)[-1]
+    check = tf.debugging.Assert(
+        tf.logical_and(channels >= 1, channels <= 4),
+        [
+            "image record",
+            record_id,
+            "decodes to shape",
+            tf.shape(decoded),
+            f"but ImageSpec {image.shape} takes images of 1 to 4 channels (grey, grey + alpha, "
+            "RGB, RGBA)",
+        ],
+    )
+    with tf.control_dependencies([check]):
+        is_grey = channels <= 2  # grey, or grey + alpha (whose alpha is dropped)
     if image.channels == 3:
         decoded = tf.cond(
-            tf.equal(channels, 1),
-            lambda: tf.image.grayscale_to_rgb(decoded),
+            is_grey,
+            lambda: tf.image.grayscale_to_rgb(decoded[..., :1]),
             lambda: decoded[..., :3],
         )
     else:
         decoded = tf.cond(
-            tf.equal(channels, 1),
-            lambda: decoded,
+            is_grey,
+            lambda: decoded[..., :1],
             lambda: tf.image.rgb_to_grayscale(decoded[..., :3]),
         )
     as_float = tf.image.convert_image_dtype(decoded, tf.float32)

@@ -22,6 +22,7 @@ failed payload check) either fails the read with an error naming the record, sha
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Sequence
@@ -40,7 +41,10 @@ from components.inputs.shard_readers import (
     check_offsets,
     load_all,
     open_native_reader,
+    shard_sizes,
 )
+
+_log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "memory", "disk")
 READERS = ("auto", "native", "python")
@@ -114,6 +118,13 @@ class RecordStore:
         record once, at open; the disk backend checks the records it reads, with the native
         reader when `reader="auto"` and it is built (and no `payload_check` is given), else in
         Python; `reader="native"` fails when it cannot be used.
+
+        The index is checked first: `shards.json` (confined shard paths, see
+        `layout.resolve_shard`), `offsets.npy` (int64 [num_records, 3], rows naming a shard, no
+        negative offset or length) and, with one stat per shard, where each frame ends. A
+        damaged index file raises `layout.IndexFileError` naming it (and the record); a frame
+        that does not fit in its shard is a damaged record (named with its shard and offset; at
+        open for the memory backend, when read for the disk backend).
         """
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -122,19 +133,27 @@ class RecordStore:
         if on_damaged not in ON_DAMAGED:
             raise ValueError(f"on_damaged must be one of {ON_DAMAGED}, got {on_damaged!r}")
         index_dir = layout.index_dir(output_dir, record_set)
-        shards_path = os.path.join(index_dir, layout.SHARDS_FILE)
-        if not tf.io.gfile.exists(shards_path):
-            raise FileNotFoundError(
-                f"record set {record_set!r} not found in {output_dir}: no {shards_path}"
-            )
-        manifest = layout.load_json(shards_path)
-        shard_paths = [layout.resolve(output_dir, p) for p in manifest["shards"]]
-        offsets = layout.load_npy(os.path.join(index_dir, layout.OFFSETS_FILE), mmap=True)
-        num_records = int(manifest["num_records"])
-        check_offsets(offsets, num_records, len(shard_paths), index_dir)
+        shard_paths, num_records = layout.load_shards(output_dir, record_set)
+        offsets_path = os.path.join(index_dir, layout.OFFSETS_FILE)
+        # Little-endian int64, C order: what the native reader maps as it is.
+        offsets = layout.load_npy(offsets_path, mmap=True, shape=(None, 3), dtype="<i8")
+        shard_bytes = shard_sizes(shard_paths, os.path.join(index_dir, layout.SHARDS_FILE))
+        past_end = check_offsets(offsets, num_records, shard_bytes, offsets_path)
         if backend == "auto":
-            total_bytes = sum(tf.io.gfile.stat(p).length for p in shard_paths)
-            backend = "memory" if total_bytes <= memory_budget_bytes else "disk"
+            backend = "memory" if int(shard_bytes.sum()) <= memory_budget_bytes else "disk"
+        if backend == "disk" and len(past_end):
+            # Reads report these (on_damaged decides); said here too, so it is known at once.
+            shard, offset, _ = (int(v) for v in offsets[past_end[0]])
+            _log.warning(
+                "record set %r of %s: %d record(s) do not fit in their shard and will read as "
+                "damaged; the first is record %d (shard %s, offset %d)",
+                record_set,
+                output_dir,
+                len(past_end),
+                int(past_end[0]),
+                shard_paths[shard],
+                offset,
+            )
         if backend == "memory":
             records, ok, damaged = load_all(shard_paths, offsets, verify_crc, payload_check)
             if damaged and on_damaged == "fail":
@@ -145,7 +164,7 @@ class RecordStore:
                 record_set=record_set,
                 records=records,
                 records_ok=ok,
-                reader=ShardReader(shard_paths, offsets, verify_crc, payload_check),
+                reader=ShardReader(shard_paths, offsets, verify_crc, payload_check, shard_bytes),
                 on_damaged=on_damaged,
                 damaged_records=damaged,
                 parse_fn=parse_fn,
@@ -154,7 +173,7 @@ class RecordStore:
             backend="disk",
             num_records=num_records,
             record_set=record_set,
-            reader=ShardReader(shard_paths, offsets, verify_crc, payload_check),
+            reader=ShardReader(shard_paths, offsets, verify_crc, payload_check, shard_bytes),
             native_reader=open_native_reader(
                 reader, shard_paths, offsets, verify_crc, payload_check
             ),
@@ -317,3 +336,12 @@ def _damage_message(damaged: list[DamagedRecord]) -> str:
     shown = "; ".join(str(d) for d in damaged[:5])
     more = f" (and {len(damaged) - 5} more)" if len(damaged) > 5 else ""
     return f"{len(damaged)} damaged record(s): {shown}{more}"
+
+
+def describe_damaged(stores: dict[str, RecordStore], limit: int = 3) -> str:
+    """The first damaged records found in `stores` (name -> store; the name prefixes each)."""
+    damaged = [
+        f"{name} {d}".lstrip() for name, store in stores.items() for d in store.damaged_records
+    ]
+    more = f" (and {len(damaged) - limit} more)" if len(damaged) > limit else ""
+    return f"Damaged so far: {'; '.join(damaged[:limit])}{more}" if damaged else ""

@@ -5,7 +5,12 @@
 * `open_native_reader`: the `ReadRecordsByIndex` op (`components.native`) bound to one record
   set, when it is built and can be used;
 * `load_all`: every record of a record set into one `tf.string` variable (the memory backend);
-* `frame_problem`, `check_offsets`: the checks of a frame and of an offset index.
+* `frame_problem`, `check_offsets`, `shard_sizes`: the checks of a frame and of an offset index
+  (against `shards.json` and the shard sizes).
+
+A frame that does not fit in its shard (a truncated shard, or a damaged length or offset in the
+index) is a damaged record: both disk readers report it without reading or allocating anything
+for it, so an index row claiming a 64 GiB record costs nothing.
 """
 
 from __future__ import annotations
@@ -64,7 +69,9 @@ class ShardReader:
         offsets: np.ndarray,
         verify_crc: bool,
         payload_check: PayloadCheck | None,
+        shard_bytes: np.ndarray,
     ):
+        """`offsets` passed `check_offsets`; `shard_bytes` int64 [S]: the size of each shard."""
         for path in shard_paths:
             if "://" in path:
                 raise ValueError(
@@ -73,6 +80,7 @@ class ShardReader:
                 )
         self._shard_paths = shard_paths
         self._offsets = offsets
+        self._shard_bytes = np.asarray(shard_bytes, np.int64)
         self._verify_crc = verify_crc
         self._payload_check = payload_check
         self._fds: list[int] | None = None
@@ -103,10 +111,15 @@ class ShardReader:
         length_fields = [_ZERO_LENGTH_FIELD] * count
         stored_crcs = [_ZERO_CRC_FIELDS] * count
         computed_crcs = [(0, 0)] * count
-        truncated = np.zeros(count, dtype=bool)
+        # Frames that do not fit in their shard are not read: pread would allocate the length the
+        # index claims, whatever the shard holds.
+        truncated = ~_fits(rows, self._shard_bytes)
+        skip = truncated.tolist()
         # The per-record loop only reads and slices; checks run vectorized afterwards, because
         # with page-cached shards the Python work per record, not the disk, bounds throughput.
         for i, (shard, offset, length) in enumerate(rows.tolist()):
+            if skip[i]:
+                continue
             frame = pread(fds[shard], length + overhead, offset)
             end = header + length
             payloads[i] = frame[header:end]
@@ -147,9 +160,13 @@ class ShardReader:
         damaged = []
         for index in indices.tolist():
             shard, offset, length = (int(v) for v in self._offsets[index])
-            frame = os.pread(fds[shard], length + layout.FRAME_OVERHEAD_BYTES, offset)
-            reason = frame_problem(frame, length, self._verify_crc)
-            reason = reason or "frame changed while reading"
+            size = int(self._shard_bytes[shard])
+            if offset + length + layout.FRAME_OVERHEAD_BYTES > size:  # Python ints: no overflow
+                reason = past_end(length, offset, size)
+            else:
+                frame = os.pread(fds[shard], length + layout.FRAME_OVERHEAD_BYTES, offset)
+                reason = frame_problem(frame, length, self._verify_crc)
+                reason = reason or "frame changed while reading"
             damaged.append(DamagedRecord(index, self._shard_paths[shard], offset, reason))
         return damaged
 
@@ -271,17 +288,81 @@ def load_all(
     return records, (index_variable(ok, name="records_ok") if damaged else None), damaged
 
 
-def check_offsets(offsets: np.ndarray, num_records: int, num_shards: int, where: str) -> None:
-    if offsets.ndim != 2 or offsets.shape[1] != 3:
-        raise ValueError(
-            f"{where}/{layout.OFFSETS_FILE}: expected int64 [N, 3], got {offsets.shape}"
-        )
+# Rows of the offset index checked at a time: the checks' temporaries stay a few MB at any N.
+_CHECK_CHUNK_ROWS = 1 << 18
+
+
+def check_offsets(
+    offsets: np.ndarray, num_records: int, shard_bytes: np.ndarray, where: str
+) -> np.ndarray:
+    """Checks an offset index (int64 [N, 3]: shard, frame offset, payload length) at open.
+
+    Vectorized over chunks of rows, so the cost is a few ms per million records. Raises
+    `layout.IndexFileError` naming `where` (the offsets file) and the first bad record when the
+    row count disagrees with `shards.json`, or a row names no shard of it (`shard_bytes`: int64
+    [S], the size of each) or holds a negative offset or length.
+
+    Returns int64 [K]: the records whose frame (payload + 16 bytes of framing) does not fit in
+    their shard: a truncated shard, or a damaged length or offset.
+    The readers report those as damaged records without reading them.
+    """
     if len(offsets) != num_records:
-        raise ValueError(
-            f"{where}: {layout.OFFSETS_FILE} has {len(offsets)} rows but {layout.SHARDS_FILE} "
-            f"says num_records={num_records}"
+        raise layout.IndexFileError(
+            f"{where}: {len(offsets)} rows but {layout.SHARDS_FILE} says num_records={num_records}"
         )
-    if num_records and (offsets[:, 0].min() < 0 or offsets[:, 0].max() >= num_shards):
-        raise ValueError(f"{where}/{layout.OFFSETS_FILE}: shard numbers outside [0, {num_shards})")
-    if num_records and (offsets[:, 1:].min() < 0):
-        raise ValueError(f"{where}/{layout.OFFSETS_FILE}: negative offset or length")
+    num_shards = len(shard_bytes)
+    past_end = []
+    for start in range(0, num_records, _CHECK_CHUNK_ROWS):
+        rows = np.asarray(offsets[start : start + _CHECK_CHUNK_ROWS])
+        # The min of the whole block and the max of one column are the fast checks (a row mask
+        # costs several times more); the mask is built only to name a bad row.
+        if rows.min() < 0 or rows[:, 0].max() >= num_shards:
+            bad = (rows[:, 0] >= num_shards) | (rows < 0).any(axis=1)
+            first = int(np.flatnonzero(bad)[0])
+            shard, offset, length = (int(v) for v in rows[first])
+            raise layout.IndexFileError(
+                f"{where}: record {start + first} has shard {shard} (the run has {num_shards} "
+                f"shards), offset {offset}, length {length}"
+            )
+        fits = _fits(rows, shard_bytes)
+        if not fits.all():
+            past_end.append(np.flatnonzero(~fits) + start)
+    return np.concatenate(past_end).astype(np.int64) if past_end else np.zeros(0, np.int64)
+
+
+def shard_sizes(shard_paths: list[str], where: str) -> np.ndarray:
+    """int64 [S]: the size in bytes of each shard (one stat each); `where` names the list."""
+    sizes = np.zeros(len(shard_paths), np.int64)
+    for shard, path in enumerate(shard_paths):
+        try:
+            stat = tf.io.gfile.stat(path)
+        except tf.errors.NotFoundError as error:
+            raise FileNotFoundError(f"{where}: shard {shard} not found: {path}") from error
+        except tf.errors.OpError as error:  # permission denied, a name too long, ...
+            message = f"{where}: cannot stat shard {shard} ({path}): {error.message}"
+            raise OSError(message) from error
+        if stat.is_directory:
+            raise layout.IndexFileError(f"{where}: shard {shard} is a directory: {path}")
+        sizes[shard] = stat.length
+    return sizes
+
+
+def past_end(length: int, offset: int, size: int) -> str:
+    """The damage reason of a frame that does not fit in its shard."""
+    frame_bytes = length + layout.FRAME_OVERHEAD_BYTES
+    return (
+        f"truncated shard or damaged index: the frame needs {frame_bytes} bytes at offset "
+        f"{offset}, the shard holds {size}"
+    )
+
+
+def _fits(rows: np.ndarray, shard_bytes: np.ndarray) -> np.ndarray:
+    """bool [R]: whether each frame of `rows` (checked rows of an offset index) fits in its shard.
+
+    Not `offset + length + 16 <= size`: that sum wraps around in int64 for a damaged row. Here
+    offset and length are >= 0 and `room` >= -16, so `room - offset` wraps only where the first
+    comparison is already false.
+    """
+    room = shard_bytes[rows[:, 0]] - layout.FRAME_OVERHEAD_BYTES
+    offsets = rows[:, 1]
+    return (offsets <= room) & (rows[:, 2] <= room - offsets)

@@ -257,15 +257,19 @@ def labelled_records(
     memory_budget_bytes: int = 1 << 30,
     cache_dir: str | None = None,
     sample_rate: int | None = None,
+    on_damaged: str = "fail",
 ) -> LabelledRecords:
     """The store and class index of a labelled source (see `class_balanced` for the kinds).
 
     Waveforms (from a dataset or `load_fn`) are stored as audio Examples at `sample_rate`.
+    `on_damaged` applies to the records of a run directory (`RecordStore.open`).
     """
     if isinstance(source, (str, os.PathLike)):
         if labels is not None or load_fn is not None:
             raise ValueError("a materialized run has its own labels; do not pass labels/load_fn")
-        return _open_labelled_run(os.fspath(source), record_set, backend, memory_budget_bytes)
+        return _open_labelled_run(
+            os.fspath(source), record_set, backend, memory_budget_bytes, on_damaged=on_damaged
+        )
     if isinstance(source, RecordStore):
         if labels is None:
             raise ValueError("a RecordStore source needs labels (one class per record)")
@@ -306,7 +310,12 @@ def labelled_records(
 
 
 def _open_labelled_run(
-    output_dir, record_set, backend, memory_budget_bytes, labels_in_records: bool = True
+    output_dir,
+    record_set,
+    backend,
+    memory_budget_bytes,
+    labels_in_records: bool = True,
+    on_damaged: str = "fail",
 ) -> LabelledRecords:
     """A record set with its class index (`labels_in_records`: a materialized run's records
     carry the `label` feature; a dataset cache's do not)."""
@@ -333,12 +342,16 @@ def _open_labelled_run(
     classes_path = os.path.join(layout.index_dir(output_dir, record_set), layout.CLASSES_FILE)
     classes = layout.load_lines(classes_path) if tf.io.gfile.exists(classes_path) else None
     if classes is not None and len(classes) != len(row_splits) - 1:
-        raise ValueError(
+        raise layout.IndexFileError(
             f"{classes_path} lists {len(classes)} classes but the class index has "
             f"{len(row_splits) - 1}"
         )
     store = RecordStore.open(
-        output_dir, record_set, backend=backend, memory_budget_bytes=memory_budget_bytes
+        output_dir,
+        record_set,
+        backend=backend,
+        memory_budget_bytes=memory_budget_bytes,
+        on_damaged=on_damaged,
     )
     _check_csr(row_splits, values, store.num_records, class_dir)
     return LabelledRecords(store, np.asarray(row_splits), values, classes, labels_in_records)
@@ -438,8 +451,28 @@ class _AudioEncoder:
 
 
 def _check_csr(row_splits, values, num_records: int, where: str) -> None:
+    """Every record in exactly one class: `values` is a permutation of the record numbers.
+
+    `layout.load_csr` checked the shape of the CSR; the sampler gathers records by these values,
+    so one out of range would fail only mid-epoch, inside the graph, without naming the index.
+    """
     if len(values) != num_records or (len(row_splits) and row_splits[-1] != len(values)):
-        raise ValueError(
+        raise layout.IndexFileError(
             f"{where}: the class index covers {len(values)} records (row_splits end at "
             f"{row_splits[-1] if len(row_splits) else None}) but the record set has {num_records}"
+        )
+    values_path = os.path.join(where, layout.VALUES_FILE)
+    outside = np.flatnonzero((values < 0) | (values >= num_records))
+    if len(outside):
+        position = int(outside[0])
+        raise layout.IndexFileError(
+            f"{values_path}: entry {position} is record {int(values[position])}, outside "
+            f"[0, {num_records})"
+        )
+    repeated = np.flatnonzero(np.bincount(values, minlength=num_records) != 1)
+    if len(repeated):
+        record = int(repeated[0])
+        raise layout.IndexFileError(
+            f"{values_path}: record {record} is listed "
+            f"{int(np.count_nonzero(values == record))} times; every record belongs to one class"
         )

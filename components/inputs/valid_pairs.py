@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from components import layout
+from components.inputs.group_pairs import GroupPairs
 
 ON_INVALID = ("fail", "skip")
 
@@ -125,10 +126,26 @@ class ValidPairs:
             skipped_x=skipped_x,
         )
 
+    @staticmethod
+    def from_groups(x_groups, y_groups, **kwargs) -> GroupPairs:
+        """Valid pairs by group: each x may pair with any y of its group (class, speaker,
+        domain), held in O(N_x + N_y) instead of one edge per pair; the samplers take the
+        returned `GroupPairs` wherever they take `ValidPairs`. kwargs as in `GroupPairs.build`."""
+        return GroupPairs.build(x_groups, y_groups, **kwargs)
+
     @classmethod
     def load(cls, output_dir: str, **kwargs) -> ValidPairs:
-        """Loads `index/pairs` of a materialized run; kwargs as in `build`."""
-        return cls.build(layout.load_csr(layout.pairs_index_dir(output_dir)), **kwargs)
+        """Loads `index/pairs` of a materialized run; kwargs as in `build`.
+
+        A damaged index raises `layout.IndexFileError` naming its folder (and the file, or the
+        first bad x).
+        """
+        directory = layout.pairs_index_dir(output_dir)
+        csr = layout.load_csr(directory)
+        try:
+            return cls.build(csr, **kwargs)
+        except ValueError as error:
+            raise layout.IndexFileError(f"pair index {directory}: {error}") from error
 
 
 def _csr_arrays(valid_pairs) -> tuple[np.ndarray, np.ndarray]:

@@ -13,11 +13,11 @@ import importlib
 # pairs job's workers must not pay for the audio job's TensorFlow and tensorflow-io imports.
 _EXPORTS = {
     "AudioConfig": "config",
+    "MaterializeAudio": "audio_pipeline",
     "MaterializeError": "errors",
+    "MaterializePairs": "pairs_pipeline",
     "PairsConfig": "config",
     "ShardingConfig": "config",
-    "build_audio_pipeline": "audio_pipeline",
-    "build_pairs_pipeline": "pairs_pipeline",
     "run_audio": "audio_pipeline",
     "run_pairs": "pairs_pipeline",
 }

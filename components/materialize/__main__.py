@@ -18,10 +18,13 @@ from components.materialize.config import (
     SPLIT_MODES,
     AudioConfig,
     PairsConfig,
-    ShardingConfig,
+    from_flat,
 )
 from components.materialize.errors import MaterializeError
 from components.materialize.pairs_pipeline import run_pairs
+
+# Each sub-command's config class and job; the flags are named after the config's fields.
+_JOBS = {"pairs": (PairsConfig, run_pairs), "audio": (AudioConfig, run_audio)}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -87,41 +90,10 @@ def _one_line(summary: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = _parser().parse_known_args(argv)
-    sharding = ShardingConfig(args.max_shard_bytes, args.num_shards)
-    common = {
-        "output_dir": args.output_dir,
-        "sharding": sharding,
-        "max_reject_fraction": args.max_reject_fraction,
-        "files_per_batch": args.files_per_batch,
-        "overwrite": args.overwrite,
-        "beam_pipeline_args": tuple(beam_args),
-    }
+    config_class, run = _JOBS[args.job]
     try:
-        if args.job == "pairs":
-            config = PairsConfig(
-                x_dir=args.x_dir,
-                y_dir=args.y_dir,
-                pairs=args.pairs,
-                pairs_format=args.pairs_format,
-                image_storage=args.image_storage,
-                raw_height=args.raw_height,
-                raw_width=args.raw_width,
-                raw_channels=args.raw_channels,
-                **common,
-            )
-            summary = run_pairs(config)
-        else:
-            config = AudioConfig(
-                manifest=args.manifest,
-                root=args.root,
-                manifest_format=args.manifest_format,
-                sample_rate=args.sample_rate,
-                split_mode=args.split_mode,
-                eval_fraction=args.eval_fraction,
-                split_seed=args.split_seed,
-                **common,
-            )
-            summary = run_audio(config)
+        config = from_flat(config_class, {**vars(args), "beam_pipeline_args": tuple(beam_args)})
+        summary = run(config)
     except MaterializeError as error:
         print(f"materialize {args.job}: error: {error}", file=sys.stderr)
         return 1

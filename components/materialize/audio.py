@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import posixpath
 import struct
 
 import numpy as np
@@ -18,9 +17,10 @@ import tensorflow as tf
 import tensorflow_io as tfio
 from tensorflow_io.python.ops import core_ops
 
+from components import layout
 from components.materialize import rejects
 
-_AUDIO_EXTENSIONS = (".wav", ".flac")
+_FORMATS = rejects.Formats("WAV or FLAC", "file", (".wav", ".flac"), rejects.CORRUPT_AUDIO)
 _WAVE_FORMAT_PCM = 1
 _WAVE_FORMAT_IEEE_FLOAT = 3
 _WAVE_FORMAT_EXTENSIBLE = 0xFFFE
@@ -47,7 +47,8 @@ def decode_audio(data: bytes, source_name: str, sample_rate: int) -> Waveform:
     """Decodes a WAV or FLAC file to mono int16 at `sample_rate`.
 
     Channels are averaged; other rates are resampled. Raises `RejectedInput` with
-    UNSUPPORTED_FORMAT (other containers or sample formats), CORRUPT_AUDIO or EMPTY_AUDIO.
+    UNSUPPORTED_FORMAT (other containers or sample formats), CORRUPT_AUDIO, EMPTY_AUDIO or
+    TOO_SHORT (under `layout.MIN_AUDIO_SECONDS` at `sample_rate`).
     """
     header = read_header(data, source_name)
     if header.num_frames == 0:
@@ -65,11 +66,21 @@ def decode_audio(data: bytes, source_name: str, sample_rate: int) -> Waveform:
             f"decoded shape {decoded.shape} does not match {header.channels} channels",
         )
     if header.sample_rate == sample_rate and decoded.dtype == np.int16 and header.channels == 1:
-        return Waveform(decoded[:, 0].copy(), sample_rate)
-    mono = _to_float(decoded).mean(axis=1, dtype=np.float32)
-    if header.sample_rate != sample_rate:
-        mono = resample(mono, header.sample_rate, sample_rate)
-    return Waveform(to_int16(mono), sample_rate)
+        samples = decoded[:, 0].copy()
+    else:
+        mono = _to_float(decoded).mean(axis=1, dtype=np.float32)
+        if header.sample_rate != sample_rate:
+            mono = resample(mono, header.sample_rate, sample_rate)
+        samples = to_int16(mono)
+    # The same bound `AudioFeatureConfig` holds its frame length to: every stored record has at
+    # least one feature frame, so pad-mode evaluation never meets a record it cannot featurize.
+    if len(samples) < layout.MIN_AUDIO_SECONDS * sample_rate:
+        raise rejects.RejectedInput(
+            rejects.TOO_SHORT,
+            f"{len(samples)} samples ({len(samples) / sample_rate:.3f} s) at {sample_rate} Hz; "
+            f"the minimum is {layout.MIN_AUDIO_SECONDS} s",
+        )
+    return Waveform(samples, sample_rate)
 
 
 def read_header(data: bytes, source_name: str) -> AudioHeader:
@@ -78,13 +89,7 @@ def read_header(data: bytes, source_name: str) -> AudioHeader:
         return _wav_header(data)
     if data[:4] == b"fLaC":
         return _flac_header(data)
-    extension = posixpath.splitext(source_name)[1].lower()
-    if extension in _AUDIO_EXTENSIONS:
-        what = "empty file" if not data else "content is not WAV or FLAC"
-        raise rejects.RejectedInput(rejects.CORRUPT_AUDIO, f"{what} (extension {extension})")
-    raise rejects.RejectedInput(
-        rejects.UNSUPPORTED_FORMAT, f"not a WAV or FLAC file (extension {extension or 'none'!r})"
-    )
+    raise _FORMATS.unrecognized(data, source_name)
 
 
 def _wav_header(data: bytes) -> AudioHeader:

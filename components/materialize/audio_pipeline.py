@@ -17,11 +17,19 @@ import apache_beam as beam
 import numpy as np
 
 from components import examples, layout
-from components.materialize import audio, common, manifest, paths, rejects, shards, spill
-from components.materialize.config import AudioConfig
+from components.materialize import (
+    audio,
+    common,
+    manifest,
+    outcome,
+    paths,
+    rejects,
+    shards,
+    spill,
+)
+from components.materialize.config import AudioConfig, ShardingConfig
 from components.materialize.manifest import ManifestRow
 from components.materialize.splits import EVAL, TRAIN, held_out_speakers, held_out_utterances
-from components.materialize.verdict import decide
 
 REJECTED = common.REJECTED
 _EXAMPLE_OVERHEAD_BYTES = 96  # feature keys and proto framing around the PCM bytes
@@ -39,7 +47,7 @@ def run_audio(
     config.validate()
     manifest_format = manifest.inspect_manifest(config.manifest, config.manifest_format)
     return common.run_job(
-        lambda pipeline: build_audio_pipeline(pipeline, config, manifest_format),
+        lambda pipeline: pipeline | MaterializeAudio(config, manifest_format),
         config.output_dir,
         config.overwrite,
         config.beam_pipeline_args,
@@ -56,21 +64,6 @@ class Utterance(NamedTuple):
     speaker: str
     pcm: spill.SpillRef
     num_samples: int
-
-
-class _ParseRows(beam.DoFn):
-    def __init__(self, manifest_path: str, manifest_format: manifest.ManifestFormat):
-        super().__init__()
-        self._manifest_path = manifest_path
-        self._format = manifest_format
-
-    def process(self, line: str):
-        try:
-            yield manifest.parse_row(line, self._format, self._manifest_path)
-        except rejects.RejectedInput as error:
-            yield beam.pvalue.TaggedOutput(
-                REJECTED, rejects.Reject.of_line(self._manifest_path, line, error)
-            )
 
 
 class _Deduplicate(beam.DoFn):
@@ -167,177 +160,211 @@ class _BuildExamples(spill.SpillingDoFn):
         )
 
 
-def _vocabularies(_, speakers_by_set: dict[str, list[str]]) -> dict[str, list[str]]:
-    return {record_set: sorted(speakers) for record_set, speakers in speakers_by_set.items()}
+class ManifestRows(NamedTuple):
+    """What `_ReadManifest` yields, as PCollections: `num_rows` (singleton int, the non-blank
+    lines read); `rows` (ManifestRow, one per id); `rejects` (Reject)."""
+
+    num_rows: beam.PCollection
+    rows: beam.PCollection
+    rejects: beam.PCollection
 
 
-def build_audio_pipeline(
-    pipeline: beam.Pipeline,
-    config: AudioConfig,
-    manifest_format: manifest.ManifestFormat | None = None,
-) -> None:
-    """Adds the audio job to `pipeline` (the transforms the TFX component reuses).
-
-    `manifest_format` is read from the manifest when not given.
-    """
-    if manifest_format is None:
-        manifest_format = manifest.inspect_manifest(config.manifest, config.manifest_format)
-    output_dir = config.output_dir
-    lines = (
-        pipeline
-        | "ReadManifest"
-        >> beam.io.ReadFromText(
-            config.manifest, skip_header_lines=manifest_format.skip_header_lines
-        )
-        | "SkipBlank" >> beam.Filter(lambda line: bool(line.strip()))
-    )
-    parsed = lines | "Parse" >> beam.ParDo(
-        _ParseRows(config.manifest, manifest_format)
-    ).with_outputs(REJECTED, main="rows")
+@beam.ptransform_fn
+def _ReadManifest(
+    begin: beam.pvalue.PBegin,
+    manifest_path: str,
+    manifest_format: manifest.ManifestFormat,
+    root: str,
+) -> ManifestRows:
+    """PBegin -> `ManifestRows`: the manifest parsed and deduplicated by id."""
+    read = begin | "ReadManifest" >> manifest.read_manifest(manifest_path, manifest_format)
     unique = (
-        parsed.rows
+        read.parsed
         | "ById" >> beam.Map(lambda row: (row.id, row))
         | "GroupById" >> beam.GroupByKey()
-        | "Deduplicate" >> beam.ParDo(_Deduplicate(config.root)).with_outputs(REJECTED, main="rows")
+        | "Deduplicate" >> beam.ParDo(_Deduplicate(root)).with_outputs(REJECTED, main="rows")
     )
-    rows = unique.rows
+    return ManifestRows(
+        read.num_records,
+        unique.rows,
+        (read.rejects, unique[REJECTED]) | "Rejects" >> beam.Flatten(),
+    )
+
+
+def _split_mode(config: AudioConfig, manifest_format: manifest.ManifestFormat) -> str:
+    """How rows get their split: "manifest" (its split column), "none" (all train), "speaker"
+    (held-out speakers) or "utterance" (held-out utterances of every speaker)."""
     if manifest_format.has_split:
-        split_mode = "manifest"
-    elif config.eval_fraction == 0:
-        split_mode = "none"
-        rows = rows | "AllTrain" >> beam.Map(lambda row: row._replace(split=TRAIN))
-    elif config.split_mode == "speaker":
-        split_mode = "speaker"
+        return "manifest"
+    if config.eval_fraction == 0:
+        return "none"
+    return "speaker" if config.split_mode == "speaker" else "utterance"
+
+
+@beam.ptransform_fn
+def _AssignSplits(
+    rows: beam.PCollection, mode: str, eval_fraction: float, seed: int
+) -> beam.PCollection:
+    """ManifestRow without a split -> the same row with its split, by `_split_mode` (any but
+    "manifest")."""
+    if mode == "none":
+        return rows | "AllTrain" >> beam.Map(lambda row: row._replace(split=TRAIN))
+    if mode == "speaker":
         held_out = (
             rows
             | "Speakers" >> beam.Map(lambda row: row.speaker)
             | "DistinctSpeakers" >> beam.Distinct()
             | "AllSpeakers" >> beam.combiners.ToList()
-            | "HoldOut" >> beam.Map(held_out_speakers, config.eval_fraction, config.split_seed)
+            | "HoldOut" >> beam.Map(held_out_speakers, eval_fraction, seed)
         )
-        rows = rows | "SplitBySpeaker" >> beam.Map(
+        return rows | "SplitBySpeaker" >> beam.Map(
             _assign_held_out_speaker, beam.pvalue.AsSingleton(held_out)
         )
-    else:
-        split_mode = "utterance"
-        rows = (
-            rows
-            | "BySpeaker" >> beam.Map(lambda row: (row.speaker, row))
-            | "GroupBySpeaker" >> beam.GroupByKey()
-            | "SplitUtterances"
-            >> beam.FlatMap(_assign_within_speaker, config.eval_fraction, config.split_seed)
-        )
-    decoded = (
+    return (
         rows
-        | "SpreadRows" >> beam.Reshuffle()
-        | "Decode"
-        >> beam.ParDo(_DecodeUtterances(config.root, config.sample_rate, output_dir)).with_outputs(
-            REJECTED, main="utterances"
-        )
+        | "BySpeaker" >> beam.Map(lambda row: (row.speaker, row))
+        | "GroupBySpeaker" >> beam.GroupByKey()
+        | "SplitUtterances" >> beam.FlatMap(_assign_within_speaker, eval_fraction, seed)
     )
-    utterances = decoded.utterances
 
-    impulse = pipeline | "Impulse" >> beam.Create([None])
-    speakers_by_set = (
+
+def _id_and_size(utterance: Utterance) -> tuple[str, tuple[list[str], list[int]]]:
+    """The utterance's record set, id and estimated Example size, for `shards.CollectIds`."""
+    size = (
+        utterance.pcm.length + len(utterance.id) + len(utterance.speaker) + _EXAMPLE_OVERHEAD_BYTES
+    )
+    return utterance.record_set, ([utterance.id], [size])
+
+
+def _plan_record_sets(
+    tables: dict[str, shards.IdTable], sharding: ShardingConfig
+) -> dict[str, shards.ShardPlan]:
+    return {
+        name: shards.plan_shards(name, table, sharding) for name, table in sorted(tables.items())
+    }
+
+
+class RecordSetPlans(NamedTuple):
+    """What `_PlanRecordSets` yields, as singleton PCollections of dicts keyed by record set:
+    `vocabularies` (sorted speaker names), `class_ids` (speaker -> class id) and `plans`
+    (ShardPlan)."""
+
+    vocabularies: beam.PCollection
+    class_ids: beam.PCollection
+    plans: beam.PCollection
+
+
+@beam.ptransform_fn
+def _PlanRecordSets(utterances: beam.PCollection, sharding: ShardingConfig) -> RecordSetPlans:
+    """Utterances -> `RecordSetPlans`: each record set's speaker vocabulary and shard plan."""
+    vocabularies = (
         utterances
         | "SetSpeaker" >> beam.Map(lambda u: (u.record_set, u.speaker))
         | "DistinctSetSpeakers" >> beam.Distinct()
         | "SpeakersBySet" >> beam.GroupByKey()
-    )
-    vocabularies = impulse | "Vocabularies" >> beam.Map(
-        _vocabularies, beam.pvalue.AsDict(speakers_by_set)
+        | "SortSpeakers" >> beam.MapTuple(lambda name, speakers: (name, sorted(speakers)))
+        | "Vocabularies" >> beam.combiners.ToDict()
     )
     class_ids = vocabularies | "ClassIds" >> beam.Map(
         lambda vocabs: {name: {c: i for i, c in enumerate(v)} for name, v in vocabs.items()}
     )
-    tables = (
+    plans = (
         utterances
-        | "Keys"
-        >> beam.Map(
-            lambda u: (
-                u.record_set,
-                ([u.id], [u.pcm.length + len(u.id) + len(u.speaker) + _EXAMPLE_OVERHEAD_BYTES]),
-            )
-        )
+        | "Keys" >> beam.Map(_id_and_size)
         | "CollectIds" >> beam.CombinePerKey(shards.CollectIds())
+        | "Tables" >> beam.combiners.ToDict()
+        | "Plans" >> beam.Map(_plan_record_sets, sharding)
     )
-    plans = impulse | "Plans" >> beam.Map(
-        lambda _, tables: {
-            name: shards.plan_shards(name, table, config.sharding)
-            for name, table in sorted(tables.items())
-        },
-        beam.pvalue.AsDict(tables),
-    )
-    shard_batches = utterances | "BuildExamples" >> beam.ParDo(
-        _BuildExamples(config.sample_rate, output_dir),
-        beam.pvalue.AsSingleton(class_ids),
-        beam.pvalue.AsSingleton(plans),
-    )
-    reject_counts = (
-        (parsed[REJECTED], unique[REJECTED], decoded[REJECTED])
-        | "AllRejects" >> beam.Flatten()
-        | "Rejects" >> rejects.RecordRejects(output_dir)
-    )
-    num_rows = lines | "CountRows" >> beam.combiners.Count.Globally()
-    required = () if manifest_format.has_split else (TRAIN,)
-    verdict = impulse | "Verdict" >> beam.Map(
-        lambda _, rows, counts, plans: decide(
-            num_inputs=rows,
-            reject_counts=counts,
-            record_counts={name: plan.num_records for name, plan in plans.items()},
-            required_record_sets=required,
-            max_reject_fraction=config.max_reject_fraction,
-        ),
-        beam.pvalue.AsSingleton(num_rows),
-        beam.pvalue.AsSingleton(reject_counts),
-        beam.pvalue.AsSingleton(plans),
-    )
-    index_stats = shard_batches | "Write" >> shards.WriteRecordSets(
-        output_dir,
-        plans=beam.pvalue.AsSingleton(plans),
-        verdict=beam.pvalue.AsSingleton(verdict),
-        vocabularies=beam.pvalue.AsSingleton(vocabularies),
-    )
-    total_samples = (
-        utterances
-        | "Samples" >> beam.Map(lambda u: (u.record_set, u.num_samples))
-        | "SamplesPerSet" >> beam.CombinePerKey(sum)
-    )
-    static = {
+    return RecordSetPlans(vocabularies, class_ids, plans)
+
+
+def _audio_seconds(samples: dict[str, int], sample_rate: int) -> dict:
+    return {
+        "audio_seconds": {name: round(n / sample_rate, 3) for name, n in sorted(samples.items())}
+    }
+
+
+def _static_summary(config: AudioConfig, mode: str) -> dict:
+    return {
         "job": "audio",
         "inputs": {"manifest": config.manifest, "root": config.root},
         "config": {
             "sample_rate": config.sample_rate,
-            "split_mode": split_mode,
-            "eval_fraction": config.eval_fraction if split_mode in ("speaker", "utterance") else 0,
+            "split_mode": mode,
+            "eval_fraction": config.eval_fraction if mode in ("speaker", "utterance") else 0,
             "split_seed": config.split_seed,
             "max_reject_fraction": config.max_reject_fraction,
             **common.sharding_summary(config.sharding),
         },
     }
-    _ = impulse | "Summary" >> beam.Map(
-        lambda _, verdict, counts, plans, stats, samples, rows: common.write_summary(
-            _,
+
+
+class MaterializeAudio(beam.PTransform):
+    """The audio job as one transform, applied to a pipeline (`run_audio` runs it).
+
+    `manifest_format` is read from the manifest when not given. Output: a singleton
+    PCollection, the summary (the content of `summary.json`).
+    """
+
+    def __init__(self, config: AudioConfig, manifest_format: manifest.ManifestFormat | None = None):
+        super().__init__()
+        self._config = config
+        if manifest_format is None:
+            manifest_format = manifest.inspect_manifest(config.manifest, config.manifest_format)
+        self._format = manifest_format
+
+    def expand(self, begin: beam.pvalue.PBegin) -> beam.PCollection:
+        config = self._config
+        output_dir = config.output_dir
+        mode = _split_mode(config, self._format)
+
+        listed = begin | "Manifest" >> _ReadManifest(config.manifest, self._format, config.root)
+        rows = listed.rows
+        if mode != "manifest":
+            rows = rows | "Split" >> _AssignSplits(mode, config.eval_fraction, config.split_seed)
+        decoded = (
+            rows
+            | "SpreadRows" >> beam.Reshuffle()
+            | "Decode"
+            >> beam.ParDo(
+                _DecodeUtterances(config.root, config.sample_rate, output_dir)
+            ).with_outputs(REJECTED, main="utterances")
+        )
+        utterances = decoded.utterances
+        planned = utterances | "Plan" >> _PlanRecordSets(config.sharding)
+        shard_batches = utterances | "BuildExamples" >> beam.ParDo(
+            _BuildExamples(config.sample_rate, output_dir),
+            beam.pvalue.AsSingleton(planned.class_ids),
+            beam.pvalue.AsSingleton(planned.plans),
+        )
+
+        judgement = (listed.rejects, decoded[REJECTED]) | "Judge" >> outcome.Judge(
             output_dir,
-            static,
-            verdict,
-            counts,
-            plans,
-            stats,
-            [
-                {"input_counts": {"manifest_rows": rows}},
-                {
-                    "audio_seconds": {
-                        name: round(n / config.sample_rate, 3)
-                        for name, n in sorted(samples.items())
-                    }
-                },
-            ],
-        ),
-        beam.pvalue.AsSingleton(verdict),
-        beam.pvalue.AsSingleton(reject_counts),
-        beam.pvalue.AsSingleton(plans),
-        beam.pvalue.AsDict(index_stats),
-        beam.pvalue.AsDict(total_samples),
-        beam.pvalue.AsSingleton(num_rows),
-    )
+            num_inputs=listed.num_rows,
+            plans=planned.plans,
+            required_record_sets=() if self._format.has_split else (TRAIN,),
+            max_reject_fraction=config.max_reject_fraction,
+        )
+        index_stats = shard_batches | "Write" >> shards.WriteRecordSets(
+            output_dir,
+            plans=beam.pvalue.AsSingleton(planned.plans),
+            verdict=beam.pvalue.AsSingleton(judgement.verdict),
+            vocabularies=beam.pvalue.AsSingleton(planned.vocabularies),
+        )
+        input_counts = listed.num_rows | "InputCounts" >> beam.Map(
+            lambda num_rows: {"input_counts": {"manifest_rows": num_rows}}
+        )
+        audio_seconds = (
+            utterances
+            | "Samples" >> beam.Map(lambda u: (u.record_set, u.num_samples))
+            | "SamplesPerSet" >> beam.CombinePerKey(sum)
+            | "AllSamples" >> beam.combiners.ToDict()
+            | "AudioSeconds" >> beam.Map(_audio_seconds, config.sample_rate)
+        )
+        return judgement | "Summary" >> outcome.WriteSummary(
+            output_dir,
+            _static_summary(config, mode),
+            plans=planned.plans,
+            index_stats=index_stats,
+            sections=(input_counts, audio_seconds) | "Sections" >> beam.Flatten(),
+        )

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from components import layout
 from components.materialize import beam_worker, run_dir, spill
 from components.materialize.config import ShardingConfig
 from components.materialize.errors import MaterializeError
 from components.materialize.id_index import IdIndex
-from components.materialize.shards import LOST_RECORDS, IdTable, ShardPlan
-from components.materialize.verdict import Verdict
+from components.materialize.shards import LOST_RECORDS, IdTable
 
 REJECTED = "rejected"
 
@@ -27,7 +24,7 @@ def make_default_pipeline(beam_pipeline_args: Iterable[str]) -> beam.Pipeline:
 
 
 def run_job(
-    build: Callable[[beam.Pipeline], None],
+    build: Callable[[beam.Pipeline], object],
     output_dir: str,
     overwrite: bool,
     beam_pipeline_args: Iterable[str],
@@ -66,40 +63,6 @@ def run_job(
 
 def sharding_summary(sharding: ShardingConfig) -> dict:
     return {"max_shard_bytes": sharding.max_shard_bytes, "num_shards": sharding.num_shards}
-
-
-def write_summary(
-    _,
-    output_dir: str,
-    static: dict,
-    verdict: Verdict,
-    reject_counts: dict[str, int],
-    plans: dict[str, ShardPlan],
-    index_stats: dict[str, dict],
-    extra: Iterable[dict] = (),
-) -> dict:
-    """Writes `summary.json`; the last file a run writes. Returns what it wrote."""
-    record_sets = {
-        name: index_stats.get(name, {"num_records": plan.num_records, "num_shards": 0})
-        for name, plan in sorted(plans.items())
-        if plan.num_records or name in index_stats
-    }
-    summary = {
-        **static,
-        "ok": verdict.ok,
-        "error": verdict.error or None,
-        "record_sets": record_sets,
-        "rejects": {
-            "total": int(sum(reject_counts.values())),
-            "records": verdict.record_rejects,
-            "by_reason": reject_counts,
-        },
-        "reject_fraction": verdict.reject_fraction,
-    }
-    for more in extra:
-        summary.update(more)
-    layout.save_json(os.path.join(output_dir, layout.SUMMARY_FILE), summary)
-    return summary
 
 
 def table(tables: dict[str, IdTable], record_set: str) -> IdTable:

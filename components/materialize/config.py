@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 from components.materialize.errors import MaterializeError
 
@@ -105,6 +107,24 @@ class AudioConfig:
         if not 0.0 <= self.eval_fraction < 1.0:
             raise MaterializeError(f"eval_fraction must be in [0, 1), got {self.eval_fraction}")
         _validate_common(self.sharding, self.max_reject_fraction, self.files_per_batch)
+
+
+JobConfig = TypeVar("JobConfig", PairsConfig, AudioConfig)
+
+
+def from_flat(config_class: type[JobConfig], values: Mapping[str, Any]) -> JobConfig:
+    """A job's config from flat values, as the CLI flags and the component parameters give
+    them: `max_shard_bytes` and `num_shards` make its `sharding`. None values keep the
+    defaults; names of no field are ignored."""
+    given = {name: value for name, value in values.items() if value is not None}
+    sharding = {
+        f.name: given[f.name] for f in dataclasses.fields(ShardingConfig) if f.name in given
+    }
+    fields = {f.name for f in dataclasses.fields(config_class)} - {"sharding"}
+    return config_class(
+        **{name: value for name, value in given.items() if name in fields},
+        sharding=ShardingConfig(**sharding),
+    )
 
 
 def _validate_common(sharding: ShardingConfig, max_reject_fraction: float, batch: int) -> None:

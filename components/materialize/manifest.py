@@ -1,14 +1,18 @@
-"""Audio manifest rows: CSV with a header, or JSON Lines; fields `path`, `speaker`, `split`."""
+"""Audio manifest rows: CSV with a header, or JSON Lines; fields `path`, `speaker`, `split`.
+
+Either every row names its split or none does (then the job assigns them): the CSV header, or
+the first JSON Lines row that parses, decides; a row that disagrees is rejected.
+"""
 
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import posixpath
 import re
 from typing import NamedTuple
 
-from components import layout
 from components.materialize import paths, rejects
 from components.materialize.errors import MaterializeError
 
@@ -34,33 +38,30 @@ class ManifestFormat(NamedTuple):
     def has_split(self) -> bool:
         return SPLIT_FIELD in self.columns
 
-    @property
-    def skip_header_lines(self) -> int:
-        return 1 if self.format == "csv" else 0
-
 
 def inspect_manifest(path: str, manifest_format: str = "auto") -> ManifestFormat:
     """Reads the format (and CSV header) at pipeline construction.
 
-    For JSON Lines, whether rows carry a split is decided by the first non-empty row. Raises
-    MaterializeError when the CSV header lacks `path` or `speaker`.
+    For JSON Lines, whether rows carry a split is decided by the first row that is a JSON
+    object. Raises MaterializeError when the CSV header is not valid UTF-8 or lacks `path` or
+    `speaker`.
     """
     if manifest_format == "auto":
         manifest_format = "csv" if path.lower().endswith(".csv") else "jsonl"
-    with layout.gfile().GFile(path, "r") as handle:
-        first_line = ""
-        for line in handle:
-            if line.strip():
-                first_line = line.lstrip("\ufeff")
-                break
     if manifest_format == "jsonl":
+        return ManifestFormat("jsonl", (SPLIT_FIELD,) if _first_jsonl_has_split(path) else ())
+    header = next(
+        (r for r in paths.read_text_records(path, csv_records=True) if r.text.strip()), None
+    )
+    columns: tuple[str, ...] = ()
+    if header is not None:
+        problem = paths.utf8_problem(header)
+        if problem:
+            raise MaterializeError(f"manifest {path}: CSV header {problem}")
         try:
-            first = json.loads(first_line) if first_line else {}
-        except json.JSONDecodeError:
-            first = {}
-        has_split = isinstance(first, dict) and SPLIT_FIELD in first
-        return ManifestFormat("jsonl", (SPLIT_FIELD,) if has_split else ())
-    columns = tuple(column.strip() for column in next(csv.reader([first_line]), []))
+            columns = tuple(column.strip() for column in next(csv.reader([header.text]), []))
+        except csv.Error as error:
+            raise MaterializeError(f"manifest {path}: CSV header: {error}") from None
     missing = [f for f in (PATH_FIELD, SPEAKER_FIELD) if f not in columns]
     if missing:
         raise MaterializeError(
@@ -69,9 +70,23 @@ def inspect_manifest(path: str, manifest_format: str = "auto") -> ManifestFormat
     return ManifestFormat("csv", columns)
 
 
+def _first_jsonl_has_split(path: str) -> bool:
+    for record in paths.read_text_records(path):
+        if not record.text.strip() or paths.utf8_problem(record):
+            continue
+        try:
+            fields = json.loads(record.text)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(fields, dict):
+            return SPLIT_FIELD in fields
+    return False
+
+
 def parse_row(line: str, manifest: ManifestFormat, source: str) -> ManifestRow:
-    """Parses one manifest line; raises `RejectedInput` for malformed rows, unsafe paths,
-    rows without a speaker and invalid split names."""
+    """Parses one manifest line (or CSV record); raises `RejectedInput` for malformed rows,
+    unsafe paths, rows without a speaker, split names that are not safe record set names, and
+    rows that have a split when the manifest has none or the other way round."""
     fields = _fields(line, manifest, source)
     raw_path = fields.get(PATH_FIELD)
     if not isinstance(raw_path, str) or not raw_path.strip():
@@ -85,17 +100,43 @@ def parse_row(line: str, manifest: ManifestFormat, source: str) -> ManifestRow:
     speaker = speaker.strip()
     if "\n" in speaker or "\r" in speaker:
         raise rejects.RejectedInput(rejects.MISSING_LABEL, f"{record_id}: speaker has a newline")
-    split = ""
-    if manifest.has_split:
-        split = fields.get(SPLIT_FIELD)
-        split = split.strip() if isinstance(split, str) else ""
-        if not RECORD_SET_NAME.match(split):
-            raise rejects.RejectedInput(
-                rejects.INVALID_SPLIT,
-                f"{record_id}: split {split!r} is not a record set name "
-                "(letters, digits, '_', '.', '-')",
-            )
-    return ManifestRow(record_id, speaker, split)
+    if not speaker.isascii() and paths.printable(speaker) != speaker:
+        # A JSON escape such as "\ud800" decodes to a lone surrogate, which no coder can write.
+        raise rejects.RejectedInput(
+            rejects.BAD_ENCODING,
+            f"{record_id}: speaker {paths.printable(speaker)!r} is not valid Unicode",
+        )
+    return ManifestRow(record_id, speaker, _split(fields, manifest, record_id))
+
+
+def _split(fields: dict, manifest: ManifestFormat, record_id: str) -> str:
+    # A JSON Lines row whose split disagrees with the first row's would silently land in a
+    # record set its author did not choose: `train` (its split ignored), or no split at all. A
+    # CSV row always has the header's columns; an empty split there is an invalid name.
+    if SPLIT_FIELD in fields and not manifest.has_split:
+        raise rejects.RejectedInput(
+            rejects.INCONSISTENT_SPLIT,
+            f"{record_id}: row has split {fields[SPLIT_FIELD]!r}, but the manifest's first row "
+            "has none (every row must name its split, or none)",
+        )
+    if not manifest.has_split:
+        return ""
+    if SPLIT_FIELD not in fields:
+        raise rejects.RejectedInput(
+            rejects.INCONSISTENT_SPLIT,
+            f"{record_id}: row has no split, but the manifest's first row has one "
+            "(every row must name its split, or none)",
+        )
+    split = fields[SPLIT_FIELD]
+    if isinstance(split, str):
+        split = split.strip()
+    if not isinstance(split, str) or not RECORD_SET_NAME.match(split):
+        raise rejects.RejectedInput(
+            rejects.INVALID_SPLIT,
+            f"{record_id}: split {split!r} is not a record set name "
+            "(a letter or digit, then up to 63 letters, digits, '_', '.', '-')",
+        )
+    return split
 
 
 def _fields(line: str, manifest: ManifestFormat, source: str) -> dict:
@@ -118,3 +159,22 @@ def _fields(line: str, manifest: ManifestFormat, source: str) -> dict:
             f"{len(manifest.columns)}",
         )
     return dict(zip(manifest.columns, values, strict=True))
+
+
+def read_manifest(path: str, manifest: ManifestFormat) -> paths.ReadParsedRecords:
+    """PBegin -> `paths.ParsedRecords` of `ManifestRow`s (not yet deduplicated): the manifest
+    read (a CSV field may hold quoted newlines) and parsed; a reject names its line number."""
+    is_csv = manifest.format == "csv"
+    return paths.ReadParsedRecords(
+        path,
+        functools.partial(_parse_record, path=path, manifest=manifest),
+        csv_records=is_csv,
+        skip_header=is_csv,
+        bad_encoding_reason=rejects.BAD_ENCODING,
+    )
+
+
+def _parse_record(
+    text: str, line: int, *, path: str, manifest: ManifestFormat
+) -> list[ManifestRow]:
+    return [parse_row(text, manifest, path)]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import csv
+import functools
 import json
+from collections.abc import Iterator
 from typing import NamedTuple
 
-from components import layout
 from components.materialize import paths, rejects
 
 CSV_HEADER = ("x", "y")
@@ -27,10 +28,15 @@ def resolve_format(path: str, pairs_format: str = "auto") -> str:
 
 
 def has_csv_header(path: str) -> bool:
-    """True when the first line of a CSV edge list is the `x,y` header."""
-    with layout.gfile().GFile(path, "r") as handle:
-        first_line = handle.readline().lstrip("\ufeff")
-    return tuple(v.strip() for v in next(csv.reader([first_line]), [])) == CSV_HEADER
+    """True when the first non-blank record of a CSV edge list is the `x,y` header."""
+    for record in paths.read_text_records(path, csv_records=True):
+        if record.text.strip():
+            try:
+                values = next(csv.reader([record.text]), [])
+            except csv.Error:
+                return False
+            return tuple(v.strip() for v in values) == CSV_HEADER
+    return False
 
 
 def parse_entry(line: str, pairs_format: str) -> PairEntry:
@@ -82,3 +88,29 @@ def parse_entry(line: str, pairs_format: str) -> PairEntry:
         except rejects.RejectedInput as error:
             unsafe_y.append((raw, error.detail))
     return PairEntry(x_id, safe_y, unsafe_y)
+
+
+def read_pair_list(path: str, pairs_format: str) -> paths.ReadParsedRecords:
+    """PBegin -> `paths.ParsedRecords` of `PairEntry`s: the pair list read and parsed; a reject
+    names its line number, and each unsafe y id is a reject of its own."""
+    is_csv = pairs_format == "csv"
+    return paths.ReadParsedRecords(
+        path,
+        functools.partial(_parse_record, path=path, pairs_format=pairs_format),
+        csv_records=is_csv,
+        skip_header=is_csv and has_csv_header(path),
+        bad_encoding_reason=rejects.PAIR_BAD_ENCODING,
+    )
+
+
+def _parse_record(
+    text: str, line: int, *, path: str, pairs_format: str
+) -> Iterator[PairEntry | rejects.Reject]:
+    entry = parse_entry(text, pairs_format)
+    for raw_y, detail in entry.unsafe_y:
+        yield rejects.Reject(
+            f"{path}:{line}: x={entry.x_id} y={paths.printable(raw_y)}",
+            rejects.UNSAFE_PAIR_PATH,
+            f"y id: {detail}",
+        )
+    yield entry

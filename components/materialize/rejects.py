@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import os
+import posixpath
 from typing import NamedTuple
 
 import apache_beam as beam
@@ -18,19 +20,26 @@ MISSING_FILE = "missing_file"
 READ_ERROR = "read_error"
 UNSAFE_PATH = "unsafe_path"  # `..` leaving the root, absolute path, control characters
 SYMLINK_ESCAPES_ROOT = "symlink_escapes_root"
+SYMLINK_LOOP = "symlink_loop"
+NOT_REGULAR_FILE = "not_regular_file"  # a FIFO, socket or device: never opened
+NON_UTF8_NAME = "non_utf8_name"  # a listed file whose name is not valid UTF-8
 UNSUPPORTED_FORMAT = "unsupported_format"
 CORRUPT_IMAGE = "corrupt_image"
 CORRUPT_AUDIO = "corrupt_audio"
 EMPTY_AUDIO = "empty_audio"
+TOO_SHORT = "too_short"  # audio shorter than `layout.MIN_AUDIO_SECONDS`
 DUPLICATE_ID = "duplicate_id"
+BAD_ENCODING = "bad_encoding"  # a manifest row that is not valid UTF-8
 MALFORMED_ROW = "malformed_row"
 MISSING_LABEL = "missing_label"
-INVALID_SPLIT = "invalid_split"
+INVALID_SPLIT = "invalid_split"  # a split that is not a safe record set name
+INCONSISTENT_SPLIT = "inconsistent_split"  # rows must all have a split, or none may
 NO_VALID_PAIRS = "no_valid_pairs"  # an x image whose valid-pair list is (or became) empty
 
 # Reasons a valid-pair entry (one x -> y edge) is dropped. They are not input records, so they
 # do not count towards the reject fraction.
 MALFORMED_PAIR_ENTRY = "malformed_pair_entry"
+PAIR_BAD_ENCODING = "pair_bad_encoding"  # a pair-list line that is not valid UTF-8
 UNSAFE_PAIR_PATH = "unsafe_pair_path"
 PAIR_UNKNOWN_X = "pair_unknown_x"
 PAIR_UNKNOWN_Y = "pair_unknown_y"
@@ -42,18 +51,25 @@ RECORD_REASONS = (
     READ_ERROR,
     UNSAFE_PATH,
     SYMLINK_ESCAPES_ROOT,
+    SYMLINK_LOOP,
+    NOT_REGULAR_FILE,
+    NON_UTF8_NAME,
     UNSUPPORTED_FORMAT,
     CORRUPT_IMAGE,
     CORRUPT_AUDIO,
     EMPTY_AUDIO,
+    TOO_SHORT,
     DUPLICATE_ID,
+    BAD_ENCODING,
     MALFORMED_ROW,
     MISSING_LABEL,
     INVALID_SPLIT,
+    INCONSISTENT_SPLIT,
     NO_VALID_PAIRS,
 )
 PAIR_ENTRY_REASONS = (
     MALFORMED_PAIR_ENTRY,
+    PAIR_BAD_ENCODING,
     UNSAFE_PAIR_PATH,
     PAIR_UNKNOWN_X,
     PAIR_UNKNOWN_Y,
@@ -78,9 +94,13 @@ class Reject(NamedTuple):
     id: str = ""
 
     @classmethod
-    def of_line(cls, path: str, line: str, error: RejectedInput) -> Reject:
-        """The reject of one unparsable line of a manifest or pair list."""
-        return cls(f"{path}: {line[:200]}", error.reason, error.detail)
+    def of_line(
+        cls, path: str, line: str, error: RejectedInput, line_number: int | None = None
+    ) -> Reject:
+        """The reject of one unparsable line (or CSV record) of a manifest or pair list;
+        `line_number` (1-based, of its first line) is named in the source when known."""
+        where = path if line_number is None else f"{path}:{line_number}"
+        return cls(f"{where}: {line.strip()[:200]}", error.reason, error.detail)
 
     def to_json(self) -> str:
         fields = {"source": self.source, "reason": self.reason, "detail": self.detail}
@@ -98,6 +118,30 @@ class RejectedInput(Exception):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+
+
+@dataclasses.dataclass(frozen=True)
+class Formats:
+    """The file formats a decoder reads: `name` as messages say it ("PNG or JPEG"), `noun` for
+    one file ("image"), the `extensions` that claim them, and the reason for a file that claims
+    one but is none of them."""
+
+    name: str
+    noun: str
+    extensions: tuple[str, ...]
+    corrupt_reason: str
+
+    def unrecognized(self, data: bytes, source_name: str) -> RejectedInput:
+        """The error for `data`, whose content is none of the formats: corrupt when its
+        extension claims one, unsupported otherwise."""
+        extension = posixpath.splitext(source_name)[1].lower()
+        if extension in self.extensions:
+            what = "empty file" if not data else f"content is not {self.name}"
+            return RejectedInput(self.corrupt_reason, f"{what} (extension {extension})")
+        return RejectedInput(
+            UNSUPPORTED_FORMAT,
+            f"not a {self.name} {self.noun} (extension {extension or 'none'!r})",
+        )
 
 
 def reject_counter(reason: str) -> beam.metrics.metricbase.Counter:

@@ -20,7 +20,7 @@ import apache_beam as beam
 import numpy as np
 
 from components import layout
-from components.materialize import class_index, rejects, spill
+from components.materialize import rejects, spill
 from components.materialize.config import ShardingConfig
 from components.materialize.id_index import IdIndex
 
@@ -207,7 +207,9 @@ class _WriteIndex(beam.DoFn):
         vocabulary = vocabularies.get(record_set)
         if vocabulary is not None:
             class_ids = np.concatenate([r.class_ids for r in results])
-            class_index.save_class_index(self._output_dir, record_set, class_ids, vocabulary)
+            layout.save_class_index(
+                self._output_dir, record_set, class_ids, len(vocabulary), vocabulary
+            )
             counts = np.bincount(class_ids, minlength=len(vocabulary))
             stats["num_classes"] = len(vocabulary)
             stats["records_per_class"] = {

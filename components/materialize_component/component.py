@@ -16,87 +16,108 @@ after the data changed would be served stale outputs from the ML Metadata cache.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, TypedDict
+
 from tfx import types
 from tfx.dsl.components.base import base_beam_component, executor_spec
 from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 
 from components import artifacts
-from components.component_keys import (
-    CLASS_INDEX_KEY,
-    EVAL_FRACTION_KEY,
-    EXAMPLES_KEY,
-    IMAGE_STORAGE_KEY,
-    INPUT_FINGERPRINT_KEY,
-    MANIFEST_FORMAT_KEY,
-    MANIFEST_KEY,
-    MAX_REJECT_FRACTION_KEY,
-    MAX_SHARD_BYTES_KEY,
-    NUM_SHARDS_KEY,
-    OFFSET_INDEX_KEY,
-    PAIR_INDEX_KEY,
-    PAIRS_FORMAT_KEY,
-    PAIRS_KEY,
-    RAW_CHANNELS_KEY,
-    RAW_HEIGHT_KEY,
-    RAW_WIDTH_KEY,
-    ROOT_KEY,
-    SAMPLE_RATE_KEY,
-    SPLIT_MODE_KEY,
-    SPLIT_SEED_KEY,
-    X_DIR_KEY,
-    Y_DIR_KEY,
-)
+from components import component_keys as keys
 from components.materialize_component import executor
 
+if TYPE_CHECKING:
+    # typing.Unpack is Python 3.11+; annotations are not evaluated at run time.
+    from typing_extensions import Unpack
+
 _COMMON_PARAMETERS = {
-    NUM_SHARDS_KEY: ExecutionParameter(type=int, optional=True),
-    MAX_SHARD_BYTES_KEY: ExecutionParameter(type=int, optional=True),
-    MAX_REJECT_FRACTION_KEY: ExecutionParameter(type=float, optional=True),
-    INPUT_FINGERPRINT_KEY: ExecutionParameter(type=str, optional=True),
+    keys.NUM_SHARDS_KEY: ExecutionParameter(type=int, optional=True),
+    keys.MAX_SHARD_BYTES_KEY: ExecutionParameter(type=int, optional=True),
+    keys.MAX_REJECT_FRACTION_KEY: ExecutionParameter(type=float, optional=True),
+    keys.INPUT_FINGERPRINT_KEY: ExecutionParameter(type=str, optional=True),
 }
+
+
+class _CommonArgs(TypedDict, total=False):
+    """The keyword arguments for `_COMMON_PARAMETERS`, as `_MaterializeComponent` takes them."""
+
+    num_shards: int | None
+    max_shard_bytes: int | None
+    max_reject_fraction: float | None
+    input_fingerprint: str | None
+
+
+def _outputs(index_key: str, index_type: type[types.Artifact]) -> dict[str, ChannelParameter]:
+    """Examples, their offset index, and the job's own index under `index_key`."""
+    return {
+        keys.EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples),
+        keys.OFFSET_INDEX_KEY: ChannelParameter(type=artifacts.OffsetIndex),
+        index_key: ChannelParameter(type=index_type),
+    }
 
 
 class MaterializePairsSpec(types.ComponentSpec):
     PARAMETERS = {
-        X_DIR_KEY: ExecutionParameter(type=str),
-        Y_DIR_KEY: ExecutionParameter(type=str),
-        PAIRS_KEY: ExecutionParameter(type=str),
-        PAIRS_FORMAT_KEY: ExecutionParameter(type=str, optional=True),
-        IMAGE_STORAGE_KEY: ExecutionParameter(type=str, optional=True),
-        RAW_HEIGHT_KEY: ExecutionParameter(type=int, optional=True),
-        RAW_WIDTH_KEY: ExecutionParameter(type=int, optional=True),
-        RAW_CHANNELS_KEY: ExecutionParameter(type=int, optional=True),
+        keys.X_DIR_KEY: ExecutionParameter(type=str),
+        keys.Y_DIR_KEY: ExecutionParameter(type=str),
+        keys.PAIRS_KEY: ExecutionParameter(type=str),
+        keys.PAIRS_FORMAT_KEY: ExecutionParameter(type=str, optional=True),
+        keys.IMAGE_STORAGE_KEY: ExecutionParameter(type=str, optional=True),
+        keys.RAW_HEIGHT_KEY: ExecutionParameter(type=int, optional=True),
+        keys.RAW_WIDTH_KEY: ExecutionParameter(type=int, optional=True),
+        keys.RAW_CHANNELS_KEY: ExecutionParameter(type=int, optional=True),
         **_COMMON_PARAMETERS,
     }
     INPUTS: dict[str, ChannelParameter] = {}
-    OUTPUTS = {
-        EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples),
-        OFFSET_INDEX_KEY: ChannelParameter(type=artifacts.OffsetIndex),
-        PAIR_INDEX_KEY: ChannelParameter(type=artifacts.PairIndex),
-    }
+    OUTPUTS = _outputs(keys.PAIR_INDEX_KEY, artifacts.PairIndex)
 
 
 class MaterializeAudioSpec(types.ComponentSpec):
     PARAMETERS = {
-        MANIFEST_KEY: ExecutionParameter(type=str),
-        ROOT_KEY: ExecutionParameter(type=str),
-        MANIFEST_FORMAT_KEY: ExecutionParameter(type=str, optional=True),
-        SAMPLE_RATE_KEY: ExecutionParameter(type=int, optional=True),
-        SPLIT_MODE_KEY: ExecutionParameter(type=str, optional=True),
-        EVAL_FRACTION_KEY: ExecutionParameter(type=float, optional=True),
-        SPLIT_SEED_KEY: ExecutionParameter(type=int, optional=True),
+        keys.MANIFEST_KEY: ExecutionParameter(type=str),
+        keys.ROOT_KEY: ExecutionParameter(type=str),
+        keys.MANIFEST_FORMAT_KEY: ExecutionParameter(type=str, optional=True),
+        keys.SAMPLE_RATE_KEY: ExecutionParameter(type=int, optional=True),
+        keys.SPLIT_MODE_KEY: ExecutionParameter(type=str, optional=True),
+        keys.EVAL_FRACTION_KEY: ExecutionParameter(type=float, optional=True),
+        keys.SPLIT_SEED_KEY: ExecutionParameter(type=int, optional=True),
         **_COMMON_PARAMETERS,
     }
     INPUTS: dict[str, ChannelParameter] = {}
-    OUTPUTS = {
-        EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples),
-        OFFSET_INDEX_KEY: ChannelParameter(type=artifacts.OffsetIndex),
-        CLASS_INDEX_KEY: ChannelParameter(type=artifacts.ClassIndex),
-    }
+    OUTPUTS = _outputs(keys.CLASS_INDEX_KEY, artifacts.ClassIndex)
 
 
-class MaterializePairs(base_beam_component.BaseBeamComponent):
+class _MaterializeComponent(base_beam_component.BaseBeamComponent):
+    """Takes the common parameters; builds the spec of `SPEC_CLASS` with a new channel per
+    output."""
+
+    def __init__(
+        self,
+        job_parameters: dict[str, Any],
+        *,
+        num_shards: int | None = None,
+        max_shard_bytes: int | None = None,
+        max_reject_fraction: float | None = None,
+        input_fingerprint: str | None = None,
+    ):
+        outputs = {
+            name: types.Channel(type=output.type)
+            for name, output in self.SPEC_CLASS.OUTPUTS.items()
+        }
+        super().__init__(
+            spec=self.SPEC_CLASS(
+                **job_parameters,
+                num_shards=num_shards,
+                max_shard_bytes=max_shard_bytes,
+                max_reject_fraction=max_reject_fraction,
+                input_fingerprint=input_fingerprint,
+                **outputs,
+            )
+        )
+
+
+class MaterializePairs(_MaterializeComponent):
     """Beam job: image domains X, Y + valid-pair list -> Examples, OffsetIndex, PairIndex."""
 
     SPEC_CLASS = MaterializePairsSpec
@@ -113,33 +134,24 @@ class MaterializePairs(base_beam_component.BaseBeamComponent):
         raw_height: int | None = None,
         raw_width: int | None = None,
         raw_channels: int | None = None,
-        num_shards: int | None = None,
-        max_shard_bytes: int | None = None,
-        max_reject_fraction: float | None = None,
-        input_fingerprint: str | None = None,
+        **common: Unpack[_CommonArgs],
     ):
         super().__init__(
-            spec=MaterializePairsSpec(
-                x_dir=x_dir,
-                y_dir=y_dir,
-                pairs=pairs,
-                pairs_format=pairs_format,
-                image_storage=image_storage,
-                raw_height=raw_height,
-                raw_width=raw_width,
-                raw_channels=raw_channels,
-                num_shards=num_shards,
-                max_shard_bytes=max_shard_bytes,
-                max_reject_fraction=max_reject_fraction,
-                input_fingerprint=input_fingerprint,
-                examples=types.Channel(type=standard_artifacts.Examples),
-                offset_index=types.Channel(type=artifacts.OffsetIndex),
-                pair_index=types.Channel(type=artifacts.PairIndex),
-            )
+            {
+                keys.X_DIR_KEY: x_dir,
+                keys.Y_DIR_KEY: y_dir,
+                keys.PAIRS_KEY: pairs,
+                keys.PAIRS_FORMAT_KEY: pairs_format,
+                keys.IMAGE_STORAGE_KEY: image_storage,
+                keys.RAW_HEIGHT_KEY: raw_height,
+                keys.RAW_WIDTH_KEY: raw_width,
+                keys.RAW_CHANNELS_KEY: raw_channels,
+            },
+            **common,
         )
 
 
-class MaterializeAudio(base_beam_component.BaseBeamComponent):
+class MaterializeAudio(_MaterializeComponent):
     """Beam job: speaker manifest + audio files -> Examples, OffsetIndex, ClassIndex."""
 
     SPEC_CLASS = MaterializeAudioSpec
@@ -155,26 +167,17 @@ class MaterializeAudio(base_beam_component.BaseBeamComponent):
         split_mode: str | None = None,
         eval_fraction: float | None = None,
         split_seed: int | None = None,
-        num_shards: int | None = None,
-        max_shard_bytes: int | None = None,
-        max_reject_fraction: float | None = None,
-        input_fingerprint: str | None = None,
+        **common: Unpack[_CommonArgs],
     ):
         super().__init__(
-            spec=MaterializeAudioSpec(
-                manifest=manifest,
-                root=root,
-                manifest_format=manifest_format,
-                sample_rate=sample_rate,
-                split_mode=split_mode,
-                eval_fraction=eval_fraction,
-                split_seed=split_seed,
-                num_shards=num_shards,
-                max_shard_bytes=max_shard_bytes,
-                max_reject_fraction=max_reject_fraction,
-                input_fingerprint=input_fingerprint,
-                examples=types.Channel(type=standard_artifacts.Examples),
-                offset_index=types.Channel(type=artifacts.OffsetIndex),
-                class_index=types.Channel(type=artifacts.ClassIndex),
-            )
+            {
+                keys.MANIFEST_KEY: manifest,
+                keys.ROOT_KEY: root,
+                keys.MANIFEST_FORMAT_KEY: manifest_format,
+                keys.SAMPLE_RATE_KEY: sample_rate,
+                keys.SPLIT_MODE_KEY: split_mode,
+                keys.EVAL_FRACTION_KEY: eval_fraction,
+                keys.SPLIT_SEED_KEY: split_seed,
+            },
+            **common,
         )

@@ -17,9 +17,9 @@ are renames: O(1) per file locally; on object stores a rename is a server-side c
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import posixpath
+from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
@@ -30,35 +30,19 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
 
 from components import artifacts, layout
-from components.component_keys import (
-    CLASS_INDEX_KEY,
-    EXAMPLES_KEY,
-    MAX_SHARD_BYTES_KEY,
-    NUM_SHARDS_KEY,
-    OFFSET_INDEX_KEY,
-    PAIR_INDEX_KEY,
-)
-from components.materialize import (
-    AudioConfig,
-    PairsConfig,
-    ShardingConfig,
-    common,
-    run_audio,
-    run_pairs,
-)
+from components import component_keys as keys
+from components.materialize import AudioConfig, PairsConfig, common, config, run_audio, run_pairs
 
-_SHARDING_FIELDS = (NUM_SHARDS_KEY, MAX_SHARD_BYTES_KEY)
 _CLASS_INDEX_PARTS = (layout.CLASSES_FILE, layout.CLASS_IDS_FILE, layout.CLASS_RECORDS_INDEX)
 
 
 class _MaterializeExecutor(base_beam_executor.BaseBeamExecutor):
     """Shared `Do`: run the job into the offset index URI, then split the run over artifacts."""
 
-    _CONFIG_CLASS: type
+    _CONFIG_CLASS: type[PairsConfig | AudioConfig]
+    # The job's `run_*` function; staticmethod, so that it is not bound to the executor.
+    _RUN_JOB: Callable[..., dict]
     _INDEX_KEY: str
-
-    def _run_job(self, config: Any) -> dict:
-        raise NotImplementedError
 
     def _move_index(self, run_dir: str, record_sets: list[str], index_uri: str) -> None:
         raise NotImplementedError
@@ -80,8 +64,8 @@ class _MaterializeExecutor(base_beam_executor.BaseBeamExecutor):
         exec_properties: dict[str, Any],
     ) -> None:
         self._log_startup(input_dict, output_dict, exec_properties)
-        examples = artifact_utils.get_single_instance(output_dict[EXAMPLES_KEY])
-        offset_index = artifact_utils.get_single_instance(output_dict[OFFSET_INDEX_KEY])
+        examples = artifact_utils.get_single_instance(output_dict[keys.EXAMPLES_KEY])
+        offset_index = artifact_utils.get_single_instance(output_dict[keys.OFFSET_INDEX_KEY])
         index = artifact_utils.get_single_instance(output_dict[self._INDEX_KEY])
         run_dir = offset_index.uri
         # A retried execution may reuse its output URIs: start from empty ones, so no shard or
@@ -90,7 +74,10 @@ class _MaterializeExecutor(base_beam_executor.BaseBeamExecutor):
             if tf.io.gfile.exists(artifact.uri):
                 tf.io.gfile.rmtree(artifact.uri)
 
-        summary = self._run_job(job_config(self._CONFIG_CLASS, exec_properties, run_dir))
+        job_config = config.from_flat(
+            self._CONFIG_CLASS, {**exec_properties, "output_dir": run_dir}
+        )
+        summary = self._RUN_JOB(job_config, make_pipeline=self._make_beam_pipeline)
         record_sets = record_sets_of(run_dir)
         for record_set in record_sets:
             move_shards(run_dir, record_set, examples.uri)
@@ -121,10 +108,8 @@ class PairsExecutor(_MaterializeExecutor):
     """Runs `components.materialize.run_pairs`; `pair_index` gets `index/pairs/`."""
 
     _CONFIG_CLASS = PairsConfig
-    _INDEX_KEY = PAIR_INDEX_KEY
-
-    def _run_job(self, config: PairsConfig) -> dict:
-        return run_pairs(config, make_pipeline=self._make_beam_pipeline)
+    _RUN_JOB = staticmethod(run_pairs)
+    _INDEX_KEY = keys.PAIR_INDEX_KEY
 
     def _move_index(self, run_dir: str, record_sets: list[str], index_uri: str) -> None:
         move_tree(layout.pairs_index_dir(run_dir), layout.pairs_index_dir(index_uri))
@@ -138,10 +123,8 @@ class AudioExecutor(_MaterializeExecutor):
     """Runs `components.materialize.run_audio`; `class_index` gets each set's class index."""
 
     _CONFIG_CLASS = AudioConfig
-    _INDEX_KEY = CLASS_INDEX_KEY
-
-    def _run_job(self, config: AudioConfig) -> dict:
-        return run_audio(config, make_pipeline=self._make_beam_pipeline)
+    _RUN_JOB = staticmethod(run_audio)
+    _INDEX_KEY = keys.CLASS_INDEX_KEY
 
     def _move_index(self, run_dir: str, record_sets: list[str], index_uri: str) -> None:
         for record_set in record_sets:
@@ -161,15 +144,6 @@ class AudioExecutor(_MaterializeExecutor):
             classes = os.path.join(layout.index_dir(index.uri, record_set), layout.CLASSES_FILE)
             num_classes[record_set] = len(layout.load_lines(classes))
         index.set_json_value_custom_property(artifacts.NUM_CLASSES_PROPERTY, num_classes)
-
-
-def job_config(config_class: type, exec_properties: dict[str, Any], output_dir: str):
-    """The Beam job's config from the component's parameters; unset ones keep job defaults."""
-    fields = {f.name for f in dataclasses.fields(config_class)}
-    given = {k: v for k, v in exec_properties.items() if v is not None}
-    sharding = ShardingConfig(**{k: given[k] for k in _SHARDING_FIELDS if k in given})
-    values = {k: v for k, v in given.items() if k in fields and k != "sharding"}
-    return config_class(**values, sharding=sharding, output_dir=output_dir)
 
 
 def record_sets_of(run_dir: str) -> list[str]:

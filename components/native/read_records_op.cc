@@ -2,7 +2,9 @@
 // call, without Python. Each record is one pread of its whole frame (length, length CRC,
 // payload, payload CRC) into the output string; the frame is checked and the payload moved to
 // the front. The offset index (int64 [N, 3]: shard, frame offset, payload length) is mapped,
-// not loaded, so memory does not grow with the number of records.
+// not loaded, so memory does not grow with the number of records. A frame that does not fit in its
+// shard (size taken once, at construction) is damaged and never read: nothing is allocated for the
+// length a damaged index claims.
 #include <fcntl.h>
 #include <nmmintrin.h>
 #include <sys/mman.h>
@@ -61,30 +63,36 @@ class ReadRecordsByIndexOp : public OpKernel {
  public:
   explicit ReadRecordsByIndexOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     std::vector<std::string> shard_paths;
-    std::string offsets_path;
     int64_t header_bytes;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("shard_paths", &shard_paths));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("offsets_path", &offsets_path));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("offsets_path", &offsets_path_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("offsets_header_bytes", &header_bytes));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_records", &num_records_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("verify_crc", &verify_crc_));
+    OP_REQUIRES(ctx, header_bytes >= 0 && num_records_ >= 0,
+                errors::InvalidArgument("offsets_header_bytes and num_records must be >= 0"));
+    struct stat info;
     for (const std::string& path : shard_paths) {
       const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
       OP_REQUIRES(ctx, fd >= 0,
                   errors::NotFound("cannot open shard ", path, ": ", std::strerror(errno)));
       fds_.push_back(fd);
+      OP_REQUIRES(ctx, fstat(fd, &info) == 0,
+                  errors::Internal("cannot stat shard ", path, ": ", std::strerror(errno)));
+      shard_bytes_.push_back(static_cast<int64_t>(info.st_size));
     }
-    const int index_fd = open(offsets_path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int index_fd = open(offsets_path_.c_str(), O_RDONLY | O_CLOEXEC);
     OP_REQUIRES(ctx, index_fd >= 0,
-                errors::NotFound("cannot open offset index ", offsets_path, ": ",
+                errors::NotFound("cannot open offset index ", offsets_path_, ": ",
                                  std::strerror(errno)));
-    struct stat info;
-    const int64_t needed = header_bytes + num_records_ * 3 * static_cast<int64_t>(sizeof(int64_t));
     const int64_t size = fstat(index_fd, &info) == 0 ? static_cast<int64_t>(info.st_size) : -1;
-    if (size < needed) {
+    // Compared as (size - header) / 24 so that a huge num_records cannot overflow the product.
+    constexpr int64_t kRowBytes = 3 * static_cast<int64_t>(sizeof(int64_t));
+    if (size < header_bytes || (size - header_bytes) / kRowBytes < num_records_) {
       close(index_fd);
-      ctx->CtxFailure(errors::InvalidArgument("offset index ", offsets_path, " holds ", size,
-                                              " bytes, ", needed, " expected"));
+      ctx->CtxFailure(errors::InvalidArgument("offset index ", offsets_path_, " holds ", size,
+                                              " bytes, fewer than ", header_bytes, " + ",
+                                              num_records_, " rows of ", kRowBytes));
       return;
     }
     mapped_bytes_ = static_cast<size_t>(info.st_size);
@@ -92,7 +100,7 @@ class ReadRecordsByIndexOp : public OpKernel {
       void* mapped = mmap(nullptr, mapped_bytes_, PROT_READ, MAP_SHARED, index_fd, 0);
       close(index_fd);
       OP_REQUIRES(ctx, mapped != MAP_FAILED,
-                  errors::Internal("cannot map ", offsets_path, ": ", std::strerror(errno)));
+                  errors::Internal("cannot map ", offsets_path_, ": ", std::strerror(errno)));
       mapped_ = mapped;
       rows_ = reinterpret_cast<const int64_t*>(static_cast<const char*>(mapped) + header_bytes);
     } else {
@@ -113,9 +121,18 @@ class ReadRecordsByIndexOp : public OpKernel {
     const auto indices = indices_tensor.vec<int64_t>();
     const int64_t count = indices.size();
     for (int64_t i = 0; i < count; ++i) {
-      OP_REQUIRES(ctx, indices(i) >= 0 && indices(i) < num_records_,
-                  errors::InvalidArgument("record index ", indices(i),
+      const int64_t index = indices(i);
+      OP_REQUIRES(ctx, index >= 0 && index < num_records_,
+                  errors::InvalidArgument("record index ", index,
                                           " out of range: num_records = ", num_records_));
+      // RecordStore.open checks every row; a bad one here means the index changed since.
+      const int64_t* row = rows_ + 3 * index;
+      OP_REQUIRES(ctx,
+                  row[0] >= 0 && row[0] < static_cast<int64_t>(fds_.size()) && row[1] >= 0 &&
+                      row[2] >= 0,
+                  errors::DataLoss("offset index ", offsets_path_, ": record ", index,
+                                   " has shard ", row[0], " (of ", fds_.size(), "), offset ",
+                                   row[1], ", length ", row[2]));
     }
     Tensor* records_tensor = nullptr;
     Tensor* ok_tensor = nullptr;
@@ -134,11 +151,16 @@ class ReadRecordsByIndexOp : public OpKernel {
   }
 
  private:
-  // Reads record `index` into `out` and checks its frame; false (and `out` empty) if damaged.
+  // Reads record `index` (its row checked by Compute) into `out` and checks its frame; false (and
+  // `out` empty) if damaged.
   bool ReadOne(int64_t index, tstring* out) const {
     const int64_t* row = rows_ + 3 * index;
     const int64_t shard = row[0], offset = row[1], length = row[2];
-    if (shard < 0 || shard >= static_cast<int64_t>(fds_.size()) || offset < 0 || length < 0) {
+    // The frame must fit in the shard before anything is allocated for it. In this order no
+    // difference overflows: offset and length are >= 0 and `room` >= -16.
+    const int64_t room = shard_bytes_[shard] - kOverheadBytes;
+    if (offset > room || length > room - offset) {
+      out->clear();
       return false;
     }
     const int64_t frame_bytes = length + kOverheadBytes;
@@ -167,7 +189,9 @@ class ReadRecordsByIndexOp : public OpKernel {
     return true;
   }
 
+  std::string offsets_path_;
   std::vector<int> fds_;
+  std::vector<int64_t> shard_bytes_;  // sizes at construction: shards are written once
   void* mapped_ = nullptr;
   size_t mapped_bytes_ = 0;
   const int64_t* rows_ = nullptr;
@@ -198,8 +222,10 @@ Reads TFRecord payloads by global record number through a memory-mapped offset i
 
 indices: int64 [B] record numbers.
 records: string [B] payloads; empty where the frame is damaged.
-ok: bool [B] false where the frame is truncated, its length disagrees with the index, or (with
-  verify_crc) a CRC does not match.
+ok: bool [B] false where the frame does not fit in its shard (a truncated shard or a damaged
+  index: nothing is read or allocated for it), is truncated, its length disagrees with the index,
+  or (with verify_crc) a CRC does not match. A row of the index that names no shard or holds a
+  negative offset or length fails the call (DataLoss, naming the record).
 )doc");
 
 REGISTER_KERNEL_BUILDER(Name("ReadRecordsByIndex").Device(DEVICE_CPU), ReadRecordsByIndexOp);

@@ -24,58 +24,37 @@ from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 
 from components import artifacts
-from components.component_keys import (
-    ANOMALIES_KEY,
-    BATCH_SIZE_KEY,
-    CLASS_BALANCED,
-    CLASS_INDEX_KEY,
-    CUSTOM_CONFIG_KEY,
-    DYNAMIC_PAIRS,
-    EVAL_SPLIT_KEY,
-    EXAMPLES_KEY,
-    INPUT_KIND_KEY,
-    INPUT_KINDS,
-    INPUT_OPTIONS_KEY,
-    MODEL_KEY,
-    MODEL_RUN_KEY,
-    MODULE_FILE_KEY,
-    MODULE_PATH_KEY,
-    N_CLASSES_PER_BATCH_KEY,
-    N_SAMPLES_PER_CLASS_KEY,
-    NUM_EPOCHS_KEY,
-    OFFSET_INDEX_KEY,
-    PAIR_INDEX_KEY,
-    SEED_KEY,
-    TRAIN_SPLIT_KEY,
-)
+from components import component_keys as keys
 from components.trainer_component import executor
 
 
 class ResampledTrainerSpec(types.ComponentSpec):
     PARAMETERS = {
-        INPUT_KIND_KEY: ExecutionParameter(type=str),
-        MODULE_PATH_KEY: ExecutionParameter(type=str, optional=True),
-        MODULE_FILE_KEY: ExecutionParameter(type=str, optional=True),
-        NUM_EPOCHS_KEY: ExecutionParameter(type=int),
-        SEED_KEY: ExecutionParameter(type=int, optional=True),
-        BATCH_SIZE_KEY: ExecutionParameter(type=int, optional=True),
-        N_CLASSES_PER_BATCH_KEY: ExecutionParameter(type=int, optional=True),
-        N_SAMPLES_PER_CLASS_KEY: ExecutionParameter(type=int, optional=True),
-        TRAIN_SPLIT_KEY: ExecutionParameter(type=str, optional=True),
-        EVAL_SPLIT_KEY: ExecutionParameter(type=str, optional=True),
-        INPUT_OPTIONS_KEY: ExecutionParameter(type=str, optional=True),
-        CUSTOM_CONFIG_KEY: ExecutionParameter(type=str, optional=True),
+        keys.INPUT_KIND_KEY: ExecutionParameter(type=str),
+        keys.MODULE_PATH_KEY: ExecutionParameter(type=str, optional=True),
+        keys.MODULE_FILE_KEY: ExecutionParameter(type=str, optional=True),
+        keys.NUM_EPOCHS_KEY: ExecutionParameter(type=int),
+        keys.SEED_KEY: ExecutionParameter(type=int, optional=True),
+        keys.BATCH_SIZE_KEY: ExecutionParameter(type=int, optional=True),
+        keys.N_CLASSES_PER_BATCH_KEY: ExecutionParameter(type=int, optional=True),
+        keys.N_SAMPLES_PER_CLASS_KEY: ExecutionParameter(type=int, optional=True),
+        keys.TRAIN_SPLIT_KEY: ExecutionParameter(type=str, optional=True),
+        keys.EVAL_SPLIT_KEY: ExecutionParameter(type=str, optional=True),
+        keys.INPUT_OPTIONS_KEY: ExecutionParameter(type=str, optional=True),
+        keys.CUSTOM_CONFIG_KEY: ExecutionParameter(type=str, optional=True),
     }
     INPUTS = {
-        EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples),
-        OFFSET_INDEX_KEY: ChannelParameter(type=artifacts.OffsetIndex),
-        PAIR_INDEX_KEY: ChannelParameter(type=artifacts.PairIndex, optional=True),
-        CLASS_INDEX_KEY: ChannelParameter(type=artifacts.ClassIndex, optional=True),
-        ANOMALIES_KEY: ChannelParameter(type=standard_artifacts.ExampleAnomalies, optional=True),
+        keys.EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples),
+        keys.OFFSET_INDEX_KEY: ChannelParameter(type=artifacts.OffsetIndex),
+        keys.PAIR_INDEX_KEY: ChannelParameter(type=artifacts.PairIndex, optional=True),
+        keys.CLASS_INDEX_KEY: ChannelParameter(type=artifacts.ClassIndex, optional=True),
+        keys.ANOMALIES_KEY: ChannelParameter(
+            type=standard_artifacts.ExampleAnomalies, optional=True
+        ),
     }
     OUTPUTS = {
-        MODEL_KEY: ChannelParameter(type=standard_artifacts.Model),
-        MODEL_RUN_KEY: ChannelParameter(type=standard_artifacts.ModelRun),
+        keys.MODEL_KEY: ChannelParameter(type=standard_artifacts.Model),
+        keys.MODEL_RUN_KEY: ChannelParameter(type=standard_artifacts.ModelRun),
     }
 
 
@@ -106,13 +85,13 @@ class ResampledTrainer(base_component.BaseComponent):
         input_options: Mapping[str, Any] | None = None,
         custom_config: Mapping[str, Any] | None = None,
     ):
-        if input_kind not in INPUT_KINDS:
-            raise ValueError(f"input_kind must be one of {INPUT_KINDS}, got {input_kind!r}")
+        if input_kind not in keys.INPUT_KINDS:
+            raise ValueError(f"input_kind must be one of {keys.INPUT_KINDS}, got {input_kind!r}")
         if bool(module_path) == bool(module_file):
             raise ValueError("give exactly one of module_path and module_file")
-        if input_kind == DYNAMIC_PAIRS and (pair_index is None or batch_size is None):
+        if input_kind == keys.DYNAMIC_PAIRS and (pair_index is None or batch_size is None):
             raise ValueError("input_kind='dynamic_pairs' needs pair_index and batch_size")
-        if input_kind == CLASS_BALANCED and (
+        if input_kind == keys.CLASS_BALANCED and (
             class_index is None or n_classes_per_batch is None or n_samples_per_class is None
         ):
             raise ValueError(

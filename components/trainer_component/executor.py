@@ -15,29 +15,8 @@ from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 from tfx.utils import import_utils, path_utils
 
+from components import component_keys as keys
 from components import layout
-from components.component_keys import (
-    ANOMALIES_KEY,
-    BATCH_SIZE_KEY,
-    CLASS_BALANCED,
-    CLASS_INDEX_KEY,
-    CUSTOM_CONFIG_KEY,
-    EVAL_SPLIT_KEY,
-    INPUT_KIND_KEY,
-    INPUT_KINDS,
-    INPUT_OPTIONS_KEY,
-    MODEL_KEY,
-    MODEL_RUN_KEY,
-    MODULE_FILE_KEY,
-    MODULE_PATH_KEY,
-    N_CLASSES_PER_BATCH_KEY,
-    N_SAMPLES_PER_CLASS_KEY,
-    NUM_EPOCHS_KEY,
-    OFFSET_INDEX_KEY,
-    PAIR_INDEX_KEY,
-    SEED_KEY,
-    TRAIN_SPLIT_KEY,
-)
 from components.inputs import PairCoverage, PairCoverageCallback
 from components.trainer_component import training_inputs
 from components.trainer_component.fn_args import FnArgs
@@ -62,23 +41,23 @@ class Executor(base_executor.BaseExecutor):
         exec_properties: dict[str, Any],
     ) -> None:
         self._log_startup(input_dict, output_dict, exec_properties)
-        input_kind = exec_properties[INPUT_KIND_KEY]
-        if input_kind not in INPUT_KINDS:
-            raise ValueError(f"input_kind must be one of {INPUT_KINDS}, got {input_kind!r}")
-        train_split = exec_properties.get(TRAIN_SPLIT_KEY) or _default_train_split(input_kind)
-        eval_split = exec_properties.get(EVAL_SPLIT_KEY)
+        input_kind = exec_properties[keys.INPUT_KIND_KEY]
+        if input_kind not in keys.INPUT_KINDS:
+            raise ValueError(f"input_kind must be one of {keys.INPUT_KINDS}, got {input_kind!r}")
+        train_split = exec_properties.get(keys.TRAIN_SPLIT_KEY) or _default_train_split(input_kind)
+        eval_split = exec_properties.get(keys.EVAL_SPLIT_KEY)
         run_fn = _load_run_fn(exec_properties)
 
-        if input_dict.get(ANOMALIES_KEY):
+        if input_dict.get(keys.ANOMALIES_KEY):
             check_no_anomalies(
-                artifact_utils.get_single_instance(input_dict[ANOMALIES_KEY]),
+                artifact_utils.get_single_instance(input_dict[keys.ANOMALIES_KEY]),
                 [s for s in (train_split, eval_split) if s]
-                if input_kind == CLASS_BALANCED
+                if input_kind == keys.CLASS_BALANCED
                 else [layout.X_RECORD_SET, layout.Y_RECORD_SET],
             )
 
-        model = artifact_utils.get_single_instance(output_dict[MODEL_KEY])
-        model_run = artifact_utils.get_single_instance(output_dict[MODEL_RUN_KEY])
+        model = artifact_utils.get_single_instance(output_dict[keys.MODEL_KEY])
+        model_run = artifact_utils.get_single_instance(output_dict[keys.MODEL_RUN_KEY])
         # The Kubeflow v2 entrypoint does not create output folders; LocalDagRunner does.
         tf.io.gfile.makedirs(model.uri)
         tf.io.gfile.makedirs(model_run.uri)
@@ -119,17 +98,17 @@ class Executor(base_executor.BaseExecutor):
         model_run_dir: str,
     ) -> tuple[FnArgs, PairCoverage | None]:
         """`run_fn`'s arguments, and the pair coverage tracker for dynamic pairs."""
-        offset_index = artifact_utils.get_single_uri(input_dict[OFFSET_INDEX_KEY])
-        options = _json_dict(exec_properties, INPUT_OPTIONS_KEY)
-        custom_config = _json_dict(exec_properties, CUSTOM_CONFIG_KEY)
-        seed = int(exec_properties.get(SEED_KEY) or 0)
+        offset_index = artifact_utils.get_single_uri(input_dict[keys.OFFSET_INDEX_KEY])
+        options = _json_dict(exec_properties, keys.INPUT_OPTIONS_KEY)
+        custom_config = _json_dict(exec_properties, keys.CUSTOM_CONFIG_KEY)
+        seed = int(exec_properties.get(keys.SEED_KEY) or 0)
         callbacks: list = []
         eval_dataset = None
         coverage = None
-        if input_kind == CLASS_BALANCED:
-            class_index = _required_uri(input_dict, CLASS_INDEX_KEY, input_kind)
-            n_c = _required_int(exec_properties, N_CLASSES_PER_BATCH_KEY)
-            n_p = _required_int(exec_properties, N_SAMPLES_PER_CLASS_KEY)
+        if input_kind == keys.CLASS_BALANCED:
+            class_index = _required_uri(input_dict, keys.CLASS_INDEX_KEY, input_kind)
+            n_c = _required_int(exec_properties, keys.N_CLASSES_PER_BATCH_KEY)
+            n_p = _required_int(exec_properties, keys.N_SAMPLES_PER_CLASS_KEY)
             features = training_inputs.audio_feature_config(options.pop("features", None))
             eval_batch_size = int(options.pop("eval_batch_size", n_c * n_p))
             train_dataset = training_inputs.speaker_train_dataset(
@@ -158,8 +137,8 @@ class Executor(base_executor.BaseExecutor):
                 sample_rate=features.sample_rate,
             )
         else:
-            pair_index = _required_uri(input_dict, PAIR_INDEX_KEY, input_kind)
-            batch_size = _required_int(exec_properties, BATCH_SIZE_KEY)
+            pair_index = _required_uri(input_dict, keys.PAIR_INDEX_KEY, input_kind)
+            batch_size = _required_int(exec_properties, keys.BATCH_SIZE_KEY)
             train_dataset, coverage = training_inputs.pairs_train_dataset(
                 offset_index, pair_index, batch_size=batch_size, seed=seed, options=options
             )
@@ -170,7 +149,7 @@ class Executor(base_executor.BaseExecutor):
             train_dataset=train_dataset,
             eval_dataset=eval_dataset,
             callbacks=callbacks,
-            num_epochs=_required_int(exec_properties, NUM_EPOCHS_KEY),
+            num_epochs=_required_int(exec_properties, keys.NUM_EPOCHS_KEY),
             serving_model_dir=serving_model_dir,
             model_run_dir=model_run_dir,
             custom_config=custom_config,
@@ -219,12 +198,12 @@ def _describe(info: anomalies_pb2.AnomalyInfo) -> str:
 
 
 def _default_train_split(input_kind: str) -> str:
-    return "train" if input_kind == CLASS_BALANCED else layout.X_RECORD_SET
+    return "train" if input_kind == keys.CLASS_BALANCED else layout.X_RECORD_SET
 
 
 def _load_run_fn(exec_properties: Mapping[str, Any]) -> Callable[[FnArgs], object]:
-    module_path = exec_properties.get(MODULE_PATH_KEY)
-    module_file = exec_properties.get(MODULE_FILE_KEY)
+    module_path = exec_properties.get(keys.MODULE_PATH_KEY)
+    module_file = exec_properties.get(keys.MODULE_FILE_KEY)
     if bool(module_path) == bool(module_file):
         raise ValueError("set exactly one of module_path (importable) and module_file (a path)")
     if module_path:

@@ -83,7 +83,7 @@ def audio_feature_config(options: Mapping[str, Any] | None) -> AudioFeatureConfi
 def class_ids(class_index_uri: str, record_set: str) -> np.ndarray:
     """int64 [N]: the class id of each record of `record_set` (memory-mapped)."""
     path = os.path.join(layout.index_dir(class_index_uri, record_set), layout.CLASS_IDS_FILE)
-    return layout.load_npy(path, mmap=True)
+    return layout.load_npy(path, mmap=True, shape=(None,), dtype=layout.INTEGER)
 
 
 def speaker_train_dataset(

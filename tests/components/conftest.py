@@ -10,30 +10,10 @@ import os
 import numpy as np
 import pytest
 from PIL import Image
-from tfx.types import standard_artifacts
+from tfx.dsl.components.base import base_beam_component
 
-from components import artifacts
-from components.component_keys import (
-    CLASS_INDEX_KEY,
-    EVAL_FRACTION_KEY,
-    EXAMPLES_KEY,
-    IMAGE_STORAGE_KEY,
-    MANIFEST_KEY,
-    NUM_SHARDS_KEY,
-    OFFSET_INDEX_KEY,
-    PAIR_INDEX_KEY,
-    PAIRS_FORMAT_KEY,
-    PAIRS_KEY,
-    RAW_CHANNELS_KEY,
-    RAW_HEIGHT_KEY,
-    RAW_WIDTH_KEY,
-    ROOT_KEY,
-    SAMPLE_RATE_KEY,
-    SPLIT_MODE_KEY,
-    X_DIR_KEY,
-    Y_DIR_KEY,
-)
-from components.materialize_component import executor as materialize_executor
+from components import component_keys as keys
+from components.materialize_component import MaterializeAudio, MaterializePairs
 from pipeline import config
 from pipeline.sample_data import write_digit_domains
 
@@ -52,24 +32,19 @@ def make_artifact(artifact_type, uri: str, split_names: list[str] | None = None)
 
 
 def materialize(
-    executor_class,
+    component_class: type[base_beam_component.BaseBeamComponent],
     root: str,
-    index_key: str,
-    index_type,
     exec_properties: dict,
     beam_pipeline_args: tuple[str, ...] = (),
 ):
-    """Runs a materialize executor into fresh artifacts under `root`; returns the output dict."""
+    """Runs a materialize component's executor into fresh artifacts under `root` (one per
+    output of its spec); returns the output dict."""
     outputs = {
-        EXAMPLES_KEY: [
-            make_artifact(standard_artifacts.Examples, os.path.join(root, EXAMPLES_KEY))
-        ],
-        OFFSET_INDEX_KEY: [
-            make_artifact(artifacts.OffsetIndex, os.path.join(root, OFFSET_INDEX_KEY))
-        ],
-        index_key: [make_artifact(index_type, os.path.join(root, index_key))],
+        key: [make_artifact(output.type, os.path.join(root, key))]
+        for key, output in component_class.SPEC_CLASS.OUTPUTS.items()
     }
     # As under the Kubeflow entrypoint, output folders do not exist beforehand.
+    executor_class = component_class.EXECUTOR_SPEC.executor_class
     context = executor_class.Context(beam_pipeline_args=list(beam_pipeline_args))
     executor_class(context).Do({}, outputs, exec_properties)
     return {key: value[0] for key, value in outputs.items()}
@@ -82,28 +57,22 @@ def digit_domains(tmp_path_factory):
 
 def pairs_properties(digit_domains) -> dict:
     return {
-        X_DIR_KEY: digit_domains.x_dir,
-        Y_DIR_KEY: digit_domains.y_dir,
-        PAIRS_KEY: digit_domains.pairs_path,
-        IMAGE_STORAGE_KEY: "raw",
-        RAW_HEIGHT_KEY: DIGIT_IMAGE_SIZE,
-        RAW_WIDTH_KEY: DIGIT_IMAGE_SIZE,
-        RAW_CHANNELS_KEY: 1,
-        NUM_SHARDS_KEY: 3,
-        PAIRS_FORMAT_KEY: None,
+        keys.X_DIR_KEY: digit_domains.x_dir,
+        keys.Y_DIR_KEY: digit_domains.y_dir,
+        keys.PAIRS_KEY: digit_domains.pairs_path,
+        keys.IMAGE_STORAGE_KEY: "raw",
+        keys.RAW_HEIGHT_KEY: DIGIT_IMAGE_SIZE,
+        keys.RAW_WIDTH_KEY: DIGIT_IMAGE_SIZE,
+        keys.RAW_CHANNELS_KEY: 1,
+        keys.NUM_SHARDS_KEY: 3,
+        keys.PAIRS_FORMAT_KEY: None,
     }
 
 
 @pytest.fixture(scope="session")
 def pairs_run(digit_domains, tmp_path_factory):
     root = str(tmp_path_factory.mktemp("pairs_run"))
-    return materialize(
-        materialize_executor.PairsExecutor,
-        root,
-        PAIR_INDEX_KEY,
-        artifacts.PairIndex,
-        pairs_properties(digit_domains),
-    )
+    return materialize(MaterializePairs, root, pairs_properties(digit_domains))
 
 
 @pytest.fixture(scope="session")
@@ -129,17 +98,15 @@ def speaker_manifest(tmp_path_factory):
 def audio_run(speaker_manifest, tmp_path_factory):
     root = str(tmp_path_factory.mktemp("audio_run"))
     return materialize(
-        materialize_executor.AudioExecutor,
+        MaterializeAudio,
         root,
-        CLASS_INDEX_KEY,
-        artifacts.ClassIndex,
         {
-            MANIFEST_KEY: speaker_manifest,
-            ROOT_KEY: config.SPEAKER_CORPUS_DIR,
-            SAMPLE_RATE_KEY: 16000,
-            SPLIT_MODE_KEY: "speaker",
-            EVAL_FRACTION_KEY: 0.3,
-            NUM_SHARDS_KEY: 2,
+            keys.MANIFEST_KEY: speaker_manifest,
+            keys.ROOT_KEY: config.SPEAKER_CORPUS_DIR,
+            keys.SAMPLE_RATE_KEY: 16000,
+            keys.SPLIT_MODE_KEY: "speaker",
+            keys.EVAL_FRACTION_KEY: 0.3,
+            keys.NUM_SHARDS_KEY: 2,
         },
     )
 

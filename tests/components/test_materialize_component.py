@@ -13,19 +13,7 @@ from tfx.components.statistics_gen import stats_artifact_utils
 from tfx.types import artifact_utils, standard_artifacts, standard_component_specs
 
 from components import artifacts, layout
-from components.component_keys import (
-    CLASS_INDEX_KEY,
-    EXAMPLES_KEY,
-    IMAGE_STORAGE_KEY,
-    OFFSET_INDEX_KEY,
-    PAIR_INDEX_KEY,
-    PAIRS_KEY,
-    RAW_CHANNELS_KEY,
-    RAW_HEIGHT_KEY,
-    RAW_WIDTH_KEY,
-    X_DIR_KEY,
-    Y_DIR_KEY,
-)
+from components import component_keys as keys
 from components.inputs import ValidPairs
 from components.inputs.record_store import RecordStore
 from components.materialize import MaterializeError
@@ -51,7 +39,7 @@ def _split_records(examples_uri: str, record_set: str) -> list[bytes]:
 
 
 def test_pairs_examples_artifact_holds_split_folders_of_tfrecord_shards(pairs_run):
-    examples = pairs_run[EXAMPLES_KEY]
+    examples = pairs_run[keys.EXAMPLES_KEY]
     assert artifact_utils.decode_split_names(examples.split_names) == ["x", "y"]
     entries = sorted(n.rstrip("/") for n in tf.io.gfile.listdir(examples.uri))
     assert entries == ["Split-x", "Split-y"]
@@ -62,7 +50,7 @@ def test_pairs_examples_artifact_holds_split_folders_of_tfrecord_shards(pairs_ru
 
 
 def test_pairs_run_directory_keeps_no_shards_and_index_artifacts_hold_their_parts(pairs_run):
-    offset_index, pair_index = pairs_run[OFFSET_INDEX_KEY], pairs_run[PAIR_INDEX_KEY]
+    offset_index, pair_index = pairs_run[keys.OFFSET_INDEX_KEY], pairs_run[keys.PAIR_INDEX_KEY]
     assert not tf.io.gfile.exists(os.path.join(offset_index.uri, layout.EXAMPLES_DIR))
     assert tf.io.gfile.exists(os.path.join(offset_index.uri, layout.SUMMARY_FILE))
     assert not tf.io.gfile.exists(layout.pairs_index_dir(offset_index.uri))
@@ -75,7 +63,7 @@ def test_pairs_run_directory_keeps_no_shards_and_index_artifacts_hold_their_part
 def test_record_store_on_the_offset_index_reads_the_examples_artifact_in_order(
     pairs_run, digit_domains
 ):
-    offset_index, examples = pairs_run[OFFSET_INDEX_KEY], pairs_run[EXAMPLES_KEY]
+    offset_index, examples = pairs_run[keys.OFFSET_INDEX_KEY], pairs_run[keys.EXAMPLES_KEY]
     num_records = offset_index.get_json_value_custom_property(artifacts.NUM_RECORDS_PROPERTY)
     assert num_records == {"x": digit_domains.num_x, "y": digit_domains.num_y}
     for record_set in (layout.X_RECORD_SET, layout.Y_RECORD_SET):
@@ -88,16 +76,16 @@ def test_record_store_on_the_offset_index_reads_the_examples_artifact_in_order(
 
 
 def test_pair_index_matches_the_stores_and_its_count(pairs_run, digit_domains):
-    store_x = RecordStore.open(pairs_run[OFFSET_INDEX_KEY].uri, layout.X_RECORD_SET)
-    store_y = RecordStore.open(pairs_run[OFFSET_INDEX_KEY].uri, layout.Y_RECORD_SET)
+    store_x = RecordStore.open(pairs_run[keys.OFFSET_INDEX_KEY].uri, layout.X_RECORD_SET)
+    store_y = RecordStore.open(pairs_run[keys.OFFSET_INDEX_KEY].uri, layout.Y_RECORD_SET)
     valid_pairs = ValidPairs.load(
-        pairs_run[PAIR_INDEX_KEY].uri, num_x=store_x.num_records, num_y=store_y.num_records
+        pairs_run[keys.PAIR_INDEX_KEY].uri, num_x=store_x.num_records, num_y=store_y.num_records
     )
     assert valid_pairs.num_pairs == digit_domains.num_pairs
-    assert pairs_run[PAIR_INDEX_KEY].get_int_custom_property("num_valid_pairs") == (
+    assert pairs_run[keys.PAIR_INDEX_KEY].get_int_custom_property("num_valid_pairs") == (
         digit_domains.num_pairs
     )
-    assert pairs_run[OFFSET_INDEX_KEY].get_int_custom_property("num_rejects") == 0
+    assert pairs_run[keys.OFFSET_INDEX_KEY].get_int_custom_property("num_rejects") == 0
 
 
 def test_multi_processing_beam_args_run_lean_workers_and_write_the_same_artifacts(
@@ -109,10 +97,8 @@ def test_multi_processing_beam_args_run_lean_workers_and_write_the_same_artifact
     )
     assert type(executor._make_beam_pipeline().runner).__name__ == "LeanWorkersRunner"
     outputs = materialize(
-        materialize_executor.PairsExecutor,
+        MaterializePairs,
         str(tmp_path),
-        PAIR_INDEX_KEY,
-        artifacts.PairIndex,
         pairs_properties(digit_domains),
         beam_pipeline_args=two_processes,
     )
@@ -123,11 +109,11 @@ def test_multi_processing_beam_args_run_lean_workers_and_write_the_same_artifact
 def test_statistics_gen_reads_the_uncompressed_examples(pairs_run, tmp_path):
     statistics = make_artifact(standard_artifacts.ExampleStatistics, str(tmp_path / "stats"))
     statistics_executor.Executor().Do(
-        {standard_component_specs.EXAMPLES_KEY: [pairs_run[EXAMPLES_KEY]]},
+        {standard_component_specs.EXAMPLES_KEY: [pairs_run[keys.EXAMPLES_KEY]]},
         {standard_component_specs.STATISTICS_KEY: [statistics]},
         {},
     )
-    expected = pairs_run[OFFSET_INDEX_KEY].get_json_value_custom_property("num_records")
+    expected = pairs_run[keys.OFFSET_INDEX_KEY].get_json_value_custom_property("num_records")
     for split, count in expected.items():
         [stats] = stats_artifact_utils.load_statistics(statistics, split).proto().datasets
         assert stats.num_examples == count
@@ -136,9 +122,9 @@ def test_statistics_gen_reads_the_uncompressed_examples(pairs_run, tmp_path):
 
 def test_audio_run_maps_splits_and_class_index(audio_run, speaker_manifest):
     examples, offset_index, class_index = (
-        audio_run[EXAMPLES_KEY],
-        audio_run[OFFSET_INDEX_KEY],
-        audio_run[CLASS_INDEX_KEY],
+        audio_run[keys.EXAMPLES_KEY],
+        audio_run[keys.OFFSET_INDEX_KEY],
+        audio_run[keys.CLASS_INDEX_KEY],
     )
     splits = artifact_utils.decode_split_names(examples.split_names)
     assert splits == ["eval", "train"]
@@ -187,26 +173,24 @@ def domains_with_a_corrupt_image(tmp_path):
 
 def _pairs_properties(directory, **overrides):
     return {
-        X_DIR_KEY: str(directory / "x"),
-        Y_DIR_KEY: str(directory / "y"),
-        PAIRS_KEY: str(directory / "pairs.jsonl"),
-        IMAGE_STORAGE_KEY: "raw",
-        RAW_HEIGHT_KEY: 6,
-        RAW_WIDTH_KEY: 6,
-        RAW_CHANNELS_KEY: 1,
+        keys.X_DIR_KEY: str(directory / "x"),
+        keys.Y_DIR_KEY: str(directory / "y"),
+        keys.PAIRS_KEY: str(directory / "pairs.jsonl"),
+        keys.IMAGE_STORAGE_KEY: "raw",
+        keys.RAW_HEIGHT_KEY: 6,
+        keys.RAW_WIDTH_KEY: 6,
+        keys.RAW_CHANNELS_KEY: 1,
         **overrides,
     }
 
 
 def test_a_corrupt_image_is_a_counted_and_recorded_reject(domains_with_a_corrupt_image, tmp_path):
     outputs = materialize(
-        materialize_executor.PairsExecutor,
+        MaterializePairs,
         str(tmp_path / "out"),
-        PAIR_INDEX_KEY,
-        artifacts.PairIndex,
         _pairs_properties(domains_with_a_corrupt_image),
     )
-    offset_index = outputs[OFFSET_INDEX_KEY]
+    offset_index = outputs[keys.OFFSET_INDEX_KEY]
     assert offset_index.get_int_custom_property("num_rejects") == 1
     assert offset_index.get_json_value_custom_property("rejects_by_reason") == {
         "corrupt_image": 1,
@@ -219,12 +203,12 @@ def test_a_corrupt_image_is_a_counted_and_recorded_reject(domains_with_a_corrupt
     assert len(rejects) == 13
     [corrupt] = [r for r in rejects if r["reason"] == "corrupt_image"]
     assert corrupt["id"] == "broken.png"
-    assert outputs[OFFSET_INDEX_KEY].get_json_value_custom_property("num_records") == {
+    assert outputs[keys.OFFSET_INDEX_KEY].get_json_value_custom_property("num_records") == {
         "x": 12,
         "y": 12,
     }
     # The 12 pair entries naming the broken y are gone; every x keeps its valid y.
-    assert outputs[PAIR_INDEX_KEY].get_int_custom_property("num_valid_pairs") == 12
+    assert outputs[keys.PAIR_INDEX_KEY].get_int_custom_property("num_valid_pairs") == 12
 
 
 def test_too_many_rejects_fail_the_component_with_the_reason(
@@ -232,10 +216,8 @@ def test_too_many_rejects_fail_the_component_with_the_reason(
 ):
     with pytest.raises(MaterializeError, match="reject"):
         materialize(
-            materialize_executor.PairsExecutor,
+            MaterializePairs,
             str(tmp_path / "out"),
-            PAIR_INDEX_KEY,
-            artifacts.PairIndex,
             _pairs_properties(domains_with_a_corrupt_image, max_reject_fraction=0.0),
         )
 
@@ -243,10 +225,8 @@ def test_too_many_rejects_fail_the_component_with_the_reason(
 def test_a_missing_input_folder_fails_before_any_work(tmp_path):
     with pytest.raises(MaterializeError, match="x_dir"):
         materialize(
-            materialize_executor.PairsExecutor,
+            MaterializePairs,
             str(tmp_path / "out"),
-            PAIR_INDEX_KEY,
-            artifacts.PairIndex,
             _pairs_properties(tmp_path / "nowhere"),
         )
 
@@ -265,15 +245,13 @@ def test_a_retry_into_the_same_uris_leaves_no_stale_shards(domains_with_a_corrup
     root = str(tmp_path / "out")
     for num_shards in (3, 1):
         outputs = materialize(
-            materialize_executor.PairsExecutor,
+            MaterializePairs,
             root,
-            PAIR_INDEX_KEY,
-            artifacts.PairIndex,
             _pairs_properties(domains_with_a_corrupt_image, num_shards=num_shards),
         )
-    assert _files_below(outputs[EXAMPLES_KEY].uri) == [
+    assert _files_below(outputs[keys.EXAMPLES_KEY].uri) == [
         "Split-x/data-00000-of-00001.tfrecord",
         "Split-y/data-00000-of-00001.tfrecord",
     ]
-    store = RecordStore.open(outputs[OFFSET_INDEX_KEY].uri, layout.Y_RECORD_SET)
+    store = RecordStore.open(outputs[keys.OFFSET_INDEX_KEY].uri, layout.Y_RECORD_SET)
     assert store.num_records == 12

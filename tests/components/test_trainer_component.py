@@ -11,20 +11,8 @@ import tensorflow as tf
 from tensorflow_metadata.proto.v0 import anomalies_pb2
 from tfx.types import standard_artifacts
 
+from components import component_keys as keys
 from components import layout
-from components.component_keys import (
-    ANOMALIES_KEY,
-    CLASS_BALANCED,
-    CLASS_INDEX_KEY,
-    DYNAMIC_PAIRS,
-    EXAMPLES_KEY,
-    MODEL_KEY,
-    MODEL_RUN_KEY,
-    MODULE_PATH_KEY,
-    NUM_EPOCHS_KEY,
-    OFFSET_INDEX_KEY,
-    PAIR_INDEX_KEY,
-)
 from components.inputs import ValidPairs
 from components.trainer_component import ResampledTrainer
 from components.trainer_component import executor as trainer_executor
@@ -37,16 +25,16 @@ N_SAMPLES_PER_CLASS = 2
 
 
 def _train(run, index_key, tmp_path, extra_inputs=None, **exec_properties):
-    model = make_artifact(standard_artifacts.Model, str(tmp_path / MODEL_KEY))
-    model_run = make_artifact(standard_artifacts.ModelRun, str(tmp_path / MODEL_RUN_KEY))
+    model = make_artifact(standard_artifacts.Model, str(tmp_path / keys.MODEL_KEY))
+    model_run = make_artifact(standard_artifacts.ModelRun, str(tmp_path / keys.MODEL_RUN_KEY))
     inputs = {
-        EXAMPLES_KEY: [run[EXAMPLES_KEY]],
-        OFFSET_INDEX_KEY: [run[OFFSET_INDEX_KEY]],
+        keys.EXAMPLES_KEY: [run[keys.EXAMPLES_KEY]],
+        keys.OFFSET_INDEX_KEY: [run[keys.OFFSET_INDEX_KEY]],
         index_key: [run[index_key]],
         **(extra_inputs or {}),
     }
-    properties = {MODULE_PATH_KEY: CONTRACT_MODULE, NUM_EPOCHS_KEY: 2, **exec_properties}
-    outputs = {MODEL_KEY: [model], MODEL_RUN_KEY: [model_run]}
+    properties = {keys.MODULE_PATH_KEY: CONTRACT_MODULE, keys.NUM_EPOCHS_KEY: 2, **exec_properties}
+    outputs = {keys.MODEL_KEY: [model], keys.MODEL_RUN_KEY: [model_run]}
     trainer_executor.Executor().Do(inputs, outputs, properties)
     return model, model_run
 
@@ -55,9 +43,9 @@ def _train(run, index_key, tmp_path, extra_inputs=None, **exec_properties):
 def pairs_training(pairs_run, tmp_path_factory):
     model, model_run = _train(
         pairs_run,
-        PAIR_INDEX_KEY,
+        keys.PAIR_INDEX_KEY,
         tmp_path_factory.mktemp("pairs_training"),
-        input_kind=DYNAMIC_PAIRS,
+        input_kind=keys.DYNAMIC_PAIRS,
         batch_size=64,
         seed=3,
         input_options=json.dumps(
@@ -72,9 +60,9 @@ def pairs_training(pairs_run, tmp_path_factory):
 def speaker_training(audio_run, tmp_path_factory):
     model, model_run = _train(
         audio_run,
-        CLASS_INDEX_KEY,
+        keys.CLASS_INDEX_KEY,
         tmp_path_factory.mktemp("speaker_training"),
-        input_kind=CLASS_BALANCED,
+        input_kind=keys.CLASS_BALANCED,
         n_classes_per_batch=N_CLASSES_PER_BATCH,
         n_samples_per_class=N_SAMPLES_PER_CLASS,
         train_split="train",
@@ -117,7 +105,7 @@ def test_pairs_batches_follow_the_contract_and_change_every_epoch(pairs_training
         "y_index": tf.TensorSpec([64], tf.int64),
     }
     steps = int(fn_args.train_dataset.cardinality())
-    valid = ValidPairs.load(pairs_run[PAIR_INDEX_KEY].uri)
+    valid = ValidPairs.load(pairs_run[keys.PAIR_INDEX_KEY].uri)
     row_splits, values = valid.row_splits, valid.values
     epochs = []
     for _ in range(2):
@@ -146,7 +134,9 @@ def test_speaker_batches_are_class_balanced_and_eval_covers_held_out_speakers(
     assert spec["label"] == tf.TensorSpec([batch_size], tf.int64)
     assert spec["index"] == tf.TensorSpec([batch_size], tf.int64)
     train_ids = layout.load_npy(
-        os.path.join(layout.index_dir(audio_run[CLASS_INDEX_KEY].uri, "train"), "class_ids.npy")
+        os.path.join(
+            layout.index_dir(audio_run[keys.CLASS_INDEX_KEY].uri, "train"), "class_ids.npy"
+        )
     )
     plans = []
     for _ in range(2):
@@ -164,7 +154,7 @@ def test_speaker_batches_are_class_balanced_and_eval_covers_held_out_speakers(
     assert not np.array_equal(plans[0], plans[1])
 
     eval_ids = layout.load_npy(
-        os.path.join(layout.index_dir(audio_run[CLASS_INDEX_KEY].uri, "eval"), "class_ids.npy")
+        os.path.join(layout.index_dir(audio_run[keys.CLASS_INDEX_KEY].uri, "eval"), "class_ids.npy")
     )
     eval_batches = list(fn_args.eval_dataset)
     np.testing.assert_array_equal(
@@ -199,14 +189,14 @@ def test_anomalies_in_a_training_split_stop_training(pairs_run, tmp_path):
     with pytest.raises(trainer_executor.AnomaliesFoundError, match="split 'y'.*image.*dropped"):
         _train(
             pairs_run,
-            PAIR_INDEX_KEY,
+            keys.PAIR_INDEX_KEY,
             tmp_path,
-            extra_inputs={ANOMALIES_KEY: [anomalies]},
-            input_kind=DYNAMIC_PAIRS,
+            extra_inputs={keys.ANOMALIES_KEY: [anomalies]},
+            input_kind=keys.DYNAMIC_PAIRS,
             batch_size=8,
             input_options=json.dumps({"image": {"height": 8, "width": 8, "channels": 1}}),
         )
-    assert not (tmp_path / MODEL_KEY).exists()
+    assert not (tmp_path / keys.MODEL_KEY).exists()
 
 
 def test_clean_anomalies_let_training_run(pairs_run, tmp_path):
@@ -235,11 +225,11 @@ def test_a_run_fn_that_exports_nothing_fails(pairs_run, tmp_path):
     with pytest.raises(RuntimeError, match="exported nothing"):
         _train(
             pairs_run,
-            PAIR_INDEX_KEY,
+            keys.PAIR_INDEX_KEY,
             tmp_path,
             module_path=None,
             module_file=str(module_file),
-            input_kind=DYNAMIC_PAIRS,
+            input_kind=keys.DYNAMIC_PAIRS,
             batch_size=8,
             input_options=json.dumps({"image": {"height": 8, "width": 8, "channels": 1}}),
         )
@@ -248,17 +238,17 @@ def test_a_run_fn_that_exports_nothing_fails(pairs_run, tmp_path):
 def test_missing_inputs_and_settings_are_named(pairs_run, tmp_path):
     with pytest.raises(ValueError, match="class_index"):
         _train(
-            {**pairs_run, CLASS_INDEX_KEY: pairs_run[PAIR_INDEX_KEY]},
-            PAIR_INDEX_KEY,
+            {**pairs_run, keys.CLASS_INDEX_KEY: pairs_run[keys.PAIR_INDEX_KEY]},
+            keys.PAIR_INDEX_KEY,
             tmp_path,
-            input_kind=CLASS_BALANCED,
+            input_kind=keys.CLASS_BALANCED,
             n_classes_per_batch=2,
             n_samples_per_class=2,
         )
     with pytest.raises(ValueError, match="batch_size"):
-        _train(pairs_run, PAIR_INDEX_KEY, tmp_path, input_kind=DYNAMIC_PAIRS)
+        _train(pairs_run, keys.PAIR_INDEX_KEY, tmp_path, input_kind=keys.DYNAMIC_PAIRS)
     with pytest.raises(ValueError, match="input_kind"):
-        _train(pairs_run, PAIR_INDEX_KEY, tmp_path, input_kind="triplets")
+        _train(pairs_run, keys.PAIR_INDEX_KEY, tmp_path, input_kind="triplets")
 
 
 def test_component_checks_its_configuration():
@@ -269,7 +259,7 @@ def test_component_checks_its_configuration():
         ResampledTrainer(
             examples,
             examples,
-            input_kind=DYNAMIC_PAIRS,
+            input_kind=keys.DYNAMIC_PAIRS,
             num_epochs=1,
             module_path=CONTRACT_MODULE,
         )
@@ -277,7 +267,7 @@ def test_component_checks_its_configuration():
         ResampledTrainer(
             examples,
             examples,
-            input_kind=CLASS_BALANCED,
+            input_kind=keys.CLASS_BALANCED,
             num_epochs=1,
             module_path=CONTRACT_MODULE,
             module_file="trainer.py",

@@ -15,14 +15,8 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 from tfx.types import standard_component_specs
 from tfx.utils import import_utils
 
+from components import component_keys as keys
 from components import layout
-from components.component_keys import (
-    CLASS_INDEX_KEY,
-    EXAMPLES_KEY,
-    MODEL_KEY,
-    MODEL_RUN_KEY,
-    OFFSET_INDEX_KEY,
-)
 from kubeflow import local_run, runner
 from pipeline import config
 from pipeline.sample_data import write_digit_domains
@@ -116,7 +110,7 @@ def test_specs_parse_and_wire_the_five_tasks(compiled):
         index_types = {
             definition.artifact_type.instance_schema.splitlines()[0]
             for key, definition in spec.components[materialize].output_definitions.artifacts.items()
-            if key != EXAMPLES_KEY
+            if key != keys.EXAMPLES_KEY
         }
         assert (
             index_types
@@ -148,33 +142,33 @@ def test_tasks_ran_after_their_producers(compiled, local_runs):
 def test_every_task_of_the_cyclegan_spec_runs_and_hands_on_its_outputs(local_runs):
     outputs, run_root = local_runs["cyclegan-dynamic-pairs"]
     assert set(outputs) == {"MaterializePairs", *TASKS}
-    examples = _output(outputs, "MaterializePairs", EXAMPLES_KEY)
-    assert examples["uri"] == os.path.join(run_root, "MaterializePairs", EXAMPLES_KEY)
+    examples = _output(outputs, "MaterializePairs", keys.EXAMPLES_KEY)
+    assert examples["uri"] == os.path.join(run_root, "MaterializePairs", keys.EXAMPLES_KEY)
     assert json.loads(examples["metadata"]["split_names"]) == ["x", "y"]
     assert tf.io.gfile.glob(
         os.path.join(examples["uri"], f"{layout.SPLIT_PREFIX}{layout.X_RECORD_SET}", "*.tfrecord")
     )
-    offset_index = _output(outputs, "MaterializePairs", OFFSET_INDEX_KEY)
+    offset_index = _output(outputs, "MaterializePairs", keys.OFFSET_INDEX_KEY)
     assert offset_index["metadata"]["num_records"] == {"x": 1797.0, "y": 1797.0}
     anomalies = _output(outputs, "ExampleValidator", standard_component_specs.ANOMALIES_KEY)
     assert anomalies["metadata"]["blessed"] == {"x": 1.0, "y": 1.0}
-    model_run = _output(outputs, "ResampledTrainer", MODEL_RUN_KEY)
+    model_run = _output(outputs, "ResampledTrainer", keys.MODEL_RUN_KEY)
     with open(os.path.join(model_run["uri"], "metrics.json")) as f:
         metrics = json.load(f)
     assert model_run["metadata"]["cycle_loss"] == pytest.approx(metrics["cycle_loss"])
     assert metrics["invalid_pairs"] == 0
-    model = _output(outputs, "ResampledTrainer", MODEL_KEY)
+    model = _output(outputs, "ResampledTrainer", keys.MODEL_KEY)
     assert tf.saved_model.load(os.path.join(model["uri"], "Format-Serving")).signatures
 
 
 def test_every_task_of_the_speaker_spec_runs_and_hands_on_its_outputs(local_runs):
     outputs, run_root = local_runs["speaker-class-balanced"]
     assert set(outputs) == {"MaterializeAudio", *TASKS}
-    examples = _output(outputs, "MaterializeAudio", EXAMPLES_KEY)
+    examples = _output(outputs, "MaterializeAudio", keys.EXAMPLES_KEY)
     assert json.loads(examples["metadata"]["split_names"]) == ["eval", "train"]
-    class_index = _output(outputs, "MaterializeAudio", CLASS_INDEX_KEY)
+    class_index = _output(outputs, "MaterializeAudio", keys.CLASS_INDEX_KEY)
     assert class_index["metadata"]["num_classes"] == {"eval": 3.0, "train": 7.0}
-    model_run = _output(outputs, "ResampledTrainer", MODEL_RUN_KEY)
+    model_run = _output(outputs, "ResampledTrainer", keys.MODEL_RUN_KEY)
     with open(os.path.join(model_run["uri"], "metrics.json")) as f:
         metrics = json.load(f)
     assert 0.0 <= metrics["eer"] <= 1.0

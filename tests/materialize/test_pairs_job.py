@@ -67,6 +67,16 @@ def check_run(output_dir, x_files, y_files, pairs):
     return x_ids, y_ids, rows
 
 
+def _config(tmp_path, output: str, **overrides) -> PairsConfig:
+    fields = {
+        "x_dir": str(tmp_path / "x"),
+        "y_dir": str(tmp_path / "y"),
+        "pairs": str(tmp_path / "pairs.jsonl"),
+        "output_dir": str(tmp_path / output),
+    }
+    return PairsConfig(**{**fields, **overrides})
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_random_inputs_match_the_reference_model(tmp_path, seed):
     x_files, y_files, pairs = random_inputs(tmp_path, seed)
@@ -76,15 +86,13 @@ def test_random_inputs_match_the_reference_model(tmp_path, seed):
     else:
         generate.write_pairs_jsonl(pairs_path, pairs)
     output_dir = str(tmp_path / "out")
+    max_shard_bytes = int(np.random.default_rng(seed).integers(800, 4000))
     summary = run_pairs(
-        PairsConfig(
-            x_dir=str(tmp_path / "x"),
-            y_dir=str(tmp_path / "y"),
+        _config(
+            tmp_path,
+            "out",
             pairs=pairs_path,
-            output_dir=output_dir,
-            sharding=ShardingConfig(
-                max_shard_bytes=int(np.random.default_rng(seed).integers(800, 4000))
-            ),
+            sharding=ShardingConfig(max_shard_bytes=max_shard_bytes),
             max_reject_fraction=1.0,
             files_per_batch=7,
         )
@@ -135,15 +143,7 @@ def bad_inputs(tmp_path):
 def test_every_bad_input_is_a_counted_reject_and_nothing_good_is_lost(tmp_path):
     x_files, y_files, pairs, pairs_path = bad_inputs(tmp_path)
     output_dir = str(tmp_path / "out")
-    summary = run_pairs(
-        PairsConfig(
-            x_dir=str(tmp_path / "x"),
-            y_dir=str(tmp_path / "y"),
-            pairs=pairs_path,
-            output_dir=output_dir,
-            max_reject_fraction=0.5,
-        )
-    )
+    summary = run_pairs(_config(tmp_path, "out", pairs=pairs_path, max_reject_fraction=0.5))
     x_ids, _, rows = check_run(output_dir, x_files, y_files, pairs)
     assert "x1.png" not in x_ids and "x2.png" not in x_ids and "x10.png" not in x_ids
     lines = [
@@ -180,16 +180,6 @@ def test_every_bad_input_is_a_counted_reject_and_nothing_good_is_lost(tmp_path):
     num_lines = len(readback.read_lines(pairs_path))
     assert summary["input_counts"] == {"x": 18, "y": 7, "pair_lines": num_lines}
     assert summary["pairs"]["duplicate_entries"] == 1
-
-
-def _config(tmp_path, output: str, **overrides) -> PairsConfig:
-    fields = {
-        "x_dir": str(tmp_path / "x"),
-        "y_dir": str(tmp_path / "y"),
-        "pairs": str(tmp_path / "pairs.jsonl"),
-        "output_dir": str(tmp_path / output),
-    }
-    return PairsConfig(**{**fields, **overrides})
 
 
 def test_failed_runs_raise_one_clear_error(tmp_path):

@@ -16,7 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from components import layout
-from components.materialize import class_index, images, pairs_pipeline, rejects, shards, spill
+from components.materialize import (
+    images,
+    pair_index,
+    pairs_pipeline,
+    rejects,
+    shards,
+    spill,
+)
 from components.materialize.audio_pipeline import _Deduplicate
 from components.materialize.config import ShardingConfig
 from components.materialize.id_index import IdIndex
@@ -60,7 +67,7 @@ def test_shard_plans_cover_records_in_order(sizes, max_shard_bytes, num_shards):
 @given(class_ids=st.lists(st.integers(0, 9), max_size=80), extra_classes=st.integers(0, 3))
 def test_class_records_list_each_class_in_order(class_ids, extra_classes):
     num_classes = (max(class_ids) + 1 if class_ids else 0) + extra_classes
-    row_splits, values = class_index.class_records(np.array(class_ids, np.int64), num_classes)
+    row_splits, values = layout.class_records(np.array(class_ids, np.int64), num_classes)
     assert len(row_splits) == num_classes + 1
     for c in range(num_classes):
         members = values[row_splits[c] : row_splits[c + 1]].tolist()
@@ -191,6 +198,16 @@ def test_record_rejects_counts_each_reason_and_writes_sorted_lines(tmp_path):
     assert _counter(result, f"rejected_{rejects.MISSING_FILE}") == 2
 
 
+def _assert_rejects(outputs, field: str, expected: list[tuple[str, str]]) -> None:
+    """The rejects a DoFn tagged in `outputs` are `expected`, as (their `field`, reason)."""
+    assert_that(
+        outputs[pairs_pipeline.REJECTED]
+        | "RejectFields" >> beam.Map(lambda r: (getattr(r, field), r.reason)),
+        equal_to(expected),
+        label="rejects",
+    )
+
+
 def test_decode_images_emits_records_and_tagged_rejects(tmp_path):
     rng = np.random.default_rng(6)
     root = str(tmp_path / "x")
@@ -228,16 +245,14 @@ def test_decode_images_emits_records_and_tagged_rejects(tmp_path):
             equal_to([("x", ["a.png", "s/b.jpg"], [b"a.png", b"s/b.jpg"])]),
             label="records",
         )
-        assert_that(
-            decoded[pairs_pipeline.REJECTED] | beam.Map(lambda r: (r.id, r.reason)),
-            equal_to(
-                [
-                    ("c.png", rejects.CORRUPT_IMAGE),
-                    ("d.bmp", rejects.UNSUPPORTED_FORMAT),
-                    ("gone.png", rejects.MISSING_FILE),
-                ]
-            ),
-            label="rejects",
+        _assert_rejects(
+            decoded,
+            "id",
+            [
+                ("c.png", rejects.CORRUPT_IMAGE),
+                ("d.bmp", rejects.UNSUPPORTED_FORMAT),
+                ("gone.png", rejects.MISSING_FILE),
+            ],
         )
 
 
@@ -258,7 +273,7 @@ def test_resolve_edges_separates_unknown_from_rejected_ids():
             pipeline
             | beam.Create([entries])
             | beam.ParDo(
-                pairs_pipeline._ResolveEdges("p.jsonl"),
+                pair_index._ResolveEdges("p.jsonl"),
                 beam.pvalue.AsSingleton(pipeline | "T" >> beam.Create([tables])),
                 beam.pvalue.AsSingleton(pipeline | "R" >> beam.Create([rejected_tables])),
             ).with_outputs(pairs_pipeline.REJECTED, main="edges")
@@ -268,17 +283,15 @@ def test_resolve_edges_separates_unknown_from_rejected_ids():
             equal_to([([0, 0], [1, 0], [0, 2])]),
             label="edges",
         )
-        assert_that(
-            edges[pairs_pipeline.REJECTED] | beam.Map(lambda r: (r.source, r.reason)),
-            equal_to(
-                [
-                    ("p.jsonl: x=x1 y=ybad", rejects.PAIR_REJECTED_Y),
-                    ("p.jsonl: x=x1 y=ynone", rejects.PAIR_UNKNOWN_Y),
-                    ("p.jsonl: x=xbad y=y1", rejects.PAIR_REJECTED_X),
-                    ("p.jsonl: x=xnone y=y1", rejects.PAIR_UNKNOWN_X),
-                ]
-            ),
-            label="rejects",
+        _assert_rejects(
+            edges,
+            "source",
+            [
+                ("p.jsonl: x=x1 y=ybad", rejects.PAIR_REJECTED_Y),
+                ("p.jsonl: x=x1 y=ynone", rejects.PAIR_UNKNOWN_Y),
+                ("p.jsonl: x=xbad y=y1", rejects.PAIR_REJECTED_X),
+                ("p.jsonl: x=xnone y=y1", rejects.PAIR_UNKNOWN_X),
+            ],
         )
 
 
@@ -296,8 +309,8 @@ def test_deduplicate_keeps_one_of_identical_rows_and_no_conflicting_row():
             | beam.ParDo(_Deduplicate("/root")).with_outputs(pairs_pipeline.REJECTED, main="rows")
         )
         assert_that(unique.rows, equal_to([same, ManifestRow("c.wav", "s3", "")]), label="rows")
-        assert_that(
-            unique[pairs_pipeline.REJECTED] | beam.Map(lambda r: (r.id, r.reason)),
-            equal_to([("a.wav", rejects.DUPLICATE_ID)] * 2 + [("b.wav", rejects.DUPLICATE_ID)] * 2),
-            label="rejects",
+        _assert_rejects(
+            unique,
+            "id",
+            [("a.wav", rejects.DUPLICATE_ID)] * 2 + [("b.wav", rejects.DUPLICATE_ID)] * 2,
         )

@@ -10,13 +10,8 @@ import pytest
 import tensorflow as tf
 from tfx.types import standard_component_specs
 
+from components import component_keys as keys
 from components import layout
-from components.component_keys import (
-    EXAMPLES_KEY,
-    INPUT_FINGERPRINT_KEY,
-    MODEL_KEY,
-    MODEL_RUN_KEY,
-)
 from pipeline import config, cyclegan_pipeline, run_local, speaker_pipeline
 from pipeline.fingerprint import input_fingerprint
 
@@ -52,14 +47,16 @@ def speaker_runs(tmp_path_factory):
 
 
 def _metrics(results) -> dict:
-    with open(os.path.join(results["ResampledTrainer"].uri(MODEL_RUN_KEY), "metrics.json")) as f:
+    with open(
+        os.path.join(results["ResampledTrainer"].uri(keys.MODEL_RUN_KEY), "metrics.json")
+    ) as f:
         return json.load(f)
 
 
 def _check_first_run(results, materialize_node: str, splits: list[str]):
     assert set(results) == NODES | {materialize_node}
     assert {r.state for r in results.values()} == {"COMPLETE"}
-    [examples] = results[materialize_node].outputs[EXAMPLES_KEY]
+    [examples] = results[materialize_node].outputs[keys.EXAMPLES_KEY]
     assert json.loads(examples.properties["split_names"]) == splits
     for split in splits:
         assert tf.io.gfile.glob(
@@ -67,7 +64,7 @@ def _check_first_run(results, materialize_node: str, splits: list[str]):
         )
     [anomalies] = results["ExampleValidator"].outputs[standard_component_specs.ANOMALIES_KEY]
     assert anomalies.properties["blessed"] == {split: 1 for split in splits}
-    model_dir = os.path.join(results["ResampledTrainer"].uri(MODEL_KEY), "Format-Serving")
+    model_dir = os.path.join(results["ResampledTrainer"].uri(keys.MODEL_KEY), "Format-Serving")
     assert tf.saved_model.load(model_dir).signatures
 
 
@@ -78,7 +75,7 @@ def test_cyclegan_pipeline_runs_and_the_cycle_loss_falls(cyclegan_runs):
     assert metrics["cycle_loss_last_epoch"] < metrics["cycle_loss_first_epoch"]
     assert 0 < metrics["pair_coverage_epoch"] <= metrics["pair_coverage_total"] <= 1
     assert metrics["invalid_pairs"] == 0
-    [model_run] = first["ResampledTrainer"].outputs[MODEL_RUN_KEY]
+    [model_run] = first["ResampledTrainer"].outputs[keys.MODEL_RUN_KEY]
     assert model_run.properties["cycle_loss_last_epoch"] == pytest.approx(
         metrics["cycle_loss_last_epoch"]
     )
@@ -112,7 +109,7 @@ def test_materialize_gets_the_input_fingerprint(tmp_path):
         for c in speaker_pipeline.create_pipeline(speaker, run).components
         if c.id == "MaterializeAudio"
     ]
-    assert materialize.exec_properties[INPUT_FINGERPRINT_KEY] == input_fingerprint(
+    assert materialize.exec_properties[keys.INPUT_FINGERPRINT_KEY] == input_fingerprint(
         speaker.input_paths()
     )
     unfingerprinted = run_local.run_config(str(tmp_path), fingerprint_inputs=False)
@@ -121,4 +118,4 @@ def test_materialize_gets_the_input_fingerprint(tmp_path):
         for c in speaker_pipeline.create_pipeline(speaker, unfingerprinted).components
         if c.id == "MaterializeAudio"
     ]
-    assert materialize.exec_properties[INPUT_FINGERPRINT_KEY] is None
+    assert materialize.exec_properties[keys.INPUT_FINGERPRINT_KEY] is None

@@ -1,0 +1,133 @@
+"""How both jobs end: rejects recorded, the verdict decided, `summary.json` written.
+
+A job judges its run with `Judge` before it writes anything (its writers take the verdict and
+write nothing when it fails), and closes with `WriteSummary` once every writer has reported.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+import apache_beam as beam
+
+from components import layout
+from components.materialize import rejects
+from components.materialize.shards import ShardPlan
+from components.materialize.verdict import Verdict, decide
+
+
+class Judgement(NamedTuple):
+    """Singleton PCollections: `reject_counts` (dict reason -> count, available once
+    `rejects.jsonl` is written) and `verdict` (Verdict)."""
+
+    reject_counts: beam.PCollection
+    verdict: beam.PCollection
+
+
+def _decide(
+    reject_counts: dict[str, int],
+    num_inputs: int,
+    plans: dict[str, ShardPlan],
+    required_record_sets: tuple[str, ...],
+    max_reject_fraction: float,
+) -> Verdict:
+    return decide(
+        num_inputs=num_inputs,
+        reject_counts=reject_counts,
+        record_counts={name: plan.num_records for name, plan in plans.items()},
+        required_record_sets=required_record_sets,
+        max_reject_fraction=max_reject_fraction,
+    )
+
+
+@beam.ptransform_fn
+def Judge(
+    all_rejects: tuple[beam.PCollection, ...],
+    output_dir: str,
+    *,
+    num_inputs: beam.PCollection,
+    plans: beam.PCollection,
+    required_record_sets: tuple[str, ...],
+    max_reject_fraction: float,
+) -> Judgement:
+    """Records the rejects (`rejects.RecordRejects`) and decides the run's verdict.
+
+    Input: a tuple of PCollection[Reject]. `num_inputs`: singleton PCollection, the number of
+    input records; `plans`: singleton PCollection, dict record_set -> ShardPlan. Output: a
+    `Judgement`.
+    """
+    reject_counts = (
+        all_rejects
+        | "AllRejects" >> beam.Flatten()
+        | "Rejects" >> rejects.RecordRejects(output_dir)
+    )
+    verdict = reject_counts | "Verdict" >> beam.Map(
+        _decide,
+        beam.pvalue.AsSingleton(num_inputs),
+        beam.pvalue.AsSingleton(plans),
+        required_record_sets,
+        max_reject_fraction,
+    )
+    return Judgement(reject_counts, verdict)
+
+
+def _write_summary(
+    verdict: Verdict,
+    output_dir: str,
+    static: dict,
+    reject_counts: dict[str, int],
+    plans: dict[str, ShardPlan],
+    index_stats: dict[str, dict],
+    sections: list[dict],
+) -> dict:
+    record_sets = {
+        name: index_stats.get(name, {"num_records": plan.num_records, "num_shards": 0})
+        for name, plan in sorted(plans.items())
+        if plan.num_records or name in index_stats
+    }
+    summary = {
+        **static,
+        "ok": verdict.ok,
+        "error": verdict.error or None,
+        "record_sets": record_sets,
+        "rejects": {
+            "total": int(sum(reject_counts.values())),
+            "records": verdict.record_rejects,
+            "by_reason": reject_counts,
+        },
+        "reject_fraction": verdict.reject_fraction,
+    }
+    for section in sections:
+        summary.update(section)
+    layout.save_json(os.path.join(output_dir, layout.SUMMARY_FILE), summary)
+    return summary
+
+
+@beam.ptransform_fn
+def WriteSummary(
+    judgement: Judgement,
+    output_dir: str,
+    static: dict,
+    *,
+    plans: beam.PCollection,
+    index_stats: beam.PCollection,
+    sections: beam.PCollection,
+) -> beam.PCollection:
+    """Writes `summary.json`, the last file a run writes.
+
+    Input: the run's `Judgement`. `static`: what the job knew before it ran (job, inputs,
+    config); `plans`: singleton PCollection, dict record_set -> ShardPlan; `index_stats`:
+    PCollection[(record_set, stats)] from `shards.WriteRecordSets`; `sections`:
+    PCollection[dict], the job's own top-level entries, merged into the summary. Output: a
+    singleton PCollection, the summary written.
+    """
+    return judgement.verdict | "Write" >> beam.Map(
+        _write_summary,
+        output_dir,
+        static,
+        beam.pvalue.AsSingleton(judgement.reject_counts),
+        beam.pvalue.AsSingleton(plans),
+        beam.pvalue.AsDict(index_stats),
+        beam.pvalue.AsList(sections),
+    )

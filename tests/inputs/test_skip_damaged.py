@@ -1,0 +1,131 @@
+"""Skip-and-count: both samplers leave damaged records out, count them and log once per epoch."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from components import layout
+from components.inputs import ClassBalancedSampler, DynamicPairsSampler, ImageSpec
+from components.inputs.audio_features import AudioFeatureConfig
+from tests.class_balanced.runs import write_audio_run
+from tests.inputs import runs
+
+EPOCHS = 3
+CROP = AudioFeatureConfig(mode="crop", crop_seconds=0.05, num_mel_bins=8)
+
+
+def _flip_payload_byte(shard: str, offset: int) -> None:
+    # A byte inside the payload (past the 12-byte frame header): the payload CRC no longer
+    # matches, so the record is damaged while the shard stays readable.
+    with open(shard, "r+b") as f:
+        f.seek(offset + layout.FRAME_HEADER_BYTES + 3)
+        byte = f.read(1)[0]
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte ^ 0xFF]))
+
+
+def _damage_record(output_dir: str, record_set: str, record: int) -> None:
+    index_dir = layout.index_dir(output_dir, record_set)
+    shards = layout.load_json(os.path.join(index_dir, layout.SHARDS_FILE))["shards"]
+    shard, offset, _ = np.load(os.path.join(index_dir, layout.OFFSETS_FILE))[record]
+    _flip_payload_byte(layout.resolve(output_dir, shards[int(shard)]), int(offset))
+
+
+def _warnings(caplog, sampler_name: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith(sampler_name)]
+
+
+@pytest.mark.parametrize("backend", ["disk", "memory"])
+def test_class_balanced_skips_counts_and_logs_damaged_records(tmp_path, caplog, backend):
+    output_dir = str(tmp_path)
+    info = write_audio_run(output_dir, [4, 5, 6, 4], seed=3)
+    damaged = 7
+    _damage_record(output_dir, "train", damaged)
+    sampler = ClassBalancedSampler(
+        output_dir,
+        n_classes_per_batch=2,
+        n_samples_per_class=3,
+        features=CROP,
+        backend=backend,
+        on_damaged="skip",
+        epoch_mode="samples",
+        seed=5,
+    )
+    # The plans are pure functions of (seed, epoch): how often the damaged record is planned.
+    planned = sum(
+        int(np.sum(sampler.epoch_plan(epoch)["index"].numpy() == damaged))
+        for epoch in range(EPOCHS)
+    )
+    assert planned >= EPOCHS  # the samples mode plans every record every epoch
+    dataset = sampler.dataset()
+    with caplog.at_level(logging.WARNING):
+        for _ in range(EPOCHS):
+            for batch in dataset.as_numpy_iterator():
+                assert damaged not in batch["index"]
+                assert len(batch["index"]) == len(batch["label"]) == len(batch["features"])
+                np.testing.assert_array_equal(info["class_ids"][batch["index"]], batch["label"])
+    assert sampler.skipped_samples == planned
+    assert sampler.state.skipped_samples.numpy() == planned
+    messages = _warnings(caplog, "class_balanced: epoch")
+    assert len(messages) == EPOCHS, messages
+    for epoch, message in enumerate(messages):
+        assert f"epoch {epoch} skips" in message
+    assert f"record {damaged}" in messages[-1]
+
+
+def test_class_balanced_fails_naming_the_damaged_record_by_default(tmp_path):
+    output_dir = str(tmp_path)
+    write_audio_run(output_dir, [4, 5], seed=4)
+    _damage_record(output_dir, "train", 2)
+    sampler = ClassBalancedSampler(
+        output_dir, n_classes_per_batch=2, n_samples_per_class=2, features=CROP, backend="disk"
+    )
+    with pytest.raises(tf.errors.OpError, match=r"record 2 \(shard .*data-"):
+        for _ in range(3):
+            list(sampler.dataset().as_numpy_iterator())
+
+
+def test_dynamic_pairs_from_run_skips_counts_and_logs(tmp_path, caplog):
+    output_dir = str(tmp_path)
+    x_records = [runs.image_example(f"x{i}", np.full([2, 2, 3], i, np.uint8)) for i in range(12)]
+    y_records = [runs.image_example(f"y{i}", np.full([2, 2, 3], i, np.uint8)) for i in range(3)]
+    runs.write_record_set(output_dir, "x", x_records, num_shards=2)
+    runs.write_record_set(output_dir, "y", y_records, num_shards=1)
+    runs.write_pairs(output_dir, [[i % 3, (i + 1) % 3] for i in range(12)])
+    _damage_record(output_dir, "y", 1)
+    sampler = DynamicPairsSampler.from_run(
+        output_dir,
+        batch_size=4,
+        image=ImageSpec(2, 2, 3),
+        backend="disk",
+        on_damaged="skip",
+        seed=2,
+    )
+    planned = sum(
+        int(np.sum(sampler.planner.plan(epoch)["y_index"].numpy() == 1)) for epoch in range(EPOCHS)
+    )
+    assert planned > 0
+    dataset = sampler.dataset()
+    kept = 0
+    with caplog.at_level(logging.WARNING):
+        for _ in range(EPOCHS):
+            for batch in dataset.as_numpy_iterator():
+                assert 1 not in batch["y_index"]
+                kept += len(batch["y_index"])
+    assert sampler.skipped_samples == planned
+    assert kept + planned == EPOCHS * 12
+    messages = _warnings(caplog, "dynamic_pairs: epoch")
+    epochs_with_skips = [
+        epoch
+        for epoch in range(EPOCHS)
+        if np.any(sampler.planner.plan(epoch)["y_index"].numpy() == 1)
+    ]
+    assert [m.split(" skips")[0] for m in messages] == [
+        f"dynamic_pairs: epoch {e}" for e in epochs_with_skips
+    ]
+    assert "y record 1" in messages[-1]
