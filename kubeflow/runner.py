@@ -1,7 +1,8 @@
 """`make kubeflow`: compiles both pipelines to KFP v2 JSON with KubeflowV2DagRunner.
 
-    python -m kubeflow.runner [--image IMAGE] [--pipeline-root gs://...] [--output-dir kubeflow]
-                              [--data-root /app/sample_data] [--beam-arg=--runner=DataflowRunner]
+    python -m kubeflow.runner [--config FILE] [--image IMAGE] [--pipeline-root gs://...]
+                              [--output-dir kubeflow] [--data-root /app/sample_data]
+                              [--schemas-dir /app/schemas] [--beam-arg=--runner=DataflowRunner]
 
 Writes `<output-dir>/<pipeline name>.json` (a `PipelineJob` whose `pipelineSpec` every task of
 which runs `python -m tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor` in
@@ -9,18 +10,23 @@ which runs `python -m tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_ex
 the image's `/app/sample_data` (the Dockerfile generates the digit domains there) and a
 `gs://` pipeline root to replace with yours. Input fingerprints are not computed at compile
 time (the data need not be reachable from here); the cluster's own caching keys on parameters.
+
+`--config FILE` is the file `python -m pipeline.run_local` reads (`pipeline.cli`): its
+`kubeflow` section sets `KubeflowConfig` fields (the flags above override them), its `cyclegan`
+and `speaker` sections replace fields of the compiled pipelines (data paths as the pods see
+them); its `run` section is for local runs and is not used here.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
+from typing import Any
 
 from tfx import v1 as tfx
 from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 
-from pipeline import config, cyclegan_pipeline, speaker_pipeline
+from pipeline import cli, config, cyclegan_pipeline, speaker_pipeline
 from pipeline.sample_data import PAIRS_FILE, X_DIR, Y_DIR
 
 DIGITS_DIR = "digits"
@@ -50,22 +56,27 @@ def pipeline_configs(
 ) -> tuple[config.CycleGanConfig, config.SpeakerConfig]:
     """The two pipelines' configs over sample data laid out under `data_root` as in the image.
 
-    `overrides["cyclegan"]` / `overrides["speaker"]` replace fields of that config.
+    `overrides["cyclegan"]` / `overrides["speaker"]` replace fields of that config, the data
+    paths and schema file included.
     """
     digits = os.path.join(data_root, DIGITS_DIR)
     speakers = os.path.join(data_root, SPEAKERS_DIR)
     cyclegan = config.CycleGanConfig(
-        x_dir=os.path.join(digits, X_DIR),
-        y_dir=os.path.join(digits, Y_DIR),
-        pairs=os.path.join(digits, PAIRS_FILE),
-        schema_file=os.path.join(schemas, config.IMAGE_SCHEMA),
-        **overrides.get("cyclegan", {}),
+        **{
+            "x_dir": os.path.join(digits, X_DIR),
+            "y_dir": os.path.join(digits, Y_DIR),
+            "pairs": os.path.join(digits, PAIRS_FILE),
+            "schema_file": os.path.join(schemas, config.IMAGE_SCHEMA),
+            **overrides.get("cyclegan", {}),
+        }
     )
     speaker = config.SpeakerConfig(
-        manifest=os.path.join(speakers, os.path.basename(config.SPEAKER_MANIFEST)),
-        root=speakers,
-        schema_file=os.path.join(schemas, config.AUDIO_SCHEMA),
-        **overrides.get("speaker", {}),
+        **{
+            "manifest": os.path.join(speakers, os.path.basename(config.SPEAKER_MANIFEST)),
+            "audio_root": speakers,
+            "schema_file": os.path.join(schemas, config.AUDIO_SCHEMA),
+            **overrides.get("speaker", {}),
+        }
     )
     return cyclegan, speaker
 
@@ -95,38 +106,58 @@ def compile_all(
     ]
 
 
-def main(argv: list[str] | None = None) -> None:
-    defaults = config.KubeflowConfig()
+def parse_args(
+    argv: list[str] | None = None,
+) -> tuple[config.KubeflowConfig, config.CycleGanConfig, config.SpeakerConfig]:
+    """What `argv` asks to compile: the config file's sections, then the flags over them."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--image", default=defaults.image)
-    parser.add_argument("--pipeline-root", default=defaults.pipeline_root)
-    parser.add_argument("--output-dir", default=defaults.output_dir)
+    defaults = config.KubeflowConfig()
+    parser.add_argument("--config", metavar="FILE", help="JSON or YAML config file (see above)")
+    # Defaults are None: an absent flag leaves the config file's value, else KubeflowConfig's.
+    parser.add_argument("--image", dest="image", help=f"default: {defaults.image}")
+    parser.add_argument(
+        "--pipeline-root", dest="pipeline_root", help=f"default: {defaults.pipeline_root}"
+    )
+    parser.add_argument("--output-dir", dest="output_dir", help=f"default: {defaults.output_dir}")
     parser.add_argument(
         "--data-root",
-        default=os.path.join(defaults.image_repo_root, "sample_data"),
-        help=f"folder holding {DIGITS_DIR}/ and {SPEAKERS_DIR}/ as seen from the pods",
+        dest="data_root",
+        help=f"folder holding {DIGITS_DIR}/ and {SPEAKERS_DIR}/ as seen from the pods; "
+        f"default: {defaults.data_root}",
     )
     parser.add_argument(
         "--schemas-dir",
-        default=os.path.join(defaults.image_repo_root, os.path.basename(config.SCHEMAS_DIR)),
-        help="folder holding the record schemas as seen from the pods",
+        dest="schemas_dir",
+        help=f"folder holding the record schemas as seen from the pods; "
+        f"default: {defaults.schemas_dir}",
     )
     parser.add_argument(
         "--beam-arg",
+        dest="beam_pipeline_args",
         action="append",
-        default=[],
         help="a Beam pipeline argument for every Beam component (repeat)",
     )
-    args = parser.parse_args(argv)
-    kubeflow_config = dataclasses.replace(
-        defaults,
-        image=args.image,
-        pipeline_root=args.pipeline_root,
-        output_dir=args.output_dir,
-        beam_pipeline_args=tuple(args.beam_arg),
+    args = vars(parser.parse_args(argv))
+    path = args.pop("config")
+    try:
+        sections = cli.load_file(path) if path else {}
+    except cli.ConfigError as error:
+        cli.fail(error)
+    flags: dict[str, Any] = {k: v for k, v in args.items() if v is not None}
+    if "beam_pipeline_args" in flags:
+        flags["beam_pipeline_args"] = tuple(flags["beam_pipeline_args"])
+    kubeflow_config = config.KubeflowConfig(**{**sections.get(cli.KUBEFLOW_SECTION, {}), **flags})
+    cyclegan, speaker = pipeline_configs(
+        kubeflow_config.data_root,
+        kubeflow_config.schemas_dir,
+        cyclegan=sections.get("cyclegan", {}),
+        speaker=sections.get("speaker", {}),
     )
-    cyclegan, speaker = pipeline_configs(args.data_root, args.schemas_dir)
-    for path in compile_all(kubeflow_config, cyclegan, speaker):
+    return kubeflow_config, cyclegan, speaker
+
+
+def main(argv: list[str] | None = None) -> None:
+    for path in compile_all(*parse_args(argv)):
         print(f"wrote {path}")
 
 

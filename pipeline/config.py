@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import posixpath
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +23,8 @@ IMAGE_SCHEMA = "image_record.pbtxt"
 AUDIO_SCHEMA = "audio_record.pbtxt"
 SPEAKER_CORPUS_DIR = os.path.join(REPO_ROOT, "sample_data", "speakers")
 SPEAKER_MANIFEST = os.path.join(SPEAKER_CORPUS_DIR, "manifest.csv")
+# Where the image holds this repository (the Dockerfile's WORKDIR).
+IMAGE_REPO_ROOT = "/app"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,12 +63,13 @@ class SpeakerConfig:
     """Speaker pipeline: MaterializeAudio -> StatisticsGen -> ImportSchemaGen ->
     ExampleValidator -> ResampledTrainer(class_balanced).
 
-    The Beam stage holds out `eval_fraction` of the speakers (`split_mode="speaker"`): the
-    trainer learns on `train` and reports the equal error rate on the unseen `eval` speakers.
+    `manifest` lists the audio files by paths relative to `audio_root`. The Beam stage holds out
+    `eval_fraction` of the speakers (`split_mode="speaker"`): the trainer learns on `train` and
+    reports the equal error rate on the unseen `eval` speakers.
     """
 
     manifest: str = SPEAKER_MANIFEST
-    root: str = SPEAKER_CORPUS_DIR
+    audio_root: str = SPEAKER_CORPUS_DIR
     pipeline_name: str = "speaker-class-balanced"
     sample_rate: int = 16000
     eval_fraction: float = 0.3
@@ -86,7 +90,7 @@ class SpeakerConfig:
     schema_file: str = os.path.join(SCHEMAS_DIR, AUDIO_SCHEMA)
 
     def input_paths(self) -> list[str]:
-        return [self.manifest, self.root]
+        return [self.manifest, self.audio_root]
 
     def feature_options(self) -> dict[str, Any]:
         """`components.inputs.AudioFeatureConfig` fields, as the trainer takes them."""
@@ -121,14 +125,16 @@ class KubeflowConfig:
     """What `python -m kubeflow.runner` compiles into the KFP v2 specs.
 
     Paths in the specs are read inside the pod: `pipeline_root` and the data are normally
-    object-store URIs (gs://...); the bundled sample data also ships in the image under
-    `image_repo_root` (the Dockerfile's WORKDIR).
+    object-store URIs (gs://...). `data_root` holds the pipelines' default inputs laid out as the
+    image ships the bundled sample data (`digits/`, `speakers/`); a pipeline's own data paths
+    replace them. `schemas_dir` holds the record schemas as the pods see them.
     """
 
     image: str = "tfx-dynamic-inputs:latest"
     output_dir: str = os.path.join(REPO_ROOT, "kubeflow")
     pipeline_root: str = "gs://YOUR_BUCKET/tfx-dynamic-inputs"
-    image_repo_root: str = "/app"
+    data_root: str = posixpath.join(IMAGE_REPO_ROOT, "sample_data")
+    schemas_dir: str = posixpath.join(IMAGE_REPO_ROOT, os.path.basename(SCHEMAS_DIR))
     beam_pipeline_args: tuple[str, ...] = ()
 
 

@@ -1,25 +1,42 @@
 """Local runs: LocalDagRunner, sqlite ML Metadata, Beam DirectRunner; and what a run produced.
 
-    python -m pipeline.run_local {cyclegan,speaker} --work-dir out/local [--digits-dir DIR]
+    python -m pipeline.run_local speaker --manifest M --audio_root R [--work_dir W] [...]
+    python -m pipeline.run_local cyclegan --x_dir X --y_dir Y --pairs P [--work_dir W] [...]
+    python -m pipeline.run_local {speaker,cyclegan} --config FILE [flags override the file]
 
-`run(pipeline)` executes a pipeline in this process. `latest_run(metadata_path, name)` reads
-back from ML Metadata what the newest run of a pipeline did: per node, whether it executed or
-was served from the cache, and the URIs and custom properties of its outputs.
+Every field of `SpeakerConfig` / `CycleGanConfig` and the local run settings (`enable_cache`,
+`beam_pipeline_args`, `fingerprint_inputs`) is a flag of the same name (`pipeline.cli`; `--help`
+lists them). Without data flags a pipeline runs on the bundled sample data (the CycleGAN digit
+domains are written to `<work_dir>/digits`). The run's pipeline root and sqlite ML Metadata live
+under `--work_dir` (default `out/local`), so a second run with unchanged inputs is served from
+the cache. At the end it prints each node (ran / cached / failed / not run), every output URI,
+the Beam stage's rejects by reason and the trainer's metrics; a failed run then ends with
+`error: <the failed component's own error>` and exit status 1. A bad flag or config key ends
+with one `error:` line and exit status 2.
+
+`run(pipeline)` executes a pipeline in this process; `execute` also catches its failure and
+reads back the run. `latest_run(metadata_path, name)` reads back from ML Metadata what the
+newest run of a pipeline did: per node, whether it executed or was served from the cache, and
+the URIs and custom properties of its outputs.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
-from typing import Any
+import sys
+import traceback
+from typing import TYPE_CHECKING, Any
 
 from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
-from tfx import v1 as tfx
 
-from pipeline import config, cyclegan_pipeline, speaker_pipeline
+from components.materialize.errors import MaterializeError
+from pipeline import cli, config
 from pipeline.sample_data import write_digit_domains
+
+if TYPE_CHECKING:
+    from tfx import v1 as tfx
 
 PIPELINE_CONTEXT = "pipeline"
 RUN_CONTEXT = "pipeline_run"
@@ -54,9 +71,64 @@ class NodeResult:
         return artifact.uri
 
 
+@dataclasses.dataclass(frozen=True)
+class RunOutcome:
+    """A finished local run: its nodes in pipeline order, what ML Metadata recorded of them, and
+    the failed component's own error, None when the run succeeded."""
+
+    node_ids: list[str]
+    results: dict[str, NodeResult]
+    error: str | None
+
+
 def run(pipeline: tfx.dsl.Pipeline) -> None:
     """Runs `pipeline` to completion in this process (raises if a component fails)."""
+    # Imported here, as in `main`: a bad flag of `python -m pipeline.run_local` is answered
+    # before TFX's import (10-25 s, and pages of warnings).
+    from tfx import v1 as tfx
+
     tfx.orchestration.LocalDagRunner().run(pipeline)
+
+
+def execute(pipeline: tfx.dsl.Pipeline, metadata_path: str) -> RunOutcome:
+    """Runs `pipeline` like `run`, but a failed run is an outcome with its error, not a raise.
+
+    A MaterializeError is the Beam stage's verdict, written for the user: its message is the
+    error. Any other failure prints its traceback to stderr first, as nothing else shows it
+    (the orchestrator logs only that the execution failed).
+    """
+    error = None
+    try:
+        run(pipeline)
+    except Exception as failure:
+        cause = root_cause(failure)
+        if isinstance(cause, MaterializeError):
+            error = str(cause)
+        else:
+            traceback.print_exception(type(failure), failure, failure.__traceback__)
+            error = f"{type(cause).__name__}: {cause}"
+    name = pipeline.pipeline_info.pipeline_name
+    try:
+        results = latest_run(metadata_path, name)
+    except LookupError:
+        if error is None:
+            raise
+        results = {}  # it failed before any node ran
+    return RunOutcome([component.id for component in pipeline.components], results, error)
+
+
+def root_cause(error: BaseException) -> BaseException:
+    """The first exception of the chain Python would print for `error`.
+
+    LocalDagRunner cleans up a failed execution's outputs, and when that cleanup fails itself
+    (e.g. a `NotFoundError` for the output folder the component never wrote), that is what
+    it raises, with the component's error as its context.
+    """
+    while True:
+        parent = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+        if parent is None:
+            return error
+        error = parent
 
 
 def run_config(work_dir: str, **overrides) -> config.RunConfig:
@@ -141,24 +213,40 @@ def _value(value: metadata_store_pb2.Value) -> Any:
     return getattr(value, kind) if kind else None
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Run one pipeline locally (DirectRunner).")
-    parser.add_argument("pipeline", choices=["cyclegan", "speaker"])
-    parser.add_argument("--work-dir", default=os.path.join(config.REPO_ROOT, "out", "local"))
-    args = parser.parse_args(argv)
-    run_settings = run_config(args.work_dir)
-    if args.pipeline == "cyclegan":
-        pipeline_config = cyclegan_config(os.path.join(args.work_dir, DIGITS_DIR))
-        run(cyclegan_pipeline.create_pipeline(pipeline_config, run_settings))
-    else:
-        pipeline_config = config.SpeakerConfig()
-        run(speaker_pipeline.create_pipeline(pipeline_config, run_settings))
-    for node_id, result in latest_run(
-        run_settings.metadata_path, pipeline_config.pipeline_name
-    ).items():
-        uris = {k: [a.uri for a in v] for k, v in result.outputs.items()}
-        print(f"{node_id} [{result.state}]: {uris}")
+def local_configs(
+    args: cli.LocalArgs,
+) -> tuple[config.CycleGanConfig | config.SpeakerConfig, config.RunConfig]:
+    """The pipeline and run configs of `args`; without data paths, the bundled sample data."""
+    run_fields = dict(args.run)
+    work_dir = run_fields.pop(cli.WORK_DIR)
+    run_settings = run_config(work_dir, **run_fields)
+    if args.pipeline == "speaker":
+        return config.SpeakerConfig(**args.settings), run_settings
+    if args.bundled_data:
+        return cyclegan_config(os.path.join(work_dir, DIGITS_DIR), **args.settings), run_settings
+    return config.CycleGanConfig(**args.settings), run_settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the pipeline `argv` asks for; 0 when it succeeded, 1 when it failed."""
+    try:
+        args = cli.parse_local_args(argv)
+    except cli.ConfigError as error:
+        cli.fail(error)
+    from pipeline import cyclegan_pipeline, report, speaker_pipeline  # they import TFX: see `run`
+
+    pipeline_config, run_settings = local_configs(args)
+    factory = cyclegan_pipeline if args.pipeline == "cyclegan" else speaker_pipeline
+    pipeline = factory.create_pipeline(pipeline_config, run_settings)
+    outcome = execute(pipeline, run_settings.metadata_path)
+    title = f"{pipeline_config.pipeline_name} ({args.run[cli.WORK_DIR]})"
+    print(report.describe(title, pipeline_config, outcome.node_ids, outcome.results))
+    print(f"ML Metadata: {run_settings.metadata_path}", flush=True)
+    if outcome.error is not None:
+        print(f"error: {outcome.error}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

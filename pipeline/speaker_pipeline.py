@@ -20,7 +20,7 @@ def create_pipeline(config: SpeakerConfig, run: RunConfig) -> tfx.dsl.Pipeline:
     """The TFX pipeline of `config`, writing under `run.pipeline_root`."""
     materialize = MaterializeAudio(
         manifest=config.manifest,
-        root=config.root,
+        root=config.audio_root,
         sample_rate=config.sample_rate,
         split_mode="speaker",
         eval_fraction=config.eval_fraction,

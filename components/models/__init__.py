@@ -1,4 +1,5 @@
-"""Keras 3 models trained by the demo pipelines: a CycleGAN and a speaker-embedding net.
+"""Keras 3 models trained by the demo pipelines: a CycleGAN and a speaker-embedding net, and
+`charts`, the numpy-drawn charts of their TensorBoard pictures.
 
 Pure Keras (TensorFlow backend): importing these modules does not import TFX.
 """

@@ -11,7 +11,8 @@ two PatchGAN discriminators, `D_X` and `D_Y`. Losses:
 
 `CycleGAN` is a `keras.Model` whose `train_step` takes the pair batches of
 `components.inputs.dynamic_pairs`, so `model.fit(dataset)` trains it; it logs `cycle_loss`,
-`identity_loss`, `generator_adv_loss` and `discriminator_loss` as epoch means. Unlike the paper
+`identity_loss`, `generator_adv_loss` and `discriminator_loss` as epoch means, and
+`TranslationSnapshots` shows it translating fixed images in TensorBoard. Unlike the paper
 the discriminators see the current batch's fakes, not a pool of older ones: the dynamic pairs
 already give them a fresh mix every epoch, and the pool would be state outside the input plan.
 
@@ -20,6 +21,7 @@ Pure Keras 3 on the TensorFlow backend; no TFX.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 import keras
@@ -31,6 +33,9 @@ X_TO_Y_ENDPOINT = "x_to_y"
 Y_TO_X_ENDPOINT = "y_to_x"
 IMAGES_OUTPUT = "images"
 LOSS_NAMES = ("cycle_loss", "identity_loss", "generator_adv_loss", "discriminator_loss")
+TRANSLATIONS_DIR = "translations"
+X_CYCLE_TAG = "x_to_y_to_x"
+Y_CYCLE_TAG = "y_to_x_to_y"
 
 
 def _instance_norm(name: str) -> keras.layers.Layer:
@@ -283,6 +288,91 @@ class CycleGAN(keras.Model):
     def test_step(self, data):
         x, y = self._unpack_pair(data)
         return self._update_loss_trackers(self._cyclegan_losses(x, y, training=False))
+
+
+def translation_grid(images: tf.Tensor, forward: keras.Model, backward: keras.Model) -> tf.Tensor:
+    """float32 [1, k * (H + 2), 3 * (W + 2), C]: one picture, a row per image of `images`
+    (float32 [k, H, W, C] in [0, 1]): the image, `forward(image)` and `backward(forward(image))`,
+    each framed by a one-pixel grey border."""
+    translated = forward(images, training=False)
+    cycled = backward(translated, training=False)
+    cells = tf.stack([images, translated, cycled], axis=1)  # [k, 3, H, W, C]
+    cells = tf.pad(cells, [[0, 0], [0, 0], [1, 1], [1, 1], [0, 0]], constant_values=0.5)
+    _, _, _, width, channels = cells.shape
+    rows = tf.transpose(cells, [0, 2, 1, 3, 4])  # [k, H + 2, 3, W + 2, C]
+    return tf.reshape(rows, [1, -1, 3 * width, channels])
+
+
+class TranslationSnapshots(keras.callbacks.Callback):
+    """Logs how a `CycleGAN` translates fixed images, at the end of every epoch.
+
+    Writes two images to `<log_dir>/translations` (step: the epoch, from 0), both
+    `translation_grid`s: `x_to_y_to_x`, rows [x, G(x), F(G(x))], and `y_to_x_to_y`, rows
+    [y, F(y), G(F(y))]. The images are the first `num_images` x and y of the first batch that a
+    dataset passed through `watch` yields, kept from then on, so every epoch shows the same ones.
+    They are taken as that dataset streams past rather than by an extra pass over it: a pass
+    over dynamic pairs plans an epoch and counts towards pair coverage.
+    """
+
+    def __init__(
+        self,
+        log_dir: str,
+        image_shape: tuple[int, int, int],
+        *,
+        images_from: str,
+        num_images: int = 4,
+    ):
+        """`images_from` says in the summaries' descriptions which data `watch` is given."""
+        super().__init__()
+        self.images_from = images_from
+        self.num_images = int(num_images)
+        self._images = {
+            key: tf.Variable(
+                tf.zeros([0, *image_shape]), shape=[None, *image_shape], trainable=False
+            )
+            for key in (X_KEY, Y_KEY)
+        }
+        self._kept = tf.Variable(False, trainable=False)
+        self._writer = tf.summary.create_file_writer(os.path.join(log_dir, TRANSLATIONS_DIR))
+
+    def watch(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        """`dataset`, unchanged, except that its first batch leaves its first images here."""
+
+        def keep(batch):
+            assigned = [
+                self._images[key].assign(tf.cast(batch[key][: self.num_images], tf.float32))
+                for key in (X_KEY, Y_KEY)
+            ]
+            with tf.control_dependencies(assigned):
+                return self._kept.assign(True)
+
+        def keep_first(batch):
+            kept = tf.cond(self._kept, lambda: tf.constant(True), lambda: keep(batch))
+            with tf.control_dependencies([kept]):
+                return tf.nest.map_structure(tf.identity, batch)
+
+        return dataset.map(keep_first)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not self._kept:  # the watched dataset has yielded nothing yet
+            return
+        model = self.model
+        cycles = (
+            (X_CYCLE_TAG, X_KEY, model.generator_xy, model.generator_yx, "x, G(x) and F(G(x))"),
+            (Y_CYCLE_TAG, Y_KEY, model.generator_yx, model.generator_xy, "y, F(y) and G(F(y))"),
+        )
+        with self._writer.as_default(step=epoch):
+            for tag, key, forward, backward, row in cycles:
+                tf.summary.image(
+                    tag,
+                    translation_grid(self._images[key], forward, backward),
+                    description=(
+                        f"Each row: a fixed {row} (G: X -> Y, F: Y -> X); the cycle loss pulls "
+                        f"the last towards the first. The {key} are the first "
+                        f"{self.num_images} of {self.images_from}."
+                    ),
+                )
+        self._writer.flush()
 
 
 def _translation(generator: keras.Model):

@@ -1,5 +1,6 @@
 """A small x-vector-style speaker-embedding net, metric-learning losses over n_c x n_p batches,
-and equal-error-rate verification on held-out speakers.
+and equal-error-rate verification on held-out speakers (with its DET curve and score histograms
+as TensorBoard summaries).
 
 The net (`build_embedding_model`) maps log-mel features float32 [B, T, n_mels] and the valid
 frame counts int32 [B] to embeddings float32 [B, D]: a per-utterance gain normalization, four
@@ -23,10 +24,13 @@ Pure Keras 3 on the TensorFlow backend; no TFX.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 import keras
 import numpy as np
 import tensorflow as tf
+
+from components.models import charts
 
 FEATURES_KEY = "features"
 LENGTHS_KEY = "lengths"
@@ -34,6 +38,7 @@ LABEL_KEY = "label"
 EMBEDDING_OUTPUT = "embedding"
 EMBED_ENDPOINT = "embed"
 LOSSES = ("ge2e", "angular_prototypical", "aam_softmax")
+SCORE_BINS = 40  # of the score histograms written by `write_verification_summaries`
 
 
 def sequence_mask(lengths: tf.Tensor, num_frames: tf.Tensor) -> tf.Tensor:
@@ -314,8 +319,22 @@ def equal_error_rate(scores, same_speaker) -> float:
     return _equal_error_rate_and_threshold(scores, same_speaker)[0]
 
 
-def _equal_error_rate_and_threshold(scores, same_speaker) -> tuple[float, float]:
-    """The EER and the threshold of the first operating point with FRR <= FAR."""
+def det_curve(scores, same_speaker) -> tuple[np.ndarray, np.ndarray]:
+    """The operating points of verification trials: (FAR float [K], FRR float [K]).
+
+    One point per distinct threshold, in threshold order from +inf (accept nothing: FAR 0,
+    FRR 1) down to the lowest score (accept everything: FAR 1, FRR 0), so FAR never decreases
+    and FRR never increases: the detection error trade-off (DET) curve, and the polyline whose
+    crossing with FAR = FRR is `equal_error_rate`. Same arguments and errors as
+    `equal_error_rate`.
+    """
+    far, frr, _ = _operating_points(scores, same_speaker)
+    return far, frr
+
+
+def _operating_points(scores, same_speaker) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """FAR [K], FRR [K] and the threshold of each point [K] (accept `score >= threshold`;
+    +inf at the first point)."""
     scores = np.asarray(scores).ravel()
     if not np.issubdtype(scores.dtype, np.floating):
         scores = scores.astype(np.float64)
@@ -349,6 +368,14 @@ def _equal_error_rate_and_threshold(scores, same_speaker) -> tuple[float, float]
     )
     far = accepted_nontargets[reachable] / num_nontarget
     frr = 1.0 - accepted_targets[reachable] / num_target
+    # Accepting the k best trials is the threshold "score >= the k-th best score".
+    thresholds = np.concatenate([[np.inf], sorted_scores[reachable[1:] - 1]])
+    return far, frr, thresholds
+
+
+def _equal_error_rate_and_threshold(scores, same_speaker) -> tuple[float, float]:
+    """The EER and the threshold of the first operating point with FRR <= FAR."""
+    far, frr, thresholds = _operating_points(scores, same_speaker)
     gap = frr - far  # 1 at k = 0, -1 at k = N, non-increasing in between
     crossed = int(np.argmax(gap <= 0))
     if gap[crossed] == 0:
@@ -357,9 +384,7 @@ def _equal_error_rate_and_threshold(scores, same_speaker) -> tuple[float, float]
         before = crossed - 1
         fraction = gap[before] / (gap[before] - gap[crossed])
         eer = far[before] + fraction * (far[crossed] - far[before])
-    # Accepting the k best trials is the threshold "score >= the k-th best score".
-    threshold = float(sorted_scores[reachable[crossed] - 1])
-    return float(eer), threshold
+    return float(eer), float(thresholds[crossed])
 
 
 def embed(
@@ -424,16 +449,24 @@ def reservoir_sample(
     return np.stack(kept_rows), np.asarray(kept_labels, np.int64)
 
 
-def evaluate_verification(
+class VerificationTrials(NamedTuple):
+    """Every pair of N evaluated utterances as one trial (M = N(N-1)/2 trials)."""
+
+    scores: np.ndarray  # float32 [M], cosine similarity
+    same_speaker: np.ndarray  # bool [M], a target trial
+    labels: np.ndarray  # int64 [N], the utterances' speakers
+
+
+def verification_trials(
     embedding_model: keras.Model,
     batches: Iterable,
     *,
     max_utterances: int = 4000,
     seed: int = 0,
-) -> dict[str, float]:
-    """Verification EER on the utterances of `batches`: every pair is one trial.
+) -> VerificationTrials:
+    """Scores every pair of the utterances of `batches`; a pair is a target trial when both
+    share a label.
 
-    Cosine scores of all N(N-1)/2 pairs; a pair is a target trial when both share a label.
     Above `max_utterances` a seeded uniform sample is scored (see `embed`): the trials grow as
     N^2, and memory stays bounded however large the evaluation set.
 
@@ -443,10 +476,6 @@ def evaluate_verification(
         `label`; held-out speakers, any batch order.
       max_utterances: the most utterances scored.
       seed: picks the sample.
-
-    Returns:
-      `eer`, `eer_threshold` (cosine), and the counts `num_utterances`, `num_speakers`,
-      `num_target_trials`, `num_nontarget_trials`.
     """
     embeddings, labels = embed(embedding_model, batches, max_utterances=max_utterances, seed=seed)
     if np.unique(labels).size < 2:
@@ -456,15 +485,89 @@ def evaluate_verification(
     upper = np.triu(np.ones((len(labels), len(labels)), dtype=bool), k=1)
     scores = (embeddings @ embeddings.T)[upper]
     same = (labels[:, np.newaxis] == labels[np.newaxis, :])[upper]
-    eer, threshold = _equal_error_rate_and_threshold(scores, same)
+    return VerificationTrials(scores, same, labels)
+
+
+def verification_metrics(trials: VerificationTrials) -> dict[str, float]:
+    """`eer`, `eer_threshold` (cosine), and the counts `num_utterances`, `num_speakers`,
+    `num_target_trials`, `num_nontarget_trials`."""
+    eer, threshold = _equal_error_rate_and_threshold(trials.scores, trials.same_speaker)
     return {
         "eer": eer,
         "eer_threshold": threshold,
-        "num_utterances": float(len(labels)),
-        "num_speakers": float(np.unique(labels).size),
-        "num_target_trials": float(np.count_nonzero(same)),
-        "num_nontarget_trials": float(np.count_nonzero(~same)),
+        "num_utterances": float(len(trials.labels)),
+        "num_speakers": float(np.unique(trials.labels).size),
+        "num_target_trials": float(np.count_nonzero(trials.same_speaker)),
+        "num_nontarget_trials": float(np.count_nonzero(~trials.same_speaker)),
     }
+
+
+def evaluate_verification(
+    embedding_model: keras.Model,
+    batches: Iterable,
+    *,
+    max_utterances: int = 4000,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Verification EER on the utterances of `batches`, every pair one trial:
+    `verification_metrics` of `verification_trials` (same arguments)."""
+    return verification_metrics(
+        verification_trials(embedding_model, batches, max_utterances=max_utterances, seed=seed)
+    )
+
+
+def write_verification_summaries(
+    trials: VerificationTrials, metrics: Mapping[str, float], step: int
+) -> None:
+    """Writes what the trials look like to the default summary writer, at `step`.
+
+    `eval/eer` (scalar); `eval/target_scores` and `eval/nontarget_scores` (histograms of the
+    cosine scores); `eval/det_curve` (image: the DET curve, see `charts.det_chart`);
+    `eval/score_distributions` (image: both score histograms as fractions of their trials,
+    overlaid, with the EER threshold). `metrics`: `verification_metrics(trials)`.
+    """
+    target = trials.scores[trials.same_speaker]
+    nontarget = trials.scores[~trials.same_speaker]
+    eer, threshold = metrics["eer"], metrics["eer_threshold"]
+    tf.summary.scalar("eval/eer", eer, step=step)
+    tf.summary.histogram("eval/target_scores", target, step=step, buckets=SCORE_BINS)
+    tf.summary.histogram("eval/nontarget_scores", nontarget, step=step, buckets=SCORE_BINS)
+
+    far, frr = det_curve(trials.scores, trials.same_speaker)
+    ticks = ", ".join(f"{tick:.1%}".replace(".0%", "%") for tick in charts.DET_TICKS)
+    tf.summary.image(
+        "eval/det_curve",
+        charts.det_chart(far, frr, eer)[np.newaxis],
+        step=step,
+        description=(
+            f"Detection error trade-off of {len(target)} target and {len(nontarget)} non-target "
+            "trials: x = false-alarm rate, y = miss rate, both on normal-deviate axes (grid at "
+            f"{ticks}). Grey diagonal: equal rates; red square: the EER, {eer:.1%}. Closer to "
+            "the lower left is better."
+        ),
+    )
+
+    edges = np.histogram_bin_edges(trials.scores, bins=SCORE_BINS)
+    fractions = [np.histogram(s, bins=edges)[0] / len(s) for s in (target, nontarget)]
+    peak = max(float(f.max()) for f in fractions)
+    tf.summary.image(
+        "eval/score_distributions",
+        charts.histogram_chart(
+            fractions,
+            (charts.GREEN, charts.RED),
+            x_labels=(f"{(edges[0] + edges[1]) / 2:.2f}", f"{(edges[-2] + edges[-1]) / 2:.2f}"),
+            y_label=f"{peak:.0%}",
+            y_max=peak,
+            marker=(threshold - edges[0]) / (edges[-1] - edges[0]),
+        )[np.newaxis],
+        step=step,
+        description=(
+            "Cosine scores of target (green) and non-target (red) trials, each as a fraction "
+            f"of its {len(target)} / {len(nontarget)} trials, in {SCORE_BINS} bins from "
+            f"{edges[0]:.3f} to {edges[-1]:.3f}; black line: the EER threshold "
+            f"{threshold:.3f}. The less they overlap, the better."
+        ),
+    )
 
 
 def export_embedding_model(embedding_model: keras.Model, export_dir: str) -> None:

@@ -9,6 +9,13 @@ they add to the epoch logs lands in the history and the returned metrics.
 against the data), `learning_rate` (2e-4), `generator_filters`, `num_downsamplings`,
 `num_residual_blocks`, `discriminator_filters`, `cycle_weight` (10), `identity_weight` (5),
 `seed` (0).
+
+TensorBoard, under `fn_args.model_run_dir`: the Keras scalars (`train/`, `validation/`) and,
+every epoch, x -> y -> x and y -> x -> y translations of 4 fixed x and y
+(`translations/`, see `TranslationSnapshots`). The fixed images come from the first batch of
+`fn_args.eval_dataset` when there is one (held out), else from the first training batch: the
+trainer component gives dynamic pairs no evaluation split, and every x is trained on each
+epoch, so then they show how well the model fits, not how it generalizes.
 """
 
 from __future__ import annotations
@@ -17,7 +24,14 @@ import logging
 
 import keras
 
-from components.models.cyclegan import LOSS_NAMES, X_KEY, Y_KEY, CycleGAN, export_generators
+from components.models.cyclegan import (
+    LOSS_NAMES,
+    X_KEY,
+    Y_KEY,
+    CycleGAN,
+    TranslationSnapshots,
+    export_generators,
+)
 from components.trainer_modules import training_log
 
 _MODEL_ARGS = (
@@ -71,8 +85,27 @@ def run_fn(fn_args) -> dict[str, float]:
         # Measured on CPU: XLA made 3 epochs of this four-network step 3x slower (compile included).
         jit_compile=False,
     )
+    train_dataset = fn_args.train_dataset
+    eval_dataset = getattr(fn_args, "eval_dataset", None)
+    held_out = eval_dataset is not None
+    snapshots = TranslationSnapshots(
+        fn_args.model_run_dir,
+        image_shape,
+        images_from="the first evaluation batch (held out from training)"
+        if held_out
+        else "the first training batch (trained on: there is no evaluation data)",
+    )
+    if held_out:
+        eval_dataset = snapshots.watch(eval_dataset)
+    else:
+        train_dataset = snapshots.watch(train_dataset)
     history, metrics = training_log.fit_and_log(
-        model, fn_args, LOSS_NAMES, validation_data=getattr(fn_args, "eval_dataset", None)
+        model,
+        fn_args,
+        LOSS_NAMES,
+        validation_data=eval_dataset,
+        train_dataset=train_dataset,
+        callbacks=[snapshots],
     )
     export_generators(model, fn_args.serving_model_dir)
     metrics.update(

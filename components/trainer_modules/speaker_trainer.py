@@ -10,6 +10,10 @@ batches; every pair of its utterances is a verification trial.
 `loss` ("ge2e", "angular_prototypical" or "aam_softmax"), `num_train_classes` (aam_softmax
 only), `learning_rate` (1e-3), `channels` (128), `embedding_dim` (128),
 `max_eval_utterances` (4000), `seed` (0).
+
+TensorBoard, under `fn_args.model_run_dir`: the Keras scalars (`train/`), and at each
+evaluation (step 0 before training, step `epochs` after) the EER, the DET curve and the target /
+non-target score histograms (`speaker.write_verification_summaries`).
 """
 
 from __future__ import annotations
@@ -92,15 +96,24 @@ def run_fn(fn_args) -> dict[str, float]:
         jit_compile=False,  # T changes between batches; XLA would recompile for each
     )
     max_eval_utterances = int(config.get("max_eval_utterances", 4000))
-    before = speaker.evaluate_verification(
-        model.embedding_model, eval_dataset, max_utterances=max_eval_utterances
-    )
+    # TensorBoard gets each evaluation's EER, DET curve and score histograms at the step of
+    # the epochs trained so far: 0 before training, `epochs` after.
+    writer = tf.summary.create_file_writer(fn_args.model_run_dir)
+
+    def evaluate(step: int) -> dict[str, float]:
+        trials = speaker.verification_trials(
+            model.embedding_model, eval_dataset, max_utterances=max_eval_utterances
+        )
+        verification = speaker.verification_metrics(trials)
+        with writer.as_default():
+            speaker.write_verification_summaries(trials, verification, step)
+        writer.flush()
+        return verification
+
+    before = evaluate(0)
     history, metrics = training_log.fit_and_log(model, fn_args, ["loss"])
-    verification = speaker.evaluate_verification(
-        model.embedding_model, eval_dataset, max_utterances=max_eval_utterances
-    )
+    metrics.update(evaluate(len(history["loss"])))
     speaker.export_embedding_model(model.embedding_model, fn_args.serving_model_dir)
-    metrics.update(verification)
     metrics.update(
         eer_chance=CHANCE_EER,
         eer_before_training=before["eer"],
@@ -108,7 +121,5 @@ def run_fn(fn_args) -> dict[str, float]:
         loss_last_epoch=float(history["loss"][-1]),
         epochs=float(len(history["loss"])),
     )
-    with tf.summary.create_file_writer(fn_args.model_run_dir).as_default():
-        tf.summary.scalar("eval/eer", metrics["eer"], step=len(history["loss"]))
     logging.info("speaker model trained: %s", metrics)
     return metrics

@@ -18,17 +18,25 @@ def fit_and_log(
     fn_args,
     loss_names: Sequence[str],
     validation_data: tf.data.Dataset | None = None,
+    *,
+    train_dataset: tf.data.Dataset | None = None,
+    callbacks: Sequence[keras.callbacks.Callback] = (),
 ) -> tuple[dict[str, list[float]], dict[str, float]]:
-    """`model.fit` on `fn_args.train_dataset` with the executor's and the logging callbacks.
+    """`model.fit` on `train_dataset` (by default `fn_args.train_dataset`) with the executor's
+    callbacks, the module's own `callbacks` and the logging callbacks.
 
     Writes `history.json` to `fn_args.model_run_dir` and returns `(history, last-epoch
     metrics)`; raises RuntimeError if a loss in `loss_names` ended non-finite.
     """
     history = model.fit(
-        fn_args.train_dataset,
+        fn_args.train_dataset if train_dataset is None else train_dataset,
         epochs=int(fn_args.num_epochs),
         validation_data=validation_data,
-        callbacks=list(fn_args.callbacks or []) + logging_callbacks(fn_args.model_run_dir),
+        callbacks=[
+            *(fn_args.callbacks or []),
+            *callbacks,
+            *logging_callbacks(fn_args.model_run_dir),
+        ],
         verbose=2,
     ).history
     write_history(fn_args.model_run_dir, history)

@@ -19,7 +19,7 @@ from components import component_keys as keys
 from components import layout
 from kubeflow import local_run, runner
 from pipeline import config
-from pipeline.sample_data import write_digit_domains
+from pipeline.sample_data import X_DIR, write_digit_domains
 
 pytestmark = pytest.mark.slow
 
@@ -88,6 +88,42 @@ def local_runs(compiled):
         )
         for name, path in specs.items()
     }
+
+
+def test_the_runner_takes_the_config_file_and_its_flags_win(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        "kubeflow: {image: from/file:1, pipeline_root: gs://b/root, data_root: gs://b/data,"
+        " beam_pipeline_args: [--runner=DataflowRunner]}\n"
+        "speaker: {manifest: gs://b/voices/m.csv, audio_root: gs://b/voices, num_epochs: 5}\n"
+        "run: {work_dir: out/local}\n"
+    )
+    kubeflow_config, cyclegan, speaker = runner.parse_args(
+        ["--config", str(path), "--image", "from/flag:2", "--beam-arg=--project=p"]
+    )
+    assert kubeflow_config == config.KubeflowConfig(
+        image="from/flag:2",
+        pipeline_root="gs://b/root",
+        data_root="gs://b/data",
+        beam_pipeline_args=("--project=p",),
+    )
+    assert (speaker.manifest, speaker.audio_root, speaker.num_epochs) == (
+        "gs://b/voices/m.csv",
+        "gs://b/voices",
+        5,
+    )
+    assert cyclegan.x_dir == os.path.join("gs://b/data", runner.DIGITS_DIR, X_DIR)
+
+
+def test_a_bad_config_key_stops_the_runner_with_one_line(tmp_path, capsys):
+    path = tmp_path / "run.json"
+    path.write_text('{"kubeflow": {"imag": "x"}}')
+    with pytest.raises(SystemExit) as exited:
+        runner.parse_args(["--config", str(path)])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: config key 'imag' is not a field of KubeflowConfig (did you mean image?)"
+    ]
 
 
 def test_specs_parse_and_wire_the_five_tasks(compiled):

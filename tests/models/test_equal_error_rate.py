@@ -1,4 +1,5 @@
-"""`equal_error_rate` against a brute-force threshold sweep, and its edge cases."""
+"""`equal_error_rate` and `det_curve` against a brute-force threshold sweep, and their edge
+cases."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components.models.speaker import equal_error_rate
+from components.models.speaker import det_curve, equal_error_rate
 
 
-def brute_force_eer(scores, same_speaker) -> float:
-    """Sweeps every threshold, counts errors trial by trial, and intersects the ROC polyline
-    segment by segment with FAR = FRR."""
+def brute_force_points(scores, same_speaker) -> list[tuple[float, float]]:
+    """(FAR, FRR) at every threshold, +inf then each distinct score downwards, counted trial
+    by trial."""
     targets = [s for s, same in zip(scores, same_speaker, strict=True) if same]
     nontargets = [s for s, same in zip(scores, same_speaker, strict=True) if not same]
     points = []
@@ -22,6 +23,12 @@ def brute_force_eer(scores, same_speaker) -> float:
         far = sum(s >= threshold for s in nontargets) / len(nontargets)
         frr = sum(s < threshold for s in targets) / len(targets)
         points.append((far, frr))
+    return points
+
+
+def brute_force_eer(scores, same_speaker) -> float:
+    """Intersects the ROC polyline of `brute_force_points` segment by segment with FAR = FRR."""
+    points = brute_force_points(scores, same_speaker)
     for (far0, frr0), (far1, frr1) in zip(points[:-1], points[1:], strict=True):
         if frr0 - far0 >= 0 >= frr1 - far1:
             if frr0 == far0:
@@ -52,6 +59,20 @@ def test_matches_brute_force_sweep(trial):
     assert equal_error_rate(scores, same_speaker) == pytest.approx(
         brute_force_eer(scores, same_speaker), abs=1e-12
     )
+
+
+@settings(max_examples=100, deadline=None)
+@given(trials)
+def test_det_curve_is_the_monotone_brute_force_sweep(trial):
+    scores, same_speaker = trial
+    far, frr = det_curve(scores, same_speaker)
+    np.testing.assert_allclose(
+        np.stack([far, frr], axis=1), brute_force_points(scores, same_speaker), atol=1e-12
+    )
+    assert (far[0], frr[0]) == (0.0, 1.0) and (far[-1], frr[-1]) == (1.0, 0.0)
+    assert np.all(np.diff(far) >= 0) and np.all(np.diff(frr) <= 0)
+    # Each point moves: a distinct threshold accepts at least one more trial.
+    assert np.all((np.diff(far) > 0) | (np.diff(frr) < 0))
 
 
 @pytest.mark.parametrize("seed", range(6))

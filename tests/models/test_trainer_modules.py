@@ -14,9 +14,9 @@ import pytest
 import tensorflow as tf
 
 from components.inputs.coverage import PairCoverage, PairCoverageCallback
-from components.models.cyclegan import LOSS_NAMES
+from components.models.cyclegan import LOSS_NAMES, TRANSLATIONS_DIR, X_CYCLE_TAG, Y_CYCLE_TAG
 from components.trainer_modules import cyclegan_trainer, speaker_trainer
-from tests.models import synthetic
+from tests.models import events, synthetic
 
 
 def make_fn_args(tmp_path, train_dataset, **overrides) -> types.SimpleNamespace:
@@ -81,6 +81,12 @@ def test_cyclegan_run_fn_trains_logs_coverage_and_exports(tmp_path, digit_subset
     assert glob.glob(
         os.path.join(fn_args.model_run_dir, "**", "events.out.tfevents*"), recursive=True
     )
+    # Each epoch, 4 fixed held-out x (and y) translated there and back: 4 rows of 3 framed cells.
+    translations = events.read_summaries(os.path.join(fn_args.model_run_dir, TRANSLATIONS_DIR))
+    assert set(translations) == {X_CYCLE_TAG, Y_CYCLE_TAG}
+    for by_epoch in translations.values():
+        assert list(by_epoch) == [0, 1]
+        assert all(image.shape == (4 * 34, 3 * 34, 1) for image in by_epoch.values())
 
     loaded = tf.saved_model.load(fn_args.serving_model_dir)
     translated = loaded.signatures["serving_default"](images=tf.constant(x[:4]))["images"]
@@ -130,6 +136,15 @@ def test_speaker_run_fn_reports_eer_on_held_out_speakers_and_exports(tmp_path, s
     assert metrics["epochs"] == 3.0
     with open(os.path.join(fn_args.model_run_dir, "history.json")) as f:
         assert len(json.load(f)["loss"]) == 3
+    # Both evaluations, before training (step 0) and after the 3 epochs, in TensorBoard.
+    summaries = events.read_summaries(fn_args.model_run_dir)
+    for tag in ("eval/eer", "eval/target_scores", "eval/nontarget_scores", "eval/det_curve"):
+        assert list(summaries[tag]) == [0, 3], tag
+    assert float(summaries["eval/eer"][0]) == pytest.approx(metrics["eer_before_training"])
+    assert float(summaries["eval/eer"][3]) == pytest.approx(metrics["eer"])
+    assert summaries["eval/target_scores"][3][:, 2].sum() == metrics["num_target_trials"]
+    assert summaries["eval/nontarget_scores"][3][:, 2].sum() == metrics["num_nontarget_trials"]
+    assert summaries["eval/det_curve"][3].shape == summaries["eval/score_distributions"][0].shape
 
     loaded = tf.saved_model.load(fn_args.serving_model_dir)
     batch = next(iter(held_out))

@@ -1,13 +1,22 @@
 """Both pipelines end to end on LocalDagRunner (sqlite ML Metadata, Beam DirectRunner) on the
-bundled sample data; then a second run with unchanged inputs, served from the cache."""
+bundled sample data; then a second run with unchanged inputs, served from the cache.
+
+The speaker pipeline's first run is the command `python -m pipeline.run_local speaker` (config
+file + data flags, one listed file missing), whose printed report is checked against ML
+Metadata; a run whose Beam stage rejects too much ends with the Beam stage's own error.
+"""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 import tensorflow as tf
+import yaml
 from tfx.types import standard_component_specs
 
 from components import component_keys as keys
@@ -16,6 +25,7 @@ from pipeline import config, cyclegan_pipeline, run_local, speaker_pipeline
 from pipeline.fingerprint import input_fingerprint
 
 NODES = {"ImportSchemaGen", "StatisticsGen", "ExampleValidator", "ResampledTrainer"}
+MISSING = "spk01/not_recorded.wav"
 
 pytestmark = pytest.mark.slow
 
@@ -29,6 +39,15 @@ def _run_twice(module, pipeline_config, work_dir):
     return first, second
 
 
+def _run_local(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.run_local", *argv],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
 @pytest.fixture(scope="module")
 def cyclegan_runs(tmp_path_factory):
     work_dir = str(tmp_path_factory.mktemp("cyclegan"))
@@ -40,10 +59,46 @@ def cyclegan_runs(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def speaker_runs(tmp_path_factory):
-    work_dir = str(tmp_path_factory.mktemp("speaker"))
-    pipeline_config = config.for_tests(config.SpeakerConfig())
-    return _run_twice(speaker_pipeline, pipeline_config, work_dir)
+def speaker_command(tmp_path_factory):
+    """`python -m pipeline.run_local speaker --config FILE --manifest M --audio_root R
+    --work_dir W` on the bundled corpus, with one more manifest row whose file is missing; the
+    config file holds the test overrides. Returns the finished process, the SpeakerConfig it
+    ran and its work dir."""
+    work_dir = tmp_path_factory.mktemp("speaker")
+    manifest = work_dir / "manifest.csv"
+    with open(config.SPEAKER_MANIFEST) as f:
+        manifest.write_text(f.read() + f"{MISSING},spk01\n")
+    config_file = work_dir / "speaker.yaml"
+    config_file.write_text(yaml.safe_dump({"speaker": config.TEST_OVERRIDES[config.SpeakerConfig]}))
+    done = _run_local(
+        "speaker",
+        "--config",
+        str(config_file),
+        "--manifest",
+        str(manifest),
+        "--audio_root",
+        config.SPEAKER_CORPUS_DIR,
+        "--work_dir",
+        str(work_dir),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    pipeline_config = config.SpeakerConfig(
+        manifest=str(manifest),
+        audio_root=config.SPEAKER_CORPUS_DIR,
+        **config.TEST_OVERRIDES[config.SpeakerConfig],
+    )
+    return done, pipeline_config, str(work_dir)
+
+
+@pytest.fixture(scope="module")
+def speaker_runs(speaker_command):
+    """The command's run, then the same pipeline run again in this process."""
+    _, pipeline_config, work_dir = speaker_command
+    run = run_local.run_config(work_dir)
+    first = run_local.latest_run(run.metadata_path, pipeline_config.pipeline_name)
+    run_local.run(speaker_pipeline.create_pipeline(pipeline_config, run))
+    second = run_local.latest_run(run.metadata_path, pipeline_config.pipeline_name)
+    return first, second
 
 
 def _metrics(results) -> dict:
@@ -119,3 +174,77 @@ def test_materialize_gets_the_input_fingerprint(tmp_path):
         if c.id == "MaterializeAudio"
     ]
     assert materialize.exec_properties[keys.INPUT_FINGERPRINT_KEY] is None
+
+
+def _printed_outputs(stdout: str) -> dict[str, dict[str, str]]:
+    """Node -> {output key: URI} as the report's first section lists them: "  Node [state]",
+    then "    key  uri" per output."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("== ")) + 1
+    outputs: dict[str, dict[str, str]] = {}
+    for line in lines[start:]:
+        if not line.startswith("  "):
+            break
+        words = line.split()
+        if line.startswith("    "):
+            [*_, last_node] = outputs.values()
+            last_node[words[0]] = words[1]
+        else:
+            outputs[words[0]] = {}
+    return outputs
+
+
+def test_run_local_prints_what_ran_where_the_artifacts_are_rejects_and_metrics(
+    speaker_command, speaker_runs
+):
+    done, _, _ = speaker_command
+    first, _ = speaker_runs
+    lines = done.stdout.splitlines()
+    for node in NODES | {"MaterializeAudio"}:
+        assert f"  {node} [ran]" in lines
+    printed = _printed_outputs(done.stdout)
+    assert printed == {
+        node: {key: result.uri(key) for key in result.outputs} for node, result in first.items()
+    }
+    assert all(os.path.exists(uri) for outputs in printed.values() for uri in outputs.values())
+    rejects = lines[lines.index("== rejects by reason") + 1 :]
+    assert rejects[0].startswith("  MaterializeAudio: 1 input record rejected")
+    assert rejects[1].split() == ["missing_file", "1"]
+    with open(
+        os.path.join(first["MaterializeAudio"].uri(keys.OFFSET_INDEX_KEY), layout.REJECTS_FILE)
+    ) as f:
+        [reject] = [json.loads(line) for line in f]
+    assert MISSING in reject["source"]
+    assert any(line.startswith("  EER on ") for line in lines)
+
+
+def test_a_run_whose_beam_stage_rejects_too_much_ends_with_its_error(tmp_path):
+    with open(config.SPEAKER_MANIFEST) as f:
+        rows = list(csv.DictReader(f))
+    kept = [
+        next(r for r in rows if r["speaker"] == s) for s in sorted({r["speaker"] for r in rows})[:4]
+    ]
+    manifest = tmp_path / "manifest.csv"
+    manifest.write_text(
+        "path,speaker\n"
+        + "".join(f"{r['path']},{r['speaker']}\n" for r in kept)
+        + "spk01/gone_1.wav,spk01\nspk02/gone_2.wav,spk02\n"
+    )
+    done = _run_local(
+        "speaker",
+        "--manifest",
+        str(manifest),
+        "--audio_root",
+        config.SPEAKER_CORPUS_DIR,
+        "--max_reject_fraction",
+        "0.01",
+        "--work_dir",
+        str(tmp_path / "work"),
+    )
+    assert done.returncode == 1
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith("error: 2 of 6 inputs rejected"), last
+    assert "max_reject_fraction=0.01" in last and "missing_file=2" in last
+    lines = done.stdout.splitlines()
+    assert "  MaterializeAudio [failed]" in lines
+    assert "  ResampledTrainer [not run]" in lines

@@ -1,0 +1,348 @@
+"""The pipelines' settings from flags and config files, checked without importing TFX.
+
+Flags are generated from the fields of the config dataclasses, so every field has one and none
+can drift: `--<field> VALUE`, parsed by the field's type (int, float, str; bool: `true`/`false`,
+a bare `--flag` is true; mapping: a JSON object; optional: `none`; a tuple of strings: repeat the
+flag, one item each, e.g. `--beam_pipeline_args=--direct_running_mode=multi_processing`).
+
+A config file (JSON, or YAML for any other suffix) holds one section per dataclass; every
+section is optional, and every section present is checked by whichever command reads the file,
+so one file drives `python -m pipeline.run_local` and `python -m kubeflow.runner`::
+
+    speaker:                  # SpeakerConfig fields
+      manifest: data/manifest.csv
+      audio_root: data/audio
+      num_epochs: 20
+    cyclegan: {x_dir: x/, y_dir: y/, pairs: pairs.jsonl}    # CycleGanConfig fields
+    run: {work_dir: out/local, enable_cache: true}          # local runs (RUN_SECTION_TYPES)
+    kubeflow: {image: REGISTRY/tfx-dynamic-inputs:TAG}      # KubeflowConfig fields
+
+Flags override the file. A bad flag, key or value is a `ConfigError`: one line naming it, which
+the commands print as `error: ...` before exiting with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import json
+import os
+import sys
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
+
+import yaml
+
+from pipeline import config
+
+PIPELINES: dict[str, type] = {
+    "cyclegan": config.CycleGanConfig,
+    "speaker": config.SpeakerConfig,
+}
+# The input paths of each pipeline: given all together, or none (the bundled sample data).
+DATA_FIELDS = {
+    "cyclegan": ("x_dir", "y_dir", "pairs"),
+    "speaker": ("manifest", "audio_root"),
+}
+RUN_SECTION = "run"
+KUBEFLOW_SECTION = "kubeflow"
+WORK_DIR = "work_dir"
+DEFAULT_WORK_DIR = os.path.join(config.REPO_ROOT, "out", "local")
+# RunConfig's pipeline_root and metadata_path are not settings of a local run: both live under
+# its work_dir, so a second run finds the first one's ML Metadata (and its cache).
+_RUN_DERIVED = ("pipeline_root", "metadata_path")
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+
+class ConfigError(ValueError):
+    """A bad flag, config key or value; the message is one line naming it."""
+
+
+def fail(error: ConfigError) -> NoReturn:
+    """Prints `error: <message>` (one line, no traceback) and exits with status 2."""
+    print(f"error: {error}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    """The keys a config file section takes: `types` (key -> type), `defaults` (key -> the
+    value used when neither file nor flag gives one), what messages call the section, and why
+    some keys one might expect are not there (`absent`: key -> reason)."""
+
+    noun: str
+    types: dict[str, Any]
+    defaults: dict[str, Any]
+    absent: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def dataclass_section(cls: type) -> Section:
+    """The section of the config dataclass `cls`: its fields, their types and defaults."""
+    fields = dataclasses.fields(cls)
+    defaults = {
+        f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        for f in fields
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+    }
+    hints = typing.get_type_hints(cls)
+    return Section(f"a field of {cls.__name__}", {f.name: hints[f.name] for f in fields}, defaults)
+
+
+def _run_section() -> Section:
+    run = dataclass_section(config.RunConfig)
+    kept = [name for name in run.types if name not in _RUN_DERIVED]
+    return Section(
+        "a local run setting",
+        {WORK_DIR: str, **{name: run.types[name] for name in kept}},
+        {WORK_DIR: DEFAULT_WORK_DIR, **{name: run.defaults[name] for name in kept}},
+        {name: f"a local run keeps it under {WORK_DIR}" for name in _RUN_DERIVED},
+    )
+
+
+SECTIONS: dict[str, Section] = {
+    **{name: dataclass_section(cls) for name, cls in PIPELINES.items()},
+    RUN_SECTION: _run_section(),
+    KUBEFLOW_SECTION: dataclass_section(config.KubeflowConfig),
+}
+
+
+def _did_you_mean(word: str, choices: Sequence[str], prefix: str = "") -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean {prefix}{close[0]}?)" if close else ""
+
+
+_SCALARS = {int: "an int", float: "a float", bool: "a bool (true/false)", str: "a string"}
+
+
+def _type_name(tp: Any) -> str:
+    """How messages name the field type `tp`; TypeError for a type `convert` cannot parse."""
+    if _optional_of(tp) is not None:
+        return f"{_type_name(_optional_of(tp))} or none"
+    origin = typing.get_origin(tp)
+    if origin is tuple and typing.get_args(tp) == (str, ...):
+        return "a list of strings"
+    if origin in (dict, Mapping):
+        return "a mapping (a JSON object)"
+    if tp in _SCALARS:
+        return _SCALARS[tp]
+    raise TypeError(f"config fields of type {tp!r} have no flag parser")
+
+
+def _optional_of(tp: Any) -> Any:
+    """X for `X | None`, else None."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1 and len(typing.get_args(tp)) == 2:
+            return args[0]
+    return None
+
+
+def convert(tp: Any, value: Any, where: str) -> Any:
+    """`value` as the field type `tp`, or a ConfigError naming `where`.
+
+    Text is parsed (a flag's value; also a YAML scalar such as `1e-3`, which YAML 1.1 reads as
+    a string); other values must already have the type (ints pass as floats, bools never pass
+    as numbers).
+    """
+    inner = _optional_of(tp)
+    if inner is not None:
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            return None
+        return convert(inner, value, where)
+    bad = ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+    origin = typing.get_origin(tp)
+    if origin is tuple:
+        if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        raise bad
+    if origin in (dict, Mapping):
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise bad from None
+        if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+            return dict(value)
+        raise bad
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise bad
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in _TRUE + _FALSE:
+            return value.lower() in _TRUE
+        raise bad
+    # int or float (`_type_name` has refused every other type).
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise bad
+    if isinstance(value, float) and tp is int:
+        raise bad
+    try:
+        return tp(value)
+    except ValueError:
+        raise bad from None
+
+
+def check_section(name: str, values: Any) -> dict[str, Any]:
+    """The checked (converted) keys of section `name` of a config file."""
+    section = SECTIONS[name]
+    if not isinstance(values, dict):
+        raise ConfigError(f"config section {name!r}: expected a mapping, got {values!r}")
+    checked = {}
+    for key, value in values.items():
+        if key not in section.types:
+            hint = (
+                f" ({section.absent[key]})"
+                if key in section.absent
+                else _did_you_mean(str(key), list(section.types))
+            )
+            raise ConfigError(f"config key {key!r} is not {section.noun}{hint}")
+        checked[key] = convert(section.types[key], value, f"config key {key!r} ({name})")
+    return checked
+
+
+def load_file(path: str) -> dict[str, dict[str, Any]]:
+    """Section -> checked keys of the config file at `path` (JSON for `.json`, else YAML)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as error:
+        raise ConfigError(f"--config {path}: {error.strerror}") from None
+    try:
+        data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as error:
+        # YAML's messages span lines (with a snippet); one line is what the user gets.
+        raise ConfigError(f"--config {path}: {' '.join(str(error).split())}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {path}: expected sections {sorted(SECTIONS)}, got {data!r}")
+    for name in data:
+        if name not in SECTIONS:
+            raise ConfigError(
+                f"config key {name!r} is not a section ({', '.join(sorted(SECTIONS))})"
+                + _did_you_mean(str(name), list(SECTIONS))
+            )
+    return {name: check_section(name, values) for name, values in data.items()}
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are ConfigErrors (one line) instead of usage + exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(message)
+
+
+def _add_field_flags(parser: argparse.ArgumentParser, section_name: str) -> None:
+    section = SECTIONS[section_name]
+    for name, tp in section.types.items():
+        default = section.defaults.get(name, "required unless the bundled data is used")
+        if not isinstance(default, str):
+            default = json.dumps(default)
+        kwargs: dict[str, Any] = {
+            "dest": f"{section_name}.{name}",
+            # Absent flags stay out of the namespace, so the file's value (or the default)
+            # stands.
+            "default": argparse.SUPPRESS,
+            # argparse %-formats help texts.
+            "help": f"{_type_name(tp)}; default: {default}".replace("%", "%%"),
+        }
+        if typing.get_origin(tp) is tuple:
+            kwargs.update(action="append", metavar="ARG")
+            kwargs["help"] += " (repeat the flag, one item each: --flag=--beam-option=value)"
+        elif tp is bool:
+            kwargs.update(nargs="?", const="true", metavar="BOOL")
+        elif typing.get_origin(tp) in (dict, Mapping):
+            kwargs["metavar"] = "JSON"
+        else:
+            kwargs["metavar"] = {int: "INT", float: "FLOAT"}.get(_optional_of(tp) or tp, "STR")
+        options = [f"--{name}"]
+        if name == WORK_DIR:
+            options.append("--work-dir")  # the spelling run_local took before
+        parser.add_argument(*options, **kwargs)
+
+
+def local_parser() -> argparse.ArgumentParser:
+    """`python -m pipeline.run_local {cyclegan,speaker} ...`: one subcommand per pipeline, a
+    flag per field of its config and per local run setting."""
+    parser = _Parser(
+        prog="python -m pipeline.run_local",
+        description="Run one pipeline locally (LocalDagRunner, sqlite ML Metadata, Beam "
+        "DirectRunner), then print what ran, the artifacts, the rejects and the metrics.",
+        allow_abbrev=False,
+    )
+    pipelines = parser.add_subparsers(dest="pipeline", required=True, metavar="PIPELINE")
+    for name, cls in PIPELINES.items():
+        data = _data_flags(name)
+        sub = pipelines.add_parser(
+            name,
+            help=f"{cls.__name__}: {data} (all, or none for the bundled sample data)",
+            description=f"{cls.__name__} flags: give {data} together, or none of them to run "
+            "on the bundled sample data. Flags override --config.",
+            allow_abbrev=False,
+        )
+        sub.add_argument("--config", metavar="FILE", help="JSON or YAML config file")
+        _add_field_flags(sub, name)
+        _add_field_flags(sub, RUN_SECTION)
+    return parser
+
+
+def _data_flags(pipeline: str) -> str:
+    *first, last = [f"--{field}" for field in DATA_FIELDS[pipeline]]
+    return f"{', '.join(first)} and {last}"
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalArgs:
+    """A checked local run: `settings` are the pipeline config's fields set by the file or
+    flags (the rest keep their defaults); `run` every local run setting."""
+
+    pipeline: str
+    settings: dict[str, Any]
+    run: dict[str, Any]
+
+    @property
+    def bundled_data(self) -> bool:
+        """Whether no data path was given: the run uses the bundled sample data."""
+        return not set(DATA_FIELDS[self.pipeline]) & set(self.settings)
+
+
+def parse_local_args(argv: Sequence[str] | None = None) -> LocalArgs:
+    """The run `argv` asks for: file sections, then flags over them; raises ConfigError."""
+    parser = local_parser()
+    namespace, unknown = parser.parse_known_args(argv)
+    if unknown:
+        flag = next((arg for arg in unknown if arg.startswith("-")), None)
+        if flag is None:
+            raise ConfigError(f"unexpected argument {unknown[0]!r}")
+        name = flag.split("=")[0]
+        known = ["config", *SECTIONS[namespace.pipeline].types, *SECTIONS[RUN_SECTION].types]
+        raise ConfigError(f"unknown flag {name}" + _did_you_mean(name.lstrip("-"), known, "--"))
+    flags = vars(namespace)
+    pipeline = flags.pop("pipeline")
+    path = flags.pop("config", None)
+    sections = load_file(path) if path else {}
+    given: dict[str, dict[str, Any]] = {pipeline: {}, RUN_SECTION: {}}
+    for dest, value in flags.items():
+        section_name, name = dest.split(".")
+        where = f"--{name}"
+        given[section_name][name] = convert(SECTIONS[section_name].types[name], value, where)
+    settings = {**sections.get(pipeline, {}), **given[pipeline]}
+    missing = [field for field in DATA_FIELDS[pipeline] if field not in settings]
+    if 0 < len(missing) < len(DATA_FIELDS[pipeline]):
+        raise ConfigError(
+            f"{pipeline}: give {_data_flags(pipeline)} together, or none of them for the "
+            f"bundled sample data (missing: {', '.join(f'--{field}' for field in missing)})"
+        )
+    run = {
+        **SECTIONS[RUN_SECTION].defaults,
+        **sections.get(RUN_SECTION, {}),
+        **given[RUN_SECTION],
+    }
+    return LocalArgs(pipeline, settings, run)

@@ -1,0 +1,138 @@
+"""What a local pipeline run prints at its end (`pipeline.run_local` and `pipeline.demo`).
+
+`describe` gives, for one run read back from ML Metadata: each node and whether it ran, was
+served from the cache, failed or never started; the URI of every output; the inputs the Beam
+stage rejected, by reason (the materialize component's offset index artifact carries the counts
+of its `summary.json` as custom properties, so cached runs report them too); and the trainer's
+metrics.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from components import artifacts, layout
+from components import component_keys as keys
+from pipeline import config
+
+if TYPE_CHECKING:
+    from pipeline.run_local import NodeResult
+
+STATES = {"COMPLETE": "ran", "CACHED": "cached", "FAILED": "failed"}
+NOT_RUN = "not run"
+
+
+def state(result: NodeResult | None) -> str:
+    """`ran`, `cached`, `failed`, or `not run` (the node never started)."""
+    if result is None:
+        return NOT_RUN
+    return STATES.get(result.state, result.state.lower())
+
+
+def nodes(node_ids: Sequence[str], results: Mapping[str, NodeResult]) -> list[str]:
+    """One line per node with its state, then one per output artifact with its URI."""
+    lines = []
+    for node_id in node_ids:
+        result = results.get(node_id)
+        lines.append(f"  {node_id} [{state(result)}]")
+        for key, outputs in sorted(result.outputs.items() if result else ()):
+            lines.extend(f"    {key:<13} {artifact.uri}" for artifact in outputs)
+    return lines
+
+
+def rejects(results: Mapping[str, NodeResult]) -> list[str]:
+    """The Beam stage's rejects by reason; nothing when no materialize output was published."""
+    lines = []
+    for node_id, result in results.items():
+        for offset_index in result.outputs.get(keys.OFFSET_INDEX_KEY, []):
+            by_reason = offset_index.properties.get(artifacts.REJECTS_BY_REASON_PROPERTY) or {}
+            records = int(offset_index.properties.get(artifacts.NUM_REJECTS_PROPERTY, 0))
+            lines.append(
+                f"  {node_id}: {records} input record{'' if records == 1 else 's'} rejected"
+                + (
+                    f" (listed in {os.path.join(offset_index.uri, layout.REJECTS_FILE)})"
+                    if by_reason
+                    else ""
+                )
+            )
+            # JSON properties come back from ML Metadata as floats.
+            lines.extend(
+                f"    {reason:<22} {int(count)}"
+                for reason, count in sorted(by_reason.items(), key=lambda kv: (-kv[1], kv[0]))
+            )
+    return lines
+
+
+def trainer_metrics(results: Mapping[str, NodeResult]) -> dict[str, float] | None:
+    """The trainer's metrics (its model run artifact's float properties), None if it did not
+    publish them."""
+    for result in results.values():
+        for model_run in result.outputs.get(keys.MODEL_RUN_KEY, []):
+            return {k: v for k, v in model_run.properties.items() if isinstance(v, float)}
+    return None
+
+
+def _epochs(count: int) -> str:
+    return f"{count} epoch{'' if count == 1 else 's'}"
+
+
+def _cyclegan_metrics(cyclegan: config.CycleGanConfig, gan: Mapping[str, float]) -> list[str]:
+    return [
+        f"CycleGAN ({_epochs(cyclegan.num_epochs)} on dynamic pairs, batch {cyclegan.batch_size})",
+        f"  cycle loss         {gan['cycle_loss_first_epoch']:.4f} (epoch 1) -> "
+        f"{gan['cycle_loss_last_epoch']:.4f} (epoch {int(gan['epochs'])})",
+        *(
+            f"  {name:<18} {gan[name]:.4f} (last epoch)"
+            for name in ("identity_loss", "generator_adv_loss", "discriminator_loss")
+        ),
+        f"  pair coverage      {gan['pair_coverage_epoch']:.1%} of the valid pairs in the last "
+        f"epoch, {gan['pair_coverage_total']:.1%} over all epochs; invalid pairs served: "
+        f"{int(gan['invalid_pairs'])}",
+    ]
+
+
+def _speaker_metrics(speaker: config.SpeakerConfig, eer: Mapping[str, float]) -> list[str]:
+    return [
+        f"speaker embedding ({_epochs(speaker.num_epochs)}, batches of "
+        f"{speaker.n_classes_per_batch} speakers x {speaker.n_samples_per_class} utterances)",
+        f"  EER on {int(eer['num_speakers'])} held-out speakers ({int(eer['num_utterances'])} "
+        f"utterances): {eer['eer']:.1%} (untrained network: {eer['eer_before_training']:.1%}, "
+        f"chance: {eer['eer_chance']:.0%})",
+    ]
+
+
+_HEADLINES: dict[type, Callable[[Any, Mapping[str, float]], list[str]]] = {
+    config.CycleGanConfig: _cyclegan_metrics,
+    config.SpeakerConfig: _speaker_metrics,
+}
+
+
+def metrics(
+    pipeline_config: config.CycleGanConfig | config.SpeakerConfig, values: Mapping[str, float]
+) -> list[str]:
+    """The headline of the pipeline's own trainer module, or every metric by name where the
+    trainer (a custom `trainer_module`) did not report the headline's metrics."""
+    try:
+        return _HEADLINES[type(pipeline_config)](pipeline_config, values)
+    except KeyError:
+        return ["trainer metrics", *(f"  {k:<24} {v:.6g}" for k, v in sorted(values.items()))]
+
+
+def describe(
+    title: str,
+    pipeline_config: config.CycleGanConfig | config.SpeakerConfig,
+    node_ids: Sequence[str],
+    results: Mapping[str, NodeResult],
+) -> str:
+    """The report of one run: nodes and artifact URIs, rejects by reason, metrics."""
+    lines = [f"== {title}", *nodes(node_ids, results)]
+    reject_lines = rejects(results)
+    if reject_lines:
+        lines += ["== rejects by reason", *reject_lines]
+    values = trainer_metrics(results)
+    if values is not None:
+        headline, *rest = metrics(pipeline_config, values)
+        lines += [f"== {headline}", *rest]
+    return "\n".join(lines)

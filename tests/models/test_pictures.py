@@ -1,0 +1,144 @@
+"""The TensorBoard pictures: numpy charts, the verification summaries, the CycleGAN translations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from components.models import charts, cyclegan, speaker
+from tests.models.events import read_summaries
+
+CHART_SHAPE = (charts.HEIGHT, charts.WIDTH, 3)
+
+
+def color_pixels(image: np.ndarray, color: tuple[int, int, int]) -> np.ndarray:
+    """bool [H, W]: where `image` is exactly `color`."""
+    return np.all(image == np.asarray(color, np.uint8), axis=-1)
+
+
+@pytest.mark.parametrize("high", [8, 1000])
+def test_integer_bins_count_every_value_once(high):
+    values = np.random.default_rng(0).integers(3, high, 500)
+    edges, counts = charts.integer_bins(values, max_bins=64)
+    assert counts.sum() == len(values) and len(edges) == len(counts) + 1 <= 65
+    assert edges[0] == values.min() and edges[-2] <= values.max() < edges[-1]
+    widths = np.diff(edges)
+    assert np.all(widths == widths[0]) and (widths[0] == 1) == (high - 3 <= 64)
+    for low, up, count in zip(edges[:-1], edges[1:], counts, strict=True):
+        assert count == np.count_nonzero((values >= low) & (values < up))
+    with pytest.raises(ValueError, match="no values"):
+        charts.integer_bins(np.array([], np.int64))
+
+
+def test_histogram_chart_bars_are_proportional_to_the_counts():
+    image = charts.histogram_chart(
+        [np.array([1, 2, 4])], [charts.BLUE], x_labels=("1", "3"), y_label="4", y_max=4
+    )
+    assert image.shape == CHART_SHAPE and image.dtype == np.uint8
+    # The half-transparent bars over white: the same color in every bar.
+    bar = np.any(image != 255, axis=-1) & (image[..., 2] > image[..., 0])
+    heights = bar.sum(axis=0)
+    columns = np.flatnonzero(heights)
+    tallest = heights.max()
+    assert sorted(set(heights[columns].tolist())) == [tallest // 4, tallest // 2, tallest]
+    with pytest.raises(ValueError, match="no glyph"):
+        charts.histogram_chart(
+            [np.ones(3)], [charts.RED], x_labels=("1e+06", "2"), y_label="1", y_max=1
+        )
+
+
+def test_det_chart_draws_a_monotone_curve_and_the_eer():
+    rng = np.random.default_rng(1)
+    same = rng.random(200_000) < 0.1
+    scores = rng.normal(size=same.size) + 2.0 * same
+    far, frr = speaker.det_curve(scores, same)
+    eer = speaker.equal_error_rate(scores, same)
+    image = charts.det_chart(far, frr, eer)
+    assert image.shape == CHART_SHAPE and image.dtype == np.uint8
+    rows, columns = np.nonzero(color_pixels(image, charts.BLUE))
+    assert len(columns) > 100
+    # Lower miss rates to the right: the curve's lowest row per column never goes up.
+    lowest = [rows[columns == column].max() for column in np.unique(columns)]
+    assert np.all(np.diff(lowest) >= 0)
+    assert color_pixels(image, charts.RED).sum() == 25  # the EER square, 5 x 5
+
+
+def test_verification_summaries_are_written(tmp_path):
+    rng = np.random.default_rng(2)
+    labels = np.repeat(np.arange(8), 5)
+    upper = np.triu(np.ones((40, 40), bool), k=1)
+    same = (labels[:, None] == labels[None])[upper]
+    scores = (rng.normal(size=same.size) * 0.2 + 0.5 * same).astype(np.float32)
+    trials = speaker.VerificationTrials(scores, same, labels)
+    metrics = speaker.verification_metrics(trials)
+    with tf.summary.create_file_writer(str(tmp_path)).as_default():
+        speaker.write_verification_summaries(trials, metrics, step=3)
+
+    summaries = read_summaries(str(tmp_path))
+    assert set(summaries) == {
+        "eval/eer",
+        "eval/target_scores",
+        "eval/nontarget_scores",
+        "eval/det_curve",
+        "eval/score_distributions",
+    }
+    assert all(list(by_step) == [3] for by_step in summaries.values())
+    assert float(summaries["eval/eer"][3]) == pytest.approx(metrics["eer"])
+    assert summaries["eval/target_scores"][3][:, 2].sum() == metrics["num_target_trials"] == 80
+    assert summaries["eval/nontarget_scores"][3][:, 2].sum() == metrics["num_nontarget_trials"]
+    assert summaries["eval/det_curve"][3].shape == CHART_SHAPE
+    assert summaries["eval/score_distributions"][3].shape == CHART_SHAPE
+
+
+@pytest.fixture(scope="module")
+def tiny_cyclegan():
+    return cyclegan.CycleGAN(
+        (8, 8, 1),
+        generator_filters=2,
+        num_downsamplings=1,
+        num_residual_blocks=1,
+        discriminator_filters=2,
+    )
+
+
+def test_translation_grid_rows_are_image_translation_cycle(tiny_cyclegan):
+    images = tf.random.uniform([3, 8, 8, 1], seed=0)
+    forward, backward = tiny_cyclegan.generator_xy, tiny_cyclegan.generator_yx
+    grid = cyclegan.translation_grid(images, forward, backward)
+    assert grid.shape == (1, 3 * 10, 3 * 10, 1)
+    translated = forward(images)
+    for row in range(3):
+        cells = [images[row], translated[row], backward(translated)[row]]
+        for column, expected in enumerate(cells):
+            cell = grid[0, row * 10 : row * 10 + 10, column * 10 : column * 10 + 10]
+            np.testing.assert_allclose(cell[1:-1, 1:-1], expected, atol=1e-6)
+            assert np.all(cell[0] == 0.5) and np.all(cell[:, 0] == 0.5)
+
+
+def test_translation_snapshots_keep_the_first_batch_and_log_every_epoch(tmp_path, tiny_cyclegan):
+    pixels = np.arange(4 * 6 * 64, dtype=np.float32).reshape(4, 6, 8, 8, 1) / (4 * 6 * 64)
+    batches = tf.data.Dataset.from_tensor_slices({"x": pixels, "y": 1.0 - pixels})
+    snapshots = cyclegan.TranslationSnapshots(
+        str(tmp_path), (8, 8, 1), images_from="the test batches", num_images=4
+    )
+    snapshots.set_model(tiny_cyclegan)
+    snapshots.on_epoch_end(0)  # nothing kept yet: nothing written
+    watched = snapshots.watch(batches)
+    for epoch in range(2):  # passes after the first leave the kept images as they are
+        served = np.stack([batch["x"].numpy() for batch in watched])
+        np.testing.assert_array_equal(served, pixels)  # the data goes through unchanged
+        snapshots.on_epoch_end(epoch)
+
+    summaries = read_summaries(str(tmp_path / cyclegan.TRANSLATIONS_DIR))
+    assert set(summaries) == {cyclegan.X_CYCLE_TAG, cyclegan.Y_CYCLE_TAG}
+    kept = {cyclegan.X_CYCLE_TAG: pixels[0, :4], cyclegan.Y_CYCLE_TAG: 1.0 - pixels[0, :4]}
+    for tag, first_images in kept.items():
+        assert list(summaries[tag]) == [0, 1]
+        np.testing.assert_array_equal(summaries[tag][0], summaries[tag][1])
+        image = summaries[tag][1]
+        assert image.shape == (4 * 10, 3 * 10, 1)
+        # The first column: the kept images (as 8-bit PNG).
+        for row in range(4):
+            cell = image[row * 10 + 1 : row * 10 + 9, 1:9].astype(np.float32) / 255.0
+            np.testing.assert_allclose(cell, first_images[row], atol=1 / 255 + 1e-6)
