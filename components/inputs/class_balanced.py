@@ -9,7 +9,7 @@ dataset, ids + loader) becomes a store and class index in `sources.labelled_reco
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import tensorflow as tf
@@ -21,6 +21,7 @@ from components.inputs.audio_features import (
     parse_audio_examples,
 )
 from components.inputs.class_plan import ClassBalancedPlan, ClassReport
+from components.inputs.parsing import ParseFn
 from components.inputs.record_store import RecordStore, describe_damaged
 
 DEFAULT_FEATURES = AudioFeatureConfig()
@@ -59,6 +60,8 @@ class ClassBalancedSampler(epoch_plan.EpochSampler):
         epoch_mode: str = "classes",
         small_classes: str = "replace",
         features: AudioFeatureConfig | None = DEFAULT_FEATURES,
+        parse_fn: ParseFn | None = None,
+        feature_spec: Mapping[str, object] | None = None,
         record_set: str | None = None,
         load_fn: Callable[[object], object] | None = None,
         backend: str = "auto",
@@ -70,6 +73,13 @@ class ClassBalancedSampler(epoch_plan.EpochSampler):
         self.worker_index, self.num_workers = epoch_plan.worker_slice(
             input_context, worker_index=worker_index, num_workers=num_workers
         )
+        self._parse = record_parser(parse_fn, feature_spec)
+        if self._parse is not None:
+            if features is not None and features is not DEFAULT_FEATURES:
+                raise ValueError(
+                    "pass features (the audio front end) or parse_fn / feature_spec, not both"
+                )
+            features = None
         self.features = features
         sample_rate = features.sample_rate if features is not None else None
         resolved = sources.labelled_records(
@@ -134,6 +144,8 @@ class ClassBalancedSampler(epoch_plan.EpochSampler):
             with tf.control_dependencies([self._skip_log.record(row["epoch"], ok)]):
                 ok = tf.identity(ok)
             index, label, records = (tf.boolean_mask(t, ok) for t in (index, label, records))
+        if self._parse is not None:
+            return _with_parsed({"index": index, "label": label}, self._parse(records))
         if self.features is None:
             return {"index": index, "label": label, "record": records}
         parsed = parse_audio_examples(records, self.features.sample_rate)
@@ -198,7 +210,10 @@ def class_balanced(
         `state` from a checkpoint first).
       num_parallel_calls: parallelism of the read + features `map`.
       **options: `epoch_mode` ("classes" | "samples"), `small_classes` ("replace" | "skip"),
-        `features` (`AudioFeatureConfig`, or None for raw records), `record_set`, `load_fn`,
+        `features` (`AudioFeatureConfig`, or None for raw records), `parse_fn` (tf.string [B]
+        -> a dict of batched tensors, or a tensor) or `feature_spec` (for `tf.io.parse_example`,
+        e.g. `parsing.feature_spec_from_schema(schema)`) for records of any kind (image, text,
+        embedding Examples) instead of the audio front end, `record_set`, `load_fn`,
         `backend` ("auto" | "memory" | "disk"), `memory_budget_bytes`, `cache_dir`,
         `on_damaged` ("fail" | "skip": a run directory's damaged records fail the read, or their
         samples are left out, counted in `state.skipped_samples` and logged once per epoch),
@@ -211,8 +226,10 @@ def class_balanced(
         ``index`` int64 [B] record numbers, ``label`` int64 [B] class ids,
         ``features`` float32 [B, T, num_mel_bins], ``lengths`` int64 [B] valid frames,
         ``mask`` bool [B, T]; with `features=None`, ``record`` tf.string [B] instead of the last
-        three. Its cardinality is the batches per epoch of this worker; iterating it again
-        yields the next epoch, so `model.fit(dataset, epochs=N)` sees N different epochs.
+        three; with `parse_fn` / `feature_spec`, what they return (a dict's keys, else
+        ``features``) instead. Its cardinality is the batches per epoch of this worker;
+        iterating it again yields the next epoch, so `model.fit(dataset, epochs=N)` sees N
+        different epochs.
     """
     sampler = ClassBalancedSampler(
         source,
@@ -224,6 +241,33 @@ def class_balanced(
         **options,
     )
     return sampler.dataset(initial_step=initial_step, num_parallel_calls=num_parallel_calls)
+
+
+def record_parser(
+    parse_fn: ParseFn | None, feature_spec: Mapping[str, object] | None
+) -> ParseFn | None:
+    """The batched parser of non-audio records: `parse_fn` itself, or `tf.io.parse_example`
+    with `feature_spec` (e.g. `parsing.feature_spec_from_schema(...)`); None for neither."""
+    if parse_fn is not None and feature_spec is not None:
+        raise ValueError("pass parse_fn or feature_spec, not both")
+    if feature_spec is not None:
+        spec = dict(feature_spec)
+        return lambda records: tf.io.parse_example(records, spec)
+    return parse_fn
+
+
+def _with_parsed(batch: dict[str, tf.Tensor], parsed) -> dict:
+    """The batch with the parsed records: a dict's keys beside `index` and `label`, anything
+    else under ``features``."""
+    if not isinstance(parsed, Mapping):
+        return {**batch, "features": parsed}
+    clash = sorted(set(parsed) & set(batch))
+    if clash:
+        raise ValueError(
+            f"the parsed records have keys {clash}, which the batch uses for the plan; rename "
+            "them in parse_fn"
+        )
+    return {**batch, **parsed}
 
 
 def _record_number_lookup(values: np.ndarray, memory_budget_bytes: int) -> Callable:

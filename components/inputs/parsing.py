@@ -201,3 +201,17 @@ def example_check(required_keys: Sequence[str] = ()) -> Callable[[bytes], str | 
         return None
 
     return check
+
+
+def feature_spec_from_schema(schema) -> dict[str, object]:
+    """The `tf.io.parse_example` feature spec of a TFMD schema (a `Schema` proto, or the path of
+    a schema.pbtxt such as SchemaGen writes): what TFX's own components parse records with.
+    """
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+    from tensorflow_transform.tf_metadata import schema_utils
+
+    if not isinstance(schema, schema_pb2.Schema):
+        with tf.io.gfile.GFile(schema) as f:
+            schema = text_format.Parse(f.read(), schema_pb2.Schema())
+    return dict(schema_utils.schema_as_feature_spec(schema).feature_spec)
