@@ -31,7 +31,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 from components.inputs import ValidPairs  # noqa: E402
-from components.inputs.pairs import PairPlanner  # noqa: E402
+from components.inputs.pair_plan import PairPlanner  # noqa: E402
 
 NUM_GROUPS = 1000
 BATCH_SIZE = 256

@@ -32,7 +32,15 @@ import tensorflow as tf
 from PIL import Image
 
 from components import layout
-from components.materialize import PairsConfig, ShardingConfig, images, pair_list, paths, run_pairs
+from components.materialize import (
+    PairsConfig,
+    ShardingConfig,
+    images,
+    pair_list,
+    paths,
+    pictures,
+    run_pairs,
+)
 from components.materialize.id_index import IdIndex
 from components.materialize.shards import IdTable, plan_shards
 
@@ -110,15 +118,26 @@ def plain_loop(x_dir: str, y_dir: str, pairs_path: str, output_dir: str, storage
 
 def comparable_files(output_dir: str) -> dict[str, str]:
     """SHA-256 of the shards and indexes (not summary.json / rejects.jsonl, which the baseline
-    skips), by path relative to the run; digests keep a 200k-record run's bytes out of memory."""
+    skips, nor the run id a Beam run names in run.json and shards.json, nor its TensorBoard
+    pictures), by path relative to the run; digests keep a 200k-record run's bytes out of
+    memory."""
     files = {}
-    for directory, _, names in os.walk(output_dir):
+    for directory, subdirectories, names in os.walk(output_dir):
+        if directory == output_dir and pictures.PICTURES_DIR in subdirectories:
+            subdirectories.remove(pictures.PICTURES_DIR)
         for name in names:
             path = os.path.join(directory, name)
             relative = os.path.relpath(path, output_dir)
-            if relative not in (layout.SUMMARY_FILE, layout.REJECTS_FILE):
+            if name == layout.RUN_FILE or relative in (layout.SUMMARY_FILE, layout.REJECTS_FILE):
+                continue
+            if name == layout.SHARDS_FILE:
+                shards = layout.load_json(path)
+                shards.pop(layout.RUN_ID_KEY, None)
+                data = json.dumps(shards, sort_keys=True).encode()
+            else:
                 with open(path, "rb") as f:
-                    files[relative] = hashlib.sha256(f.read()).hexdigest()
+                    data = f.read()
+            files[relative] = hashlib.sha256(data).hexdigest()
     return files
 
 

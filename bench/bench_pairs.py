@@ -38,7 +38,7 @@ import tensorflow as tf  # noqa: E402
 
 from components import layout  # noqa: E402
 from components.inputs import ValidPairs, dynamic_pairs, open_pairs_run  # noqa: E402
-from components.inputs.pairs import PairPlanner  # noqa: E402
+from components.inputs.pair_plan import PairPlanner  # noqa: E402
 
 BATCH_SIZE = 256
 AVERAGE_DEGREE = 8

@@ -3,12 +3,13 @@
 One run writes one directory (any path both Beam `FileSystems` and `tf.io.gfile` reach)::
 
     <output_dir>/
-      summary.json                       counts per record set and class, pair degrees, rejects
+      summary.json                       counts per record set and class, pair degrees, rejects,
+                                         "ok" and "run_id": written last, it commits the run
       rejects.jsonl                      one {"source": ..., "reason": ...} per rejected input
       examples/Split-<record_set>/data-SSSSS-of-NNNNN.tfrecord
                                          uncompressed TFRecord shards of tf.train.Example
       index/<record_set>/offsets.npy     int64 [N, 3]: (shard, frame offset, payload length)
-      index/<record_set>/shards.json     {"record_set", "num_records", "shards": [paths]}
+      index/<record_set>/shards.json     {"record_set", "num_records", "shards": [paths], "run_id"}
       index/<record_set>/ids.txt         the source id of each record, in record order
       index/<record_set>/classes.txt     class vocabulary (labelled record sets only)
       index/<record_set>/class_ids.npy   int64 [N]: class id of each record
@@ -16,9 +17,27 @@ One run writes one directory (any path both Beam `FileSystems` and `tf.io.gfile`
                                          CSR: the record numbers of each class, ascending
       index/pairs/{row_splits,values}.npy
                                          CSR over the records of `x`: the valid `y` record numbers
+      index/pairs/run.json               {"run_id": ...}: the run that wrote the pair index
+      index/<record_set>/class_records/run.json
+                                         {"run_id": ...}: the run that wrote the class index
+      .claim                             while a job runs: {"run_id", "host", "pid", "started"}
 
 Index files live outside the `Split-*` folders because tfx-bsl rejects a split folder that mixes
 file kinds; the `examples/` folder is therefore a valid TFX `Examples` artifact URI as it stands.
+
+A run is committed by its `summary.json` (`commit_run`), written last and naming the run id (a
+uuid4 hex the launcher chooses) that every index part carries: the `"run_id"` of each
+`shards.json`, and a `run.json` beside the pair index and each class index (those parts are
+moved into their own TFX artifact URIs, each of which gets a copy of `summary.json`). There are
+no folder renames (on object stores they are full copies). Readers (`load_shards`,
+`check_part`) refuse a part whose run is not the one `summary.json` commits as ok: a job killed
+before its summary, a failed run, or parts of two runs mixed in one folder (`RunCommitError`
+names both run ids). A folder without `summary.json` whose parts name no run is not a run but a
+store `components.inputs.sources.record_store_from` cached from user data; it is read as is.
+
+A job claims its folder with `.claim` (`try_claim`: created exclusively on local disks; on
+object stores a best-effort write-if-absent, read back), so a second job on the same folder
+fails fast; the job removes its claim when it ends.
 
 Shard paths in `shards.json` are relative to the run directory, so a run can be moved or copied.
 
@@ -30,12 +49,16 @@ TFRecord frames built in Python, so a worker that only writes never imports Tens
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import io
 import json
 import os
 import posixpath
+import socket
 import struct
 import tempfile
+import uuid
 from collections.abc import Iterable
 from typing import IO
 
@@ -55,12 +78,21 @@ CLASS_IDS_FILE = "class_ids.npy"
 CLASS_RECORDS_INDEX = "class_records"
 ROW_SPLITS_FILE = "row_splits.npy"
 VALUES_FILE = "values.npy"
+RUN_FILE = "run.json"
+CLAIM_FILE = ".claim"
+RUN_ID_KEY = "run_id"
 
 
 class IndexFileError(ValueError):
     """An index file of a run is unreadable, truncated or not of its declared type and shape, or
     its values contradict the rest of the run. The message names the file (and the record or
     row, where one is at fault)."""
+
+
+class RunCommitError(IndexFileError):
+    """The parts a reader opens are not one committed run: `summary.json` is missing (the job
+    was killed, or still runs), says the run failed, or commits another run than a part names.
+    The message names the folder, the part and both run ids."""
 
 
 # The two record sets of a pairs run, and the folder prefix TFX gives each split of `Examples`.
@@ -227,22 +259,24 @@ def save_record_set_index(
     shard_paths: list[str],
     offsets: np.ndarray,
     ids: list[str],
+    run_id: str | None = None,
 ) -> None:
     """Writes `offsets.npy`, `shards.json` and `ids.txt` of a record set.
 
     `offsets` is int64 [N, 3] (shard, frame offset, payload length) in record order; shard paths
-    are stored relative to `output_dir`.
+    are stored relative to `output_dir`. `run_id`: the run writing it (stored in `shards.json`);
+    None for a store that is not a run (a `record_store_from` cache).
     """
     directory = index_dir(output_dir, record_set)
     save_npy(os.path.join(directory, OFFSETS_FILE), np.asarray(offsets, np.int64).reshape(-1, 3))
-    save_json(
-        os.path.join(directory, SHARDS_FILE),
-        {
-            "record_set": record_set,
-            "num_records": int(len(ids)),
-            "shards": [os.path.relpath(p, output_dir) for p in shard_paths],
-        },
-    )
+    manifest = {
+        "record_set": record_set,
+        "num_records": int(len(ids)),
+        "shards": [os.path.relpath(p, output_dir) for p in shard_paths],
+    }
+    if run_id is not None:
+        manifest[RUN_ID_KEY] = run_id
+    save_json(os.path.join(directory, SHARDS_FILE), manifest)
     save_lines(os.path.join(directory, IDS_FILE), ids)
 
 
@@ -252,12 +286,14 @@ def write_record_set(
     shards: Iterable[list[bytes]],
     num_shards: int,
     ids: list[str],
+    run_id: str | None = None,
 ) -> list[str]:
     """Writes a whole record set: `num_shards` shards in order, then its index.
 
     `shards` yields the serialized records of each shard in turn (a generator keeps only one
-    shard in memory); `ids` are the source ids of all records, in record order. Returns the
-    shard paths.
+    shard in memory); `ids` are the source ids of all records, in record order; `run_id` as in
+    `save_record_set_index` (a run written outside the Beam job is then committed with
+    `commit_run`). Returns the shard paths.
     """
     directory = examples_dir(output_dir, record_set)
     paths, rows = [], []
@@ -269,7 +305,7 @@ def write_record_set(
     if len(paths) != num_shards:
         raise ValueError(f"{record_set}: got {len(paths)} shards, expected {num_shards}")
     offsets = np.concatenate(rows) if rows else np.zeros([0, 3], np.int64)
-    save_record_set_index(output_dir, record_set, paths, offsets, ids)
+    save_record_set_index(output_dir, record_set, paths, offsets, ids, run_id)
     return paths
 
 
@@ -394,15 +430,20 @@ def save_class_index(
     class_ids: np.ndarray,
     num_classes: int,
     vocabulary: list[str] | None = None,
+    run_id: str | None = None,
 ) -> None:
     """Writes `class_ids.npy`, `classes.txt` (when there is a vocabulary) and, last, the
-    `class_records/` CSR of one record set: readers take the CSR as the mark of a whole index."""
+    `class_records/` CSR of one record set: readers take the CSR as the mark of a whole index.
+    `run_id`: the run writing it, stored in `class_records/run.json` after the CSR; None for a
+    store that is not a run."""
     directory = index_dir(output_dir, record_set)
     save_npy(os.path.join(directory, CLASS_IDS_FILE), np.asarray(class_ids, np.int64))
     if vocabulary is not None:
         save_lines(os.path.join(directory, CLASSES_FILE), vocabulary)
     row_splits, values = class_records(class_ids, num_classes)
     save_csr(class_records_dir(output_dir, record_set), row_splits, values)
+    if run_id is not None:
+        save_run_file(class_records_dir(output_dir, record_set), run_id)
 
 
 def save_json(path: str, obj: object) -> None:
@@ -437,9 +478,10 @@ def load_lines(path: str) -> list[str]:
 def load_shards(output_dir: str, record_set: str) -> tuple[list[str], int]:
     """The shard paths (resolved, see `resolve_shard`) and record count in `shards.json`.
 
-    Raises FileNotFoundError when the record set has no `shards.json`, and `IndexFileError`
+    Raises FileNotFoundError when the record set has no `shards.json`, `IndexFileError`
     naming it when it is not an object with `"shards"` (a list of relative paths) and
-    `"num_records"` (an integer >= 0).
+    `"num_records"` (an integer >= 0), and `RunCommitError` when its `"run_id"` is not the run
+    `summary.json` commits (see `check_committed`).
     """
     path = os.path.join(index_dir(output_dir, record_set), SHARDS_FILE)
     if not gfile().exists(path):
@@ -455,7 +497,202 @@ def load_shards(output_dir: str, record_set: str) -> tuple[list[str], int]:
         raise IndexFileError(
             f'{path}: "num_records" must be an integer >= 0, got {num_records!r:.200}'
         )
-    return [resolve_shard(output_dir, record_set, shard, path) for shard in shards], num_records
+    resolved = [resolve_shard(output_dir, record_set, shard, path) for shard in shards]
+    check_committed(output_dir, _run_id_field(manifest, path), path)
+    return resolved, num_records
+
+
+# ----------------------------------------------------------------------- run ids and commits
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+def save_run_file(directory: str, run_id: str) -> None:
+    """Writes `<directory>/run.json`, naming the run that wrote the index in `directory`."""
+    save_json(os.path.join(directory, RUN_FILE), {RUN_ID_KEY: run_id})
+
+
+def load_run_file(directory: str) -> str | None:
+    """The run id in `<directory>/run.json`; None when there is none (a store, not a run)."""
+    path = os.path.join(directory, RUN_FILE)
+    if not gfile().exists(path):
+        return None
+    value = load_json(path)
+    if not isinstance(value, dict):
+        raise IndexFileError(f"{path}: expected a JSON object, got {type(value).__name__}")
+    run_id = _run_id_field(value, path)
+    if run_id is None:
+        raise IndexFileError(f'{path}: no "{RUN_ID_KEY}"')
+    return run_id
+
+
+def _run_id_field(obj: dict, path: str) -> str | None:
+    run_id = obj.get(RUN_ID_KEY)
+    if run_id is not None and (not isinstance(run_id, str) or not run_id):
+        raise IndexFileError(
+            f'{path}: "{RUN_ID_KEY}" must be a non-empty string, got {run_id!r:.200}'
+        )
+    return run_id
+
+
+def commit_run(output_dir: str, run_id: str, summary: dict | None = None) -> dict:
+    """Writes `summary.json` naming `run_id`: the last file of a run, which commits it.
+
+    `summary` defaults to `{"ok": True}` (a run written outside the Beam job, as tests do);
+    the Beam job passes its own, with `"ok"` false for a failed run. Returns what was written.
+    """
+    committed = {"ok": True} if summary is None else dict(summary)
+    committed[RUN_ID_KEY] = run_id
+    save_json(os.path.join(output_dir, SUMMARY_FILE), committed)
+    return committed
+
+
+def check_committed(output_dir: str, part_run_id: str | None, part: str) -> str | None:
+    """Refuses `part` (a file or folder of the run at `output_dir`, written by `part_run_id`)
+    unless `summary.json` there commits that run as ok. Returns the run id.
+
+    A part that names no run in a folder without `summary.json` is a store that is not a run
+    (`record_store_from` caches from user data): accepted, None returned. Raises
+    `RunCommitError` otherwise.
+    """
+    summary_path = os.path.join(output_dir, SUMMARY_FILE)
+    if not gfile().exists(summary_path):
+        if part_run_id is None:
+            return None
+        raise RunCommitError(
+            f"{part} belongs to run {part_run_id}, which was never committed: {summary_path} is "
+            "missing (the job was killed or still runs); run the job again with --overwrite"
+        )
+    summary = load_json(summary_path)
+    if not isinstance(summary, dict):
+        raise IndexFileError(
+            f"{summary_path}: expected a JSON object, got {type(summary).__name__}"
+        )
+    committed = _run_id_field(summary, summary_path)
+    if summary.get("ok") is not True:
+        raise RunCommitError(
+            f"{summary_path}: {_run_name(committed)} failed ({summary.get('error') or 'not ok'}); "
+            f"{part} is not readable"
+        )
+    if part_run_id != committed:
+        raise RunCommitError(
+            f"{output_dir} mixes parts of two runs: {part} names {_run_name(part_run_id)} but "
+            f"{summary_path} commits {_run_name(committed)}"
+        )
+    return committed
+
+
+def _run_name(run_id: str | None) -> str:
+    return f"run {run_id}" if run_id else "no run id"
+
+
+def check_part(output_dir: str, directory: str) -> str | None:
+    """`check_committed` for an index folder of the run at `output_dir` that names its run in a
+    `run.json` (the pair index, a class index)."""
+    return check_committed(output_dir, load_run_file(directory), directory)
+
+
+def check_same_run(run_dir: str, other_dir: str) -> None:
+    """Refuses two folders of one run (the TFX `offset_index` and `pair_index` artifacts, each
+    with its copy of `summary.json`) whose summaries name different runs."""
+    run_ids = []
+    for directory in (run_dir, other_dir):
+        path = os.path.join(directory, SUMMARY_FILE)
+        summary = load_json(path) if gfile().exists(path) else {}
+        run_ids.append(_run_id_field(summary, path) if isinstance(summary, dict) else None)
+    if run_ids[0] != run_ids[1]:
+        raise RunCommitError(
+            f"parts of two runs: {run_dir} holds {_run_name(run_ids[0])} but {other_dir} holds "
+            f"{_run_name(run_ids[1])}"
+        )
+
+
+# --------------------------------------------------------------------------------- the claim
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """Who holds a run folder: the job's run id, and the host, pid and start time (UTC, ISO
+    8601) of its launcher."""
+
+    run_id: str
+    host: str
+    pid: int
+    started: str
+
+    @classmethod
+    def of_this_process(cls, run_id: str) -> Claim:
+        started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        return cls(run_id, socket.gethostname(), os.getpid(), started)
+
+    def describe(self) -> str:
+        return f"run {self.run_id} (pid {self.pid} on {self.host}, started {self.started})"
+
+
+def claim_path(output_dir: str) -> str:
+    return os.path.join(output_dir, CLAIM_FILE)
+
+
+def try_claim(output_dir: str, claim: Claim) -> bool:
+    """Creates the claim file of `output_dir` (an existing folder) unless there is one; returns
+    whether `claim` now holds the folder.
+
+    Locally the file is created exclusively (O_CREAT | O_EXCL) and written in one call. Object
+    stores have no exclusive create: the claim is written when absent and read back, so of two
+    jobs writing at once the one overwritten backs off (best effort).
+    """
+    path = claim_path(output_dir)
+    data = json.dumps(dataclasses.asdict(claim), sort_keys=True).encode()
+    if "://" not in path:
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        return True
+    if gfile().exists(path):
+        return False
+    with gfile().GFile(path, "wb") as f:
+        f.write(data)
+    holder = load_claim(output_dir)
+    return holder is not None and holder.run_id == claim.run_id
+
+
+def load_claim(output_dir: str) -> Claim | None:
+    """The claim on `output_dir`; None when unclaimed. `IndexFileError` naming the file when it
+    is not a claim (empty while its job is writing it, or damaged)."""
+    path = claim_path(output_dir)
+    if not gfile().exists(path):
+        return None
+    value = load_json(path)
+    try:
+        return Claim(**value)
+    except TypeError as error:  # not an object, or other fields
+        raise IndexFileError(f"{path}: not a claim: {value!r:.200}") from error
+
+
+def claimed_run_id(output_dir: str) -> str:
+    """The run id of the job that holds `output_dir`: the Beam writers stamp it into the parts
+    they write, read when the pipeline is built (so workers of a killed job keep theirs)."""
+    claim = load_claim(output_dir)
+    if claim is None:
+        raise FileNotFoundError(
+            f"no job claims {output_dir} (no {claim_path(output_dir)}): run the pipeline through "
+            "components.materialize.common.run_job"
+        )
+    return claim.run_id
+
+
+def release_claim(output_dir: str, run_id: str) -> None:
+    """Removes the claim on `output_dir` when `run_id` holds it (never another job's)."""
+    claim = load_claim(output_dir)
+    if claim is not None and claim.run_id == run_id:
+        gfile().remove(claim_path(output_dir))
 
 
 def create(path: str) -> IO[bytes]:

@@ -8,8 +8,8 @@ Import from here; the modules behind it hold one concept each:
   `element_codec`: the default element <-> Example encoding it uses;
 * `parsing`: batched parsers of image Examples and payload checks;
 * `epoch_plan`: stateless per-epoch plans, worker slices, checkpointable epoch state;
-* `valid_pairs`, `group_pairs`, `pairs`, `coverage`: the valid-pair index (edges, or groups),
-  dynamic pairs, pair coverage;
+* `valid_pairs`, `group_pairs`, `pair_plan`, `pairs`, `coverage`: the valid-pair index (edges,
+  or groups), the pair plan, the dynamic-pairs sampler, pair coverage;
 * `class_plan`, `class_balanced`: the class-balanced plan and the sampler that reads it;
 * `audio_features`: crop/pad, log-mel and SpecAugment in the graph.
 
@@ -23,9 +23,9 @@ from components.inputs.coverage import PairCoverage, PairCoverageCallback
 from components.inputs.element_codec import tensor_parser
 from components.inputs.epoch_plan import EpochState
 from components.inputs.group_pairs import GroupPairs
+from components.inputs.pair_plan import PairingState
 from components.inputs.pairs import (
     DynamicPairsSampler,
-    PairingState,
     dynamic_pairs,
     dynamic_pairs_from_run,
     open_pairs_run,

@@ -124,7 +124,9 @@ class RecordStore:
         negative offset or length) and, with one stat per shard, where each frame ends. A
         damaged index file raises `layout.IndexFileError` naming it (and the record); a frame
         that does not fit in its shard is a damaged record (named with its shard and offset; at
-        open for the memory backend, when read for the disk backend).
+        open for the memory backend, when read for the disk backend). A record set of a run that
+        `summary.json` does not commit as ok raises `layout.RunCommitError` (see
+        `layout.load_shards`).
         """
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")

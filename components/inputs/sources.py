@@ -6,7 +6,9 @@ load function into a `RecordStore` whose records are `tf.train.Example`s, one pe
 (`element_codec`), with the matching batched parse function (`store.parse_fn`). Inputs whose
 encoded size fits `memory_budget_bytes` stay in memory; larger ones are written once to indexed
 TFRecord shards under `cache_dir` (the `components.layout` of a materialized run) and read from
-disk, so memory stays bounded by the budget.
+disk, so memory stays bounded by the budget. Such a cache is not a run: it has no run id and no
+`summary.json` (its `shards.json`, written last, marks it complete, and `cache_dir` may gather
+record sets written at different times), and the readers' run checks let it through as it is.
 
 `labelled_records` does the same for the class-balanced sampler, whose sources carry a class
 per record: a materialized run directory (its class index), a store with labels, a dataset of
@@ -338,6 +340,7 @@ def _open_labelled_run(
         raise FileNotFoundError(
             f"record set {record_set!r} of {output_dir} has no class index ({class_dir})"
         )
+    layout.check_part(output_dir, class_dir)
     row_splits, values = layout.load_csr(class_dir)
     classes_path = os.path.join(layout.index_dir(output_dir, record_set), layout.CLASSES_FILE)
     classes = layout.load_lines(classes_path) if tf.io.gfile.exists(classes_path) else None

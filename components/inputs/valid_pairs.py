@@ -138,9 +138,11 @@ class ValidPairs:
         """Loads `index/pairs` of a materialized run; kwargs as in `build`.
 
         A damaged index raises `layout.IndexFileError` naming its folder (and the file, or the
-        first bad x).
+        first bad x); an index of a run that `summary.json` does not commit as ok,
+        `layout.RunCommitError` (see `layout.check_committed`).
         """
         directory = layout.pairs_index_dir(output_dir)
+        layout.check_part(output_dir, directory)
         csr = layout.load_csr(directory)
         try:
             return cls.build(csr, **kwargs)

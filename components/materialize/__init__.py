@@ -10,7 +10,7 @@ describes the flags.
 import importlib
 
 # Exports resolve on first use: a Beam worker unpickling a DoFn imports this package, and the
-# pairs job's workers must not pay for the audio job's TensorFlow and tensorflow-io imports.
+# workers of one job must not pay for the other job's imports (PyAV, libsndfile, soxr; Pillow).
 _EXPORTS = {
     "AudioConfig": "config",
     "MaterializeAudio": "audio_pipeline",

@@ -1,14 +1,18 @@
 """CLI: `python -m components.materialize {pairs,audio} ... [Beam pipeline options]`.
 
-Flags not listed here (`--runner`, `--direct_num_workers`, `--direct_running_mode`, ...) go to
-Beam's PipelineOptions; DirectRunner by default. Prints a one-line summary; on a failed run
-prints the reason and exits with status 1, without a traceback.
+Flags not listed here must be Beam pipeline options (`--runner`, `--direct_num_workers`,
+`--direct_running_mode`, ...): they go to Beam's PipelineOptions, DirectRunner by default; any
+other flag is an error (one line, status 2). Prints a one-line summary; on a failed run prints
+the reason and exits with status 1, without a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+
+from apache_beam.options import pipeline_options
 
 from components.materialize.audio_pipeline import run_audio
 from components.materialize.config import (
@@ -47,9 +51,15 @@ def _parser() -> argparse.ArgumentParser:
     pairs.add_argument("--raw_channels", type=int, default=3, choices=(1, 3, 4))
     pairs.add_argument("--files_per_batch", type=int, default=256)
 
-    speech = jobs.add_parser("audio", help="labelled utterances listed in a manifest")
-    speech.add_argument("--manifest", required=True, help="CSV (header) or JSON Lines")
-    speech.add_argument("--root", required=True, help="folder the manifest paths are under")
+    speech = jobs.add_parser("audio", help="labelled utterances in a manifest or speaker folders")
+    speech.add_argument("--manifest", help="CSV (header) or JSON Lines: path, speaker[, split]")
+    speech.add_argument(
+        "--speaker_from_path",
+        action="store_true",
+        help="no manifest: every audio file under --root, its speaker the first folder of its "
+        "path (id10001/<video>/00001.wav)",
+    )
+    speech.add_argument("--root", required=True, help="folder the audio paths are under")
     speech.add_argument("--manifest_format", default="auto", choices=MANIFEST_FORMATS)
     speech.add_argument("--sample_rate", type=int, default=16000)
     speech.add_argument("--split_mode", default="speaker", choices=SPLIT_MODES)
@@ -88,8 +98,35 @@ def _one_line(summary: dict) -> str:
     )
 
 
+def _not_beam_options(args: list[str]) -> list[str]:
+    """The arguments in `args` that no Beam pipeline option takes, as Beam's own parser (built
+    from every `PipelineOptions` subclass, and handed to `add_extra_args_fn`) sees them."""
+    unknown: list[str] = []
+
+    def collect(parser: argparse.ArgumentParser) -> None:
+        unknown.extend(parser.parse_known_args(args)[1])
+
+    # Beam logs the arguments it discards: a second line beside the CLI's own error.
+    beam_log = logging.getLogger(pipeline_options.__name__)
+    level = beam_log.level
+    beam_log.setLevel(logging.ERROR)
+    try:
+        pipeline_options.PipelineOptions(args).get_all_options(add_extra_args_fn=collect)
+    finally:
+        beam_log.setLevel(level)
+    return unknown
+
+
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = _parser().parse_known_args(argv)
+    unknown = _not_beam_options(beam_args)
+    if unknown:
+        print(
+            f"materialize {args.job}: error: unrecognized argument {unknown[0]!r}: neither a "
+            f"flag of `{args.job}` (see --help) nor a Beam pipeline option",
+            file=sys.stderr,
+        )
+        return 2
     config_class, run = _JOBS[args.job]
     try:
         config = from_flat(config_class, {**vars(args), "beam_pipeline_args": tuple(beam_args)})
@@ -97,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     except MaterializeError as error:
         print(f"materialize {args.job}: error: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        # run_job has cancelled the Beam job and cleaned up (or said what it left) already.
+        print(f"materialize {args.job}: interrupted", file=sys.stderr)
+        return 130
     print(f"{_one_line(summary)} -> {args.output_dir}")
     return 0
 

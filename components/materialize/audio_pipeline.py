@@ -1,16 +1,17 @@
-"""The audio job: a speaker manifest -> one labelled record set per split, with class indexes.
+"""The audio job: a speaker manifest (or speaker folders) -> one labelled record set per split,
+with class indexes.
 
-Rows are parsed, deduplicated and assigned a split on ids alone; each utterance is then decoded
-once (tensorflow-io) and its PCM spilled to a file (`spill`). Once the vocabularies are known,
-its Example is built with the class id from its split's vocabulary and spilled again, and only
-that ref travels, grouped by shard, to the shard writer: the audio never passes through the
-runner.
+Rows are parsed (or listed), deduplicated and assigned a split on ids alone; each utterance is
+then decoded once (`audio`: libsndfile, FFmpeg, soxr) and its PCM spilled to a file (`spill`).
+Once the vocabularies are known, its Example is built with the class id from its split's
+vocabulary and spilled again, and only that ref travels, grouped by shard, to the shard writer:
+the audio never passes through the runner.
 """
 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import apache_beam as beam
@@ -23,6 +24,7 @@ from components.materialize import (
     manifest,
     outcome,
     paths,
+    pictures,
     rejects,
     shards,
     spill,
@@ -45,14 +47,17 @@ def run_audio(
     arguments, when nothing is left, or when rejects exceed `config.max_reject_fraction`.
     """
     config.validate()
-    manifest_format = manifest.inspect_manifest(config.manifest, config.manifest_format)
-    return common.run_job(
+    manifest_format = _inspect_manifest(config)
+    summary = common.run_job(
         lambda pipeline: pipeline | MaterializeAudio(config, manifest_format),
         config.output_dir,
         config.overwrite,
         config.beam_pipeline_args,
         make_pipeline,
     )
+    # In the launcher, after the commit: the pictures need TensorFlow, which workers never load.
+    pictures.write_run_pictures(config.output_dir, summary)
+    return summary
 
 
 class Utterance(NamedTuple):
@@ -134,6 +139,22 @@ class _DecodeUtterances(spill.SpillingDoFn):
         yield Utterance(row.split, row.id, row.speaker, pcm, len(waveform.samples))
 
 
+def audio_example(
+    record_id: str, pcm: bytes, sample_rate: int, class_id: int, speaker: str
+) -> bytes:
+    """The serialized Example of one utterance; `pcm`: its little-endian int16 mono samples."""
+    return examples.serialize_example(
+        {
+            layout.ID_KEY: examples.bytes_feature(record_id.encode("utf-8")),
+            layout.AUDIO_KEY: examples.bytes_feature(pcm),
+            layout.NUM_SAMPLES_KEY: examples.int64_feature(len(pcm) // 2),
+            layout.SAMPLE_RATE_KEY: examples.int64_feature(sample_rate),
+            layout.LABEL_KEY: examples.int64_feature(class_id),
+            layout.SPEAKER_KEY: examples.bytes_feature(speaker.encode("utf-8")),
+        }
+    )
+
+
 class _BuildExamples(spill.SpillingDoFn):
     def __init__(self, sample_rate: int, output_dir: str):
         super().__init__(output_dir)
@@ -141,15 +162,12 @@ class _BuildExamples(spill.SpillingDoFn):
 
     def process(self, utterance: Utterance, class_ids: dict[str, dict[str, int]], plans):
         class_id = class_ids[utterance.record_set][utterance.speaker]
-        serialized = examples.serialize_example(
-            {
-                layout.ID_KEY: examples.bytes_feature(utterance.id.encode("utf-8")),
-                layout.AUDIO_KEY: examples.bytes_feature(spill.read_payloads([utterance.pcm])[0]),
-                layout.NUM_SAMPLES_KEY: examples.int64_feature(utterance.num_samples),
-                layout.SAMPLE_RATE_KEY: examples.int64_feature(self._sample_rate),
-                layout.LABEL_KEY: examples.int64_feature(class_id),
-                layout.SPEAKER_KEY: examples.bytes_feature(utterance.speaker.encode("utf-8")),
-            }
+        serialized = audio_example(
+            utterance.id,
+            spill.read_payloads([utterance.pcm])[0],
+            self._sample_rate,
+            class_id,
+            utterance.speaker,
         )
         plan = plans[utterance.record_set]
         yield from shards.group_by_shard(
@@ -160,9 +178,17 @@ class _BuildExamples(spill.SpillingDoFn):
         )
 
 
+def _inspect_manifest(config: AudioConfig) -> manifest.ManifestFormat | None:
+    """The manifest's format; None when the job lists the root instead."""
+    if config.speaker_from_path:
+        return None
+    return manifest.inspect_manifest(config.manifest, config.manifest_format)
+
+
 class ManifestRows(NamedTuple):
-    """What `_ReadManifest` yields, as PCollections: `num_rows` (singleton int, the non-blank
-    lines read); `rows` (ManifestRow, one per id); `rejects` (Reject)."""
+    """What `_ReadManifest` and `_ListSpeakerFolders` yield, as PCollections: `num_rows`
+    (singleton int, the inputs: non-blank manifest lines, or audio files listed); `rows`
+    (ManifestRow, one per id); `rejects` (Reject)."""
 
     num_rows: beam.PCollection
     rows: beam.PCollection
@@ -191,10 +217,42 @@ def _ReadManifest(
     )
 
 
-def _split_mode(config: AudioConfig, manifest_format: manifest.ManifestFormat) -> str:
+def _rows_of_files(root: str) -> Iterator[ManifestRow | beam.pvalue.TaggedOutput]:
+    for path in paths.list_files(root):
+        raw_id = paths.relative_id(root, path)
+        if posixpath.splitext(raw_id)[1].lower() not in audio.EXTENSIONS:
+            continue
+        try:
+            yield manifest.row_of_path(raw_id)
+        except rejects.RejectedInput as error:
+            yield beam.pvalue.TaggedOutput(
+                REJECTED, rejects.Reject(path, error.reason, error.detail)
+            )
+
+
+@beam.ptransform_fn
+def _ListSpeakerFolders(begin: beam.pvalue.PBegin, root: str) -> ManifestRows:
+    """PBegin -> `ManifestRows`: every file below `root` with an audio extension, its speaker
+    the first folder of its path (`manifest.row_of_path`). Ids are unique paths: nothing to
+    deduplicate."""
+    listed = (
+        begin
+        # Not reshuffled here: the job spreads the rows before decoding them.
+        | "Root" >> beam.Create([root], reshuffle=False)
+        | "List" >> beam.FlatMap(_rows_of_files).with_outputs(REJECTED, main="rows")
+    )
+    num_files = (
+        (listed.rows, listed[REJECTED])
+        | "AllFiles" >> beam.Flatten()
+        | "CountFiles" >> beam.combiners.Count.Globally()
+    )
+    return ManifestRows(num_files, listed.rows, listed[REJECTED])
+
+
+def _split_mode(config: AudioConfig, has_split: bool) -> str:
     """How rows get their split: "manifest" (its split column), "none" (all train), "speaker"
     (held-out speakers) or "utterance" (held-out utterances of every speaker)."""
-    if manifest_format.has_split:
+    if has_split:
         return "manifest"
     if config.eval_fraction == 0:
         return "none"
@@ -287,7 +345,11 @@ def _audio_seconds(samples: dict[str, int], sample_rate: int) -> dict:
 def _static_summary(config: AudioConfig, mode: str) -> dict:
     return {
         "job": "audio",
-        "inputs": {"manifest": config.manifest, "root": config.root},
+        "inputs": {
+            "manifest": config.manifest or None,
+            "root": config.root,
+            "speaker_from_path": config.speaker_from_path,
+        },
         "config": {
             "sample_rate": config.sample_rate,
             "split_mode": mode,
@@ -302,23 +364,28 @@ def _static_summary(config: AudioConfig, mode: str) -> dict:
 class MaterializeAudio(beam.PTransform):
     """The audio job as one transform, applied to a pipeline (`run_audio` runs it).
 
-    `manifest_format` is read from the manifest when not given. Output: a singleton
-    PCollection, the summary (the content of `summary.json`).
+    `manifest_format` is read from the manifest when not given (and unused with
+    `config.speaker_from_path`). Output: a singleton PCollection, the summary (the content of
+    `summary.json`).
     """
 
     def __init__(self, config: AudioConfig, manifest_format: manifest.ManifestFormat | None = None):
         super().__init__()
         self._config = config
-        if manifest_format is None:
-            manifest_format = manifest.inspect_manifest(config.manifest, config.manifest_format)
-        self._format = manifest_format
+        self._format = _inspect_manifest(config) if manifest_format is None else manifest_format
 
     def expand(self, begin: beam.pvalue.PBegin) -> beam.PCollection:
         config = self._config
         output_dir = config.output_dir
-        mode = _split_mode(config, self._format)
+        has_split = self._format is not None and self._format.has_split
+        mode = _split_mode(config, has_split)
 
-        listed = begin | "Manifest" >> _ReadManifest(config.manifest, self._format, config.root)
+        if self._format is None:
+            listed = begin | "List" >> _ListSpeakerFolders(config.root)
+            input_kind = "audio_files"
+        else:
+            listed = begin | "Manifest" >> _ReadManifest(config.manifest, self._format, config.root)
+            input_kind = "manifest_rows"
         rows = listed.rows
         if mode != "manifest":
             rows = rows | "Split" >> _AssignSplits(mode, config.eval_fraction, config.split_seed)
@@ -342,7 +409,7 @@ class MaterializeAudio(beam.PTransform):
             output_dir,
             num_inputs=listed.num_rows,
             plans=planned.plans,
-            required_record_sets=() if self._format.has_split else (TRAIN,),
+            required_record_sets=() if has_split else (TRAIN,),
             max_reject_fraction=config.max_reject_fraction,
         )
         index_stats = shard_batches | "Write" >> shards.WriteRecordSets(
@@ -352,7 +419,7 @@ class MaterializeAudio(beam.PTransform):
             vocabularies=beam.pvalue.AsSingleton(planned.vocabularies),
         )
         input_counts = listed.num_rows | "InputCounts" >> beam.Map(
-            lambda num_rows: {"input_counts": {"manifest_rows": num_rows}}
+            lambda num_rows: {"input_counts": {input_kind: num_rows}}
         )
         audio_seconds = (
             utterances

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Iterable
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.runner import PipelineResult, PipelineState
 
+from components import layout
 from components.materialize import beam_worker, run_dir, spill
 from components.materialize.config import ShardingConfig
 from components.materialize.errors import MaterializeError
@@ -15,6 +19,11 @@ from components.materialize.id_index import IdIndex
 from components.materialize.shards import LOST_RECORDS, IdTable
 
 REJECTED = "rejected"
+# How long an interrupted launcher waits for its cancelled job to stop, and how often it looks.
+CANCEL_TIMEOUT_S = 60.0
+_CANCEL_POLL_S = 0.5
+
+_log = logging.getLogger(__name__)
 
 EMPTY_TABLE = IdTable(IdIndex.from_ids([]), np.zeros([0], np.int64))
 
@@ -30,7 +39,11 @@ def run_job(
     beam_pipeline_args: Iterable[str],
     make_pipeline: Callable[[], beam.Pipeline] | None,
 ) -> dict:
-    """Prepares `output_dir`, runs the pipeline `build` adds to, and returns the summary.
+    """Claims and prepares `output_dir`, runs the pipeline `build` adds to, and returns the
+    summary.
+
+    The job gets a new run id, held in the folder's claim (`run_dir.claim_output_dir`), where
+    the writers read it while `build` runs; its `summary.json` commits that run.
 
     Raises MaterializeError when a shard writer finds its records differ from the plan: the
     runner lost or repeated elements between stages. Beam 2.59's DirectRunner does that with
@@ -38,13 +51,26 @@ def run_job(
     payloads, intermittently (`bench/direct_runner_loss_repro.py` shows it without this
     project's code); the jobs now send only spill refs through the runner, far below that.
 
-    The spill files are removed when the pipeline ends, whether it succeeded or not.
+    The spill files and the claim are removed when the pipeline ends, whether it succeeded or
+    not. On KeyboardInterrupt the job is cancelled first (`_cancel`): a portable or remote
+    runner's job outlives its launcher, and its shard writers still read the spill files. A job
+    not seen to stop keeps both; the next run on the folder takes the claim over as stale and
+    removes them.
     """
-    run_dir.prepare_output_dir(output_dir, overwrite)
-    pipeline = make_pipeline() if make_pipeline else make_default_pipeline(beam_pipeline_args)
+    run_id = layout.new_run_id()
+    run_dir.claim_output_dir(output_dir, run_id)
+    job_stopped = True
     try:
-        with pipeline:
-            build(pipeline)
+        run_dir.prepare_output_dir(output_dir, overwrite)
+        pipeline = make_pipeline() if make_pipeline else make_default_pipeline(beam_pipeline_args)
+        build(pipeline)
+        # Not `with pipeline:`, which hides the running job's result from an interrupt.
+        result = pipeline.run()
+        try:
+            result.wait_until_finish()
+        except KeyboardInterrupt:
+            job_stopped = _cancel(result, output_dir)
+            raise
     except Exception as error:
         lost = next((line for line in str(error).splitlines() if LOST_RECORDS in line), None)
         if lost is None:
@@ -57,8 +83,38 @@ def run_job(
             "locally, or a distributed runner"
         ) from None
     finally:
-        spill.remove_spill_dir(output_dir)
-    return run_dir.read_summary(output_dir)
+        if job_stopped:
+            spill.remove_spill_dir(output_dir)
+            layout.release_claim(output_dir, run_id)
+    return run_dir.read_summary(output_dir, run_id)
+
+
+def _cancel(result: PipelineResult, output_dir: str) -> bool:
+    """Cancels the job behind `result` and waits up to `CANCEL_TIMEOUT_S` for a terminal state;
+    returns whether the job is seen to stop."""
+    try:
+        result.cancel()
+    except Exception as error:  # NotImplementedError, or the job service's own errors
+        _log.warning("cancelling the Beam job of %s failed: %r", output_dir, error)
+    deadline = time.monotonic() + CANCEL_TIMEOUT_S
+    while True:
+        try:
+            state = result.state
+        except Exception as error:  # a job service that went away cannot tell
+            _log.warning("the state of the Beam job of %s is unknown: %r", output_dir, error)
+            state = PipelineState.UNKNOWN
+        if PipelineState.is_terminal(state):
+            return True
+        if time.monotonic() >= deadline:
+            _log.warning(
+                "the Beam job of %s did not stop within %.0f s of its cancel (state %s): leaving "
+                "its spill files and claim for the next run on the folder to remove",
+                output_dir,
+                CANCEL_TIMEOUT_S,
+                state,
+            )
+            return False
+        time.sleep(_CANCEL_POLL_S)
 
 
 def sharding_summary(sharding: ShardingConfig) -> dict:

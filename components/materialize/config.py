@@ -71,21 +71,25 @@ class PairsConfig:
         _validate_common(self.sharding, self.max_reject_fraction, self.files_per_batch)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class AudioConfig:
-    """Labelled utterances listed in a manifest (CSV with a header, or JSON Lines).
+    """Labelled utterances under `root`, listed in a manifest (CSV with a header, or JSON Lines)
+    or, with `speaker_from_path`, found there.
 
     Manifest fields: `path` (relative to `root`), `speaker` (the label), optional `split`. With a
-    split field, each split value becomes a record set. Without one, records go to `train` and
-    `eval`: `split_mode="speaker"` holds out `eval_fraction` of the speakers (verification on
-    unseen speakers), `"utterance"` holds out that fraction of each speaker's utterances.
-    `eval_fraction=0` puts everything in `train`. Audio is decoded, mixed to mono and resampled
-    to `sample_rate`, stored as int16 PCM.
+    split field, each split value becomes a record set. `speaker_from_path` instead takes every
+    audio file below `root` (by extension, `audio.EXTENSIONS`) and the first folder of its path
+    as its speaker (VoxCeleb's `id10001/<video>/00001.wav`), like a manifest without a split
+    field. Without one, records go to `train` and `eval`: `split_mode="speaker"` holds out
+    `eval_fraction` of the speakers (verification on unseen speakers), `"utterance"` holds out
+    that fraction of each speaker's utterances. `eval_fraction=0` puts everything in `train`.
+    Audio is decoded, mixed to mono and resampled to `sample_rate`, stored as int16 PCM.
     """
 
-    manifest: str
     root: str
     output_dir: str
+    manifest: str = ""
+    speaker_from_path: bool = False
     manifest_format: str = "auto"
     sample_rate: int = 16000
     split_mode: str = "speaker"
@@ -98,7 +102,13 @@ class AudioConfig:
     beam_pipeline_args: tuple[str, ...] = ()
 
     def validate(self) -> None:
-        _require_file(self.manifest, "manifest")
+        if bool(self.manifest) == self.speaker_from_path:
+            raise MaterializeError(
+                "give --manifest FILE, or --speaker_from_path to take each file's speaker from "
+                "its first folder under --root (one of them)"
+            )
+        if self.manifest:
+            _require_file(self.manifest, "manifest")
         _require_dir(self.root, "root")
         _require_choice(self.manifest_format, MANIFEST_FORMATS, "manifest_format")
         _require_choice(self.split_mode, SPLIT_MODES, "split_mode")

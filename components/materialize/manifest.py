@@ -1,7 +1,8 @@
 """Audio manifest rows: CSV with a header, or JSON Lines; fields `path`, `speaker`, `split`.
 
 Either every row names its split or none does (then the job assigns them): the CSV header, or
-the first JSON Lines row that parses, decides; a row that disagrees is rejected.
+the first JSON Lines row that parses, decides; a row that disagrees is rejected. Without a
+manifest (`--speaker_from_path`), `row_of_path` makes a listed file's row.
 """
 
 from __future__ import annotations
@@ -107,6 +108,20 @@ def parse_row(line: str, manifest: ManifestFormat, source: str) -> ManifestRow:
             f"{record_id}: speaker {paths.printable(speaker)!r} is not valid Unicode",
         )
     return ManifestRow(record_id, speaker, _split(fields, manifest, record_id))
+
+
+def row_of_path(raw_id: str) -> ManifestRow:
+    """The row of a file listed under the root (`raw_id`: its path relative to the root): its
+    speaker is the first folder of that path, as in VoxCeleb's `id10001/<video>/00001.wav`; the
+    split is assigned by the job. Raises `RejectedInput` for unsafe paths and for files
+    directly under the root (MISSING_LABEL)."""
+    record_id = paths.normalize_id(raw_id)
+    speaker, in_folder, _ = record_id.partition("/")
+    if not in_folder:
+        raise rejects.RejectedInput(
+            rejects.MISSING_LABEL, f"{record_id}: directly under the root, not in a speaker folder"
+        )
+    return ManifestRow(record_id, speaker, "")
 
 
 def _split(fields: dict, manifest: ManifestFormat, record_id: str) -> str:

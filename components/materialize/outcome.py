@@ -6,7 +6,6 @@ write nothing when it fails), and closes with `WriteSummary` once every writer h
 
 from __future__ import annotations
 
-import os
 from typing import NamedTuple
 
 import apache_beam as beam
@@ -75,6 +74,7 @@ def Judge(
 def _write_summary(
     verdict: Verdict,
     output_dir: str,
+    run_id: str,
     static: dict,
     reject_counts: dict[str, int],
     plans: dict[str, ShardPlan],
@@ -100,8 +100,7 @@ def _write_summary(
     }
     for section in sections:
         summary.update(section)
-    layout.save_json(os.path.join(output_dir, layout.SUMMARY_FILE), summary)
-    return summary
+    return layout.commit_run(output_dir, run_id, summary)
 
 
 @beam.ptransform_fn
@@ -114,7 +113,8 @@ def WriteSummary(
     index_stats: beam.PCollection,
     sections: beam.PCollection,
 ) -> beam.PCollection:
-    """Writes `summary.json`, the last file a run writes.
+    """Writes `summary.json`, the last file a run writes: it commits the run of the job that
+    claims `output_dir` (`layout.commit_run`).
 
     Input: the run's `Judgement`. `static`: what the job knew before it ran (job, inputs,
     config); `plans`: singleton PCollection, dict record_set -> ShardPlan; `index_stats`:
@@ -125,6 +125,7 @@ def WriteSummary(
     return judgement.verdict | "Write" >> beam.Map(
         _write_summary,
         output_dir,
+        layout.claimed_run_id(output_dir),
         static,
         beam.pvalue.AsSingleton(judgement.reject_counts),
         beam.pvalue.AsSingleton(plans),

@@ -241,7 +241,9 @@ def _pair_rows(element, selection: XSelection, tables: dict[str, IdTable]):
     return shard, degrees.astype(np.int64), keys % max(num_y, 1), len(x_record) - len(keys)
 
 
-def _write_pair_index(pieces, output_dir: str, selection: XSelection, verdict: Verdict) -> dict:
+def _write_pair_index(
+    pieces, output_dir: str, run_id: str, selection: XSelection, verdict: Verdict
+) -> dict:
     pieces = sorted(pieces, key=lambda piece: piece[0])
     if not verdict.ok:
         return {"pairs": {"num_pairs": 0}}
@@ -253,6 +255,7 @@ def _write_pair_index(pieces, output_dir: str, selection: XSelection, verdict: V
         raise RuntimeError("an x record without a valid pair reached the pair index")
     row_splits = np.concatenate([[0], np.cumsum(degrees)]).astype(np.int64)
     layout.save_csr(layout.pairs_index_dir(output_dir), row_splits, values)
+    layout.save_run_file(layout.pairs_index_dir(output_dir), run_id)
     return {
         "pairs": {
             "num_pairs": int(len(values)),
@@ -276,7 +279,8 @@ def WritePairIndex(
     verdict: beam.PCollection,
 ) -> beam.PCollection:
     """Resolved edges -> a singleton {"pairs": stats}; writes the valid-pair CSR index over x
-    records when the verdict is ok.
+    records, and its `run.json` (the run of the job that claims `output_dir`), when the verdict
+    is ok.
 
     `selection` and `verdict`: singleton PCollections; `tables`: PCollection[(record_set,
     IdTable)].
@@ -292,6 +296,7 @@ def WritePairIndex(
         >> beam.Map(
             _write_pair_index,
             output_dir,
+            layout.claimed_run_id(output_dir),
             beam.pvalue.AsSingleton(selection),
             beam.pvalue.AsSingleton(verdict),
         )

@@ -24,6 +24,7 @@ from components.materialize import (
     pair_index,
     pair_list,
     paths,
+    pictures,
     rejects,
     shards,
     spill,
@@ -46,13 +47,16 @@ def run_pairs(
     arguments, when nothing is left, or when rejects exceed `config.max_reject_fraction`.
     """
     config.validate()
-    return common.run_job(
+    summary = common.run_job(
         lambda pipeline: pipeline | MaterializePairs(config),
         config.output_dir,
         config.overwrite,
         config.beam_pipeline_args,
         make_pipeline,
     )
+    # In the launcher, after the commit: the pictures need TensorFlow, which workers never load.
+    pictures.write_run_pictures(config.output_dir, summary)
+    return summary
 
 
 def _list_batches(record_set_root: tuple[str, str], batch_size: int) -> Iterator[tuple]:

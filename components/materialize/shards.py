@@ -179,9 +179,10 @@ class _WriteShard(beam.DoFn):
 
 
 class _WriteIndex(beam.DoFn):
-    def __init__(self, output_dir: str):
+    def __init__(self, output_dir: str, run_id: str):
         super().__init__()
         self._output_dir = output_dir
+        self._run_id = run_id
 
     def process(self, element, plans: dict[str, ShardPlan], vocabularies: dict[str, list[str]]):
         record_set, results = element
@@ -197,7 +198,7 @@ class _WriteIndex(beam.DoFn):
         )
         shard_paths = [plan.shard_path(self._output_dir, s) for s in range(plan.num_shards)]
         layout.save_record_set_index(
-            self._output_dir, record_set, shard_paths, offsets, plan.ids.id_list()
+            self._output_dir, record_set, shard_paths, offsets, plan.ids.id_list(), self._run_id
         )
         stats = {
             "num_records": plan.num_records,
@@ -208,7 +209,7 @@ class _WriteIndex(beam.DoFn):
         if vocabulary is not None:
             class_ids = np.concatenate([r.class_ids for r in results])
             layout.save_class_index(
-                self._output_dir, record_set, class_ids, len(vocabulary), vocabulary
+                self._output_dir, record_set, class_ids, len(vocabulary), vocabulary, self._run_id
             )
             counts = np.bincount(class_ids, minlength=len(vocabulary))
             stats["num_classes"] = len(vocabulary)
@@ -228,7 +229,8 @@ class WriteRecordSets(beam.PTransform):
     shard. Side inputs: `plans` (singleton dict record_set -> ShardPlan), `verdict` (singleton
     with `.ok`; nothing is written when false) and `vocabularies` (singleton dict record_set ->
     class names, for labelled sets only; None when no set is labelled). Output:
-    PCollection[(record_set, stats dict)].
+    PCollection[(record_set, stats dict)]. The indexes name the run of the job that claims
+    `output_dir` (`layout.claimed_run_id`).
     """
 
     def __init__(self, output_dir: str, plans, verdict, vocabularies=None):
@@ -240,11 +242,13 @@ class WriteRecordSets(beam.PTransform):
 
     def expand(self, shard_batches: beam.PCollection) -> beam.PCollection:
         vocabularies = {} if self._vocabularies is None else self._vocabularies
+        run_id = layout.claimed_run_id(self._output_dir)
         return (
             shard_batches
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShard" >> beam.ParDo(_WriteShard(self._output_dir), self._plans, self._verdict)
             | "ByRecordSet" >> beam.Map(lambda result: (result.record_set, result))
             | "GatherShards" >> beam.GroupByKey()
-            | "WriteIndex" >> beam.ParDo(_WriteIndex(self._output_dir), self._plans, vocabularies)
+            | "WriteIndex"
+            >> beam.ParDo(_WriteIndex(self._output_dir, run_id), self._plans, vocabularies)
         )

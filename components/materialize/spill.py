@@ -11,7 +11,9 @@ shard writer copies a record's frame, CRCs included, without computing it again.
 Spill file names are random: a retried bundle writes a new file and its refs, while the failed
 attempt's file is never referenced. A ref may only be read by a later stage (one behind a
 GroupByKey or a side input): object stores make a file readable only once its writer closes it,
-at the end of the bundle. `common.run_job` removes the folder when the job ends.
+at the end of the bundle. `common.run_job` removes the folder when the job ends (once an
+interrupted job is cancelled); a launcher killed outright leaves it to the next run on the
+folder, which takes over its stale claim (`run_dir.claim_output_dir`).
 """
 
 from __future__ import annotations

@@ -31,11 +31,12 @@ def decide(
     """
     record_rejects = sum(reject_counts.get(reason, 0) for reason in rejects.RECORD_REASONS)
     fraction = record_rejects / num_inputs if num_inputs else 0.0
-    top = ", ".join(
+    # Every reason, most frequent first: the line is all a failed run prints.
+    counts = ", ".join(
         f"{reason}={count}"
-        for reason, count in sorted(reject_counts.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+        for reason, count in sorted(reject_counts.items(), key=lambda kv: (-kv[1], kv[0]))
     )
-    why = f" (rejects: {top})" if top else ""
+    why = f" (rejects: {counts})" if counts else ""
     error = ""
     empty = [name for name in required_record_sets if not record_counts.get(name)]
     if not any(record_counts.values()):

@@ -12,7 +12,9 @@ The Beam stage writes one run directory (`components.layout`). The executor runs
   `<class_index uri>/index/<record_set>/`.
 
 So each artifact URI is a run directory for the `components.layout` helpers of its part. Moves
-are renames: O(1) per file locally; on object stores a rename is a server-side copy.
+are renames: O(1) per file locally; on object stores a rename is a server-side copy. The
+`pair_index` / `class_index` URI also gets a copy of the run's `summary.json`, last: the readers
+check that the index there belongs to the run it commits (`layout.check_part`).
 """
 
 from __future__ import annotations
@@ -83,6 +85,11 @@ class _MaterializeExecutor(base_beam_executor.BaseBeamExecutor):
             move_shards(run_dir, record_set, examples.uri)
         tf.io.gfile.rmtree(os.path.join(run_dir, layout.EXAMPLES_DIR))
         self._move_index(run_dir, record_sets, index.uri)
+        tf.io.gfile.copy(
+            os.path.join(run_dir, layout.SUMMARY_FILE),
+            os.path.join(index.uri, layout.SUMMARY_FILE),
+            overwrite=True,
+        )
 
         examples.split_names = artifact_utils.encode_split_names(record_sets)
         examples_utils.set_payload_format(examples, example_gen_pb2.PayloadFormat.FORMAT_TF_EXAMPLE)

@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from components import layout
+from tests.inputs.runs import run_id_of
 
 
 def audio_example(
@@ -40,7 +41,8 @@ def write_audio_run(
     """Writes a labelled audio record set with `class_sizes[c]` records of class `c`.
 
     Records are in id order, and ids are assigned so that each class's records are scattered
-    over the shards. Returns the waveforms (int16 arrays, record order) and class ids.
+    over the shards. The record set and its class index are committed as one run. Returns the
+    waveforms (int16 arrays, record order) and class ids.
     """
     rng = np.random.default_rng(seed)
     class_ids = np.repeat(np.arange(len(class_sizes)), class_sizes).astype(np.int64)
@@ -56,12 +58,14 @@ def write_audio_run(
         for i, w, c in zip(ids, waveforms, class_ids, strict=True)
     ]
     bounds = np.linspace(0, len(records), num_shards + 1).astype(int)
+    run_id = run_id_of(output_dir)
     layout.write_record_set(
         output_dir,
         record_set,
         (records[begin:end] for begin, end in zip(bounds[:-1], bounds[1:], strict=True)),
         num_shards,
         ids,
+        run_id,
     )
     index_dir = layout.index_dir(output_dir, record_set)
     layout.save_npy(os.path.join(index_dir, layout.CLASS_IDS_FILE), class_ids)
@@ -72,6 +76,8 @@ def write_audio_run(
         row_splits,
         np.argsort(class_ids, kind="stable").astype(np.int64),
     )
+    layout.save_run_file(layout.class_records_dir(output_dir, record_set), run_id)
+    layout.commit_run(output_dir, run_id)
     return {"waveforms": waveforms, "class_ids": class_ids, "row_splits": row_splits}
 
 

@@ -54,9 +54,12 @@ def test_pairs_run_directory_keeps_no_shards_and_index_artifacts_hold_their_part
     assert not tf.io.gfile.exists(os.path.join(offset_index.uri, layout.EXAMPLES_DIR))
     assert tf.io.gfile.exists(os.path.join(offset_index.uri, layout.SUMMARY_FILE))
     assert not tf.io.gfile.exists(layout.pairs_index_dir(offset_index.uri))
+    # The pair index names its run, and the run's summary.json commits it there too.
     assert _files_below(pair_index.uri) == [
         "index/pairs/row_splits.npy",
+        "index/pairs/run.json",
         "index/pairs/values.npy",
+        "summary.json",
     ]
 
 

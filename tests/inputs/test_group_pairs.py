@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from components.inputs import PairCoverage, ValidPairs, dynamic_pairs
 from components.inputs.group_pairs import NO_Y_IN_GROUP, GroupPairs
-from components.inputs.pairs import PairPlanner
+from components.inputs.pair_plan import PairPlanner
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

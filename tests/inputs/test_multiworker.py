@@ -11,7 +11,7 @@ import sys
 import numpy as np
 
 from components.inputs import ValidPairs
-from components.inputs.pairs import PairPlanner
+from components.inputs.pair_plan import PairPlanner
 from tests.inputs import multiworker_worker as worker
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -17,7 +17,7 @@ from components.inputs import (
     dynamic_pairs_from_run,
     open_pairs_run,
 )
-from components.inputs.pairs import PairPlanner
+from components.inputs.pair_plan import PairPlanner
 from components.inputs.valid_pairs import EMPTY_VALID_LIST, X_OUT_OF_RANGE, Y_OUT_OF_RANGE
 from tests.inputs import runs
 

@@ -7,9 +7,9 @@ import io
 import json
 import os
 
+import av
 import numpy as np
-import tensorflow as tf
-import tensorflow_io as tfio
+import soundfile
 from PIL import Image
 
 
@@ -63,13 +63,55 @@ def tone(rng: np.random.Generator, num_samples: int, channels: int = 1) -> np.nd
 
 
 def wav_bytes(samples: np.ndarray, sample_rate: int) -> bytes:
-    """16-bit PCM WAV via `tf.audio.encode_wav` (samples int16 [n, channels])."""
-    return tf.audio.encode_wav(tf.constant(samples / 32768.0, tf.float32), sample_rate).numpy()
+    """16-bit PCM WAV (samples int16 [n, channels])."""
+    return sound_bytes(samples, sample_rate, "WAV", "PCM_16")
 
 
 def flac_bytes(samples: np.ndarray, sample_rate: int) -> bytes:
-    """16-bit FLAC via `tfio.audio.encode_flac` (samples int16 [n, channels])."""
-    return tfio.audio.encode_flac(tf.constant(samples), rate=sample_rate).numpy()
+    """16-bit FLAC (samples int16 [n, channels])."""
+    return sound_bytes(samples, sample_rate, "FLAC", "PCM_16")
+
+
+def sound_bytes(samples: np.ndarray, sample_rate: int, file_format: str, subtype: str) -> bytes:
+    """A file libsndfile writes: `file_format` / `subtype` as `soundfile.write` names them
+    ("WAV"/"PCM_24", "OGG"/"OPUS", "MP3"/"MPEG_LAYER_III", ...). int16 samples are written as
+    such, float samples [-1, 1] as floats; [n, channels]."""
+    buffer = io.BytesIO()
+    soundfile.write(buffer, samples, sample_rate, format=file_format, subtype=subtype)
+    return buffer.getvalue()
+
+
+def m4a_bytes(samples: np.ndarray, sample_rate: int, container_format: str = "ipod") -> bytes:
+    """AAC in an MP4 container (FFmpeg's "ipod" muxer writes M4A, "mp4" MP4), encoded by FFmpeg
+    through PyAV (samples float32 [n, channels] in [-1, 1], 1 or 2 channels)."""
+    layout = "mono" if samples.shape[1] == 1 else "stereo"
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format=container_format) as container:
+        stream = container.add_stream("aac", rate=sample_rate, layout=layout)
+        frame = av.AudioFrame.from_ndarray(
+            np.ascontiguousarray(samples.T, np.float32), format="fltp", layout=layout
+        )
+        frame.sample_rate = sample_rate
+        for packet in stream.encode(frame):
+            container.mux(packet)
+        for packet in stream.encode(None):
+            container.mux(packet)
+    return buffer.getvalue()
+
+
+def video_bytes() -> bytes:
+    """An MP4 holding three frames of video and no audio."""
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format="mp4") as container:
+        stream = container.add_stream("mpeg4", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 16, 16, "yuv420p"
+        for _ in range(3):
+            frame = av.VideoFrame.from_ndarray(np.zeros((16, 16, 3), np.uint8), format="rgb24")
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode(None):
+            container.mux(packet)
+    return buffer.getvalue()
 
 
 def write_file(root: str, relative: str, data: bytes) -> str:

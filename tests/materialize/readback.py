@@ -12,8 +12,10 @@ from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
 
 from components import layout
+from components.materialize import pictures
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RUN_ID = b"<run id>"
 
 
 def shard_paths(output_dir: str, record_set: str) -> list[str]:
@@ -97,11 +99,22 @@ def csr(directory: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def run_files(output_dir: str) -> dict[str, bytes]:
-    """Relative path -> bytes of every file of a run."""
+    """Relative path -> bytes of every file of a run, its run id (random, named in the index
+    files and the summary) replaced by `RUN_ID`, so runs of the same input compare equal. The
+    TensorBoard pictures are left out: event files carry their wall time."""
+    summary_path = os.path.join(output_dir, layout.SUMMARY_FILE)
+    run_id = (
+        layout.load_json(summary_path)[layout.RUN_ID_KEY] if os.path.exists(summary_path) else None
+    )
     files = {}
-    for directory, _, names in os.walk(output_dir):
+    for directory, subdirectories, names in os.walk(output_dir):
+        if directory == output_dir and pictures.PICTURES_DIR in subdirectories:
+            subdirectories.remove(pictures.PICTURES_DIR)
         for name in names:
             path = os.path.join(directory, name)
             with open(path, "rb") as f:
-                files[os.path.relpath(path, output_dir)] = f.read()
+                data = f.read()
+            files[os.path.relpath(path, output_dir)] = (
+                data.replace(run_id.encode(), RUN_ID) if run_id else data
+            )
     return files

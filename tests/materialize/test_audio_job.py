@@ -155,7 +155,7 @@ def test_every_bad_audio_input_is_a_counted_reject_and_nothing_good_is_lost(tmp_
         ("bad/corrupt.wav", rejects.CORRUPT_AUDIO),
         ("bad/garbage.flac", rejects.CORRUPT_AUDIO),
         ("bad/empty.wav", rejects.EMPTY_AUDIO),
-        ("bad/song.mp3", rejects.UNSUPPORTED_FORMAT),
+        ("bad/song.mp3", rejects.CORRUPT_AUDIO),
         ("bad/link.wav", rejects.SYMLINK_ESCAPES_ROOT),
         ("bad/missing.wav", rejects.MISSING_FILE),
     ]

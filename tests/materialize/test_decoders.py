@@ -167,11 +167,27 @@ def _wav(format_tag: int, bits: int, payload: bytes, channels: int = 1, rate: in
     )
 
 
+# A FLAC stream of no frames: STREAMINFO (16 kHz, mono, 16 bits, 0 samples) as its only block;
+# libsndfile writes no file at all for zero frames.
+_EMPTY_FLAC = (
+    b"fLaC"
+    + bytes([0x80, 0, 0, 34])
+    + struct.pack(">HH", 4096, 4096)
+    + bytes(6)
+    + ((16000 << 44) | (15 << 36)).to_bytes(8, "big")
+    + bytes(16)
+)
+
+
 def test_24_bit_and_float_wav_scale_to_int16():
     values = MONO[:, 0].astype(np.int32)
     pcm24 = b"".join(struct.pack("<i", v << 8)[:3] for v in values.tolist())
     np.testing.assert_array_equal(
         audio.decode_audio(_wav(1, 24, pcm24), "a.wav", 16000).samples, MONO[:, 0]
+    )
+    pcm32 = (values << 16).astype("<i4").tobytes()
+    np.testing.assert_array_equal(
+        audio.decode_audio(_wav(1, 32, pcm32), "a.wav", 16000).samples, MONO[:, 0]
     )
     floats = (MONO[:, 0] / 32768.0).astype("<f4").tobytes()
     np.testing.assert_array_equal(
@@ -188,11 +204,15 @@ def test_24_bit_and_float_wav_scale_to_int16():
         ("a.wav", generate.wav_bytes(MONO, 16000)[:2000], rejects.CORRUPT_AUDIO),
         ("a.flac", generate.flac_bytes(MONO, 16000)[:200], rejects.CORRUPT_AUDIO),
         ("a.wav", generate.wav_bytes(np.zeros([0, 1], np.int16), 16000), rejects.EMPTY_AUDIO),
-        ("a.flac", generate.flac_bytes(np.zeros([0, 1], np.int16), 16000), rejects.EMPTY_AUDIO),
-        ("a.wav", _wav(1, 32, b"\0" * 64), rejects.UNSUPPORTED_FORMAT),
-        ("a.wav", _wav(2, 4, b"\0" * 64), rejects.UNSUPPORTED_FORMAT),
-        ("a.mp3", b"ID3\x03\x00" + b"\0" * 100, rejects.UNSUPPORTED_FORMAT),
-        ("a.ogg", b"OggS" + b"\0" * 100, rejects.UNSUPPORTED_FORMAT),
+        ("a.flac", _EMPTY_FLAC, rejects.EMPTY_AUDIO),
+        ("a.ogg", generate.sound_bytes(MONO[:0], 16000, "OGG", "VORBIS"), rejects.EMPTY_AUDIO),
+        ("a.wav", _wav(1, 32, b"\0" * 64), rejects.TOO_SHORT),
+        # A codec neither library has a decoder for (PyAV would crash decoding it).
+        ("a.wav", _wav(0x9999, 16, b"\0" * 64), rejects.UNSUPPORTED_FORMAT),
+        ("a.mp3", b"ID3\x03\x00" + b"\0" * 100, rejects.CORRUPT_AUDIO),
+        ("a.ogg", b"OggS" + b"\0" * 100, rejects.CORRUPT_AUDIO),
+        ("notes.txt", b"hello, not audio", rejects.UNSUPPORTED_FORMAT),
+        ("a.wav", _png(), rejects.UNSUPPORTED_FORMAT),  # FFmpeg reads it: a video, no audio
     ],
 )
 def test_bad_audio_is_rejected_with_a_reason(name, data, reason):
@@ -202,11 +222,15 @@ def test_bad_audio_is_rejected_with_a_reason(name, data, reason):
     assert caught.value.detail and "{{" not in caught.value.detail
 
 
+_FUZZ_TONE = generate.tone(np.random.default_rng(8), 300)
 VALID_FILES = {
     "a.png": generate.image_bytes(np.random.default_rng(5), "PNG", (12, 9)),
     "a.jpg": generate.image_bytes(np.random.default_rng(6), "JPEG", (12, 9)),
     "a.wav": generate.wav_bytes(generate.tone(np.random.default_rng(7), 300, 2), 8000),
-    "a.flac": generate.flac_bytes(generate.tone(np.random.default_rng(8), 300), 16000),
+    "a.flac": generate.flac_bytes(_FUZZ_TONE, 16000),
+    "a.ogg": generate.sound_bytes(_FUZZ_TONE, 16000, "OGG", "VORBIS"),
+    "a.mp3": generate.sound_bytes(_FUZZ_TONE, 16000, "MP3", "MPEG_LAYER_III"),
+    "a.m4a": generate.m4a_bytes(_FUZZ_TONE / 32768.0, 16000),
 }
 
 

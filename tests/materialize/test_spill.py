@@ -76,6 +76,7 @@ def test_run_job_removes_the_spill_files_whether_or_not_the_job_fails(tmp_path, 
     output_dir = str(tmp_path / "out")
 
     def build(pipeline):
+        run_id = layout.claimed_run_id(output_dir)
         read_back = (
             pipeline
             | beam.Create([b"p0", b"p1"])
@@ -88,9 +89,8 @@ def test_run_job_removes_the_spill_files_whether_or_not_the_job_fails(tmp_path, 
             | "Impulse" >> beam.Create([None])
             | "Summary"
             >> beam.Map(
-                lambda _, read: layout.save_json(
-                    os.path.join(output_dir, layout.SUMMARY_FILE),
-                    {"ok": True, "read": sorted(read)},
+                lambda _, read: layout.commit_run(
+                    output_dir, run_id, {"ok": True, "read": sorted(read)}
                 ),
                 beam.pvalue.AsList(read_back),
             )
@@ -102,6 +102,7 @@ def test_run_job_removes_the_spill_files_whether_or_not_the_job_fails(tmp_path, 
         assert not os.path.exists(os.path.join(output_dir, layout.SUMMARY_FILE))
     else:
         summary = common.run_job(build, output_dir, False, (), None)
+        assert summary.pop(layout.RUN_ID_KEY)
         assert summary == {"ok": True, "read": ["p0", "p1"]}
     assert not os.path.exists(spill.spill_dir(output_dir))
 

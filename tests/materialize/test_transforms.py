@@ -98,6 +98,8 @@ def test_write_record_sets_writes_sorted_shards_and_indexes(tmp_path, seed):
         for name, records in payloads.items()
     }
     output_dir = str(tmp_path)
+    run_id = layout.new_run_id()
+    layout.try_claim(output_dir, layout.Claim.of_this_process(run_id))
     batches = []
     for name, records in payloads.items():
         items = list(records.items())
@@ -148,12 +150,20 @@ def test_write_record_sets_writes_sorted_shards_and_indexes(tmp_path, seed):
         layout.load_npy(os.path.join(index, "class_ids.npy")), [labels[i] for i in ordered_b]
     )
     assert not os.path.exists(os.path.join(layout.index_dir(output_dir, "a"), "classes.txt"))
+    # Every index names the run of the job that claims the folder.
+    for name in payloads:
+        shards_json = layout.load_json(
+            os.path.join(layout.index_dir(output_dir, name), "shards.json")
+        )
+        assert shards_json[layout.RUN_ID_KEY] == run_id
+    assert layout.load_run_file(layout.class_records_dir(output_dir, "b")) == run_id
 
 
 def test_write_record_sets_writes_nothing_for_a_failed_run(tmp_path):
     plan = shards.plan_shards(
         "a", shards.IdTable(IdIndex.from_ids(["r"]), np.array([3])), ShardingConfig()
     )
+    layout.try_claim(str(tmp_path), layout.Claim.of_this_process(layout.new_run_id()))
     writer = spill.SpillWriter(str(tmp_path))
     [ref] = writer.write([b"abc"])
     writer.close()
@@ -170,7 +180,7 @@ def test_write_record_sets_writes_nothing_for_a_failed_run(tmp_path):
                 ),
             )
         )
-    assert os.listdir(tmp_path) == []
+    assert os.listdir(tmp_path) == [layout.CLAIM_FILE]
 
 
 def test_record_rejects_counts_each_reason_and_writes_sorted_lines(tmp_path):

@@ -1,5 +1,5 @@
-"""A Beam worker of the pairs job must not import TensorFlow: each worker process would pay
-~6 s of CPU for it before its first element (see bench/bench_materialize.py)."""
+"""A Beam worker of either job must not import TensorFlow (nor tensorflow-io): each worker
+process would pay ~6 s of CPU for it before its first element (see bench/bench_materialize.py)."""
 
 from __future__ import annotations
 
@@ -30,11 +30,38 @@ PAIRS_WORKER_MODULES = (
     "components.materialize.pair_list",
     "components.materialize.pairs_pipeline",
     "components.materialize.paths",
+    "components.materialize.pictures",
     "components.materialize.rejects",
     "components.materialize.run_dir",
     "components.materialize.shards",
     "components.materialize.spill",
     "components.materialize.verdict",
+    "components.models",
+    "components.models.charts",
+)
+# The same for the audio job's transforms: decoding needs libsndfile, FFmpeg and soxr only.
+AUDIO_WORKER_MODULES = (
+    "components.examples",
+    "components.layout",
+    "components.materialize",
+    "components.materialize.audio",
+    "components.materialize.audio_pipeline",
+    "components.materialize.common",
+    "components.materialize.config",
+    "components.materialize.errors",
+    "components.materialize.id_index",
+    "components.materialize.manifest",
+    "components.materialize.outcome",
+    "components.materialize.paths",
+    "components.materialize.pictures",
+    "components.materialize.rejects",
+    "components.materialize.run_dir",
+    "components.materialize.shards",
+    "components.materialize.spill",
+    "components.materialize.splits",
+    "components.materialize.verdict",
+    "components.models",
+    "components.models.charts",
 )
 
 
@@ -72,3 +99,43 @@ def test_pairs_worker_code_does_not_import_tensorflow(tmp_path):
     # One batch of records (a.png) and three rejects: corrupt, missing, a directory.
     assert "OUTPUTS 4" in result.stdout, result.stdout
     assert "TF_MODULES []" in result.stdout, result.stdout
+
+
+def test_audio_worker_code_does_not_import_tensorflow(tmp_path):
+    rng = np.random.default_rng(1)
+    root = tmp_path / "vox"
+    generate.write_file(
+        str(root), "id1/v/a.wav", generate.wav_bytes(generate.tone(rng, 2000, 2), 22050)
+    )
+    stereo = generate.tone(rng, 4000, 2) / 32768.0
+    generate.write_file(str(root), "id1/v/b.m4a", generate.m4a_bytes(stereo, 44100))
+    generate.write_file(str(root), "id2/v/c.mp3", b"not an mp3")
+    generate.write_file(str(root), "loose.flac", b"")
+    script = textwrap.dedent(
+        f"""
+        import importlib, sys
+        for name in {AUDIO_WORKER_MODULES!r}:
+            importlib.import_module(name)
+        from components.materialize import audio_pipeline, manifest, spill
+        rows, rejected = [], []
+        for row in audio_pipeline._rows_of_files({str(root)!r}):
+            (rows if isinstance(row, manifest.ManifestRow) else rejected).append(row)
+        decode = audio_pipeline._DecodeUtterances({str(root)!r}, 16000, {str(tmp_path / "out")!r})
+        decode.start_bundle()
+        outputs = [out for row in sorted(rows) for out in decode.process(row)]
+        decode.finish_bundle()
+        kept = [out for out in outputs if isinstance(out, audio_pipeline.Utterance)]
+        spill.read_payloads([utterance.pcm for utterance in kept])
+        print("ROWS", len(rows), "REJECTED", len(rejected), "KEPT", len(kept))
+        print("TF_MODULES", sorted(m for m in sys.modules if m.split(".")[0] == "tensorflow"))
+        print("TFIO_MODULES", sorted(m for m in sys.modules if m.startswith("tensorflow_io")))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    # Three files in speaker folders (two decode, one is not audio); one directly under the root.
+    assert "ROWS 3 REJECTED 1 KEPT 2" in result.stdout, result.stdout
+    assert "TF_MODULES []" in result.stdout, result.stdout
+    assert "TFIO_MODULES []" in result.stdout, result.stdout

@@ -1,0 +1,262 @@
+"""The dynamic-pairs epoch plan: which y each x takes, in which order and batch.
+
+The valid pairs are a CSR index over the x records (`ValidPairs`: `row_splits` int64
+[num_x + 1], `values` int64 [num_pairs], the y record numbers of each x) or groups
+(`GroupPairs`). An epoch's plan is computed in TF, vectorized over all x, from stateless
+randomness seeded by `(seed, epoch)`:
+
+* `uniform`: each x takes a uniformly random entry of its row (of its group);
+* `least_sampled`: each x takes the entry with the lowest historical count (ties broken at
+  random); the counts (int64 [num_pairs]) live in a checkpointable `PairingState`. If every x has
+  at most D valid partners, every valid pair has been planned after D epochs. Group pairs use a
+  stateless schedule instead (`group_pairs`).
+
+The x order is reshuffled every epoch and cut into global batches (`epoch_plan.round_batches`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from components.inputs.epoch_plan import (
+    SALT_CHOICE,
+    SALT_GROUP_START,
+    SALT_ORDER,
+    SALT_TIE_BREAK,
+    EpochState,
+    epoch_seed,
+    index_variable,
+    round_batches,
+)
+from components.inputs.group_pairs import GroupPairs
+from components.inputs.valid_pairs import ValidPairs
+
+STRATEGIES = ("uniform", "least_sampled")
+REMAINDERS = ("wrap", "drop")
+
+
+class PairingState(EpochState):
+    """Checkpointable state of a dynamic-pairs dataset.
+
+    `epoch` (see `EpochState`); for `least_sampled`, also `pair_counts` (int64 [num_pairs]: how
+    often each valid pair was planned), `last_choice` (int64 [num_planned]: the pair each planned
+    x took in the last planned epoch) and `planned_epoch` (that epoch), which let a resumed run
+    re-plan the epoch in progress exactly. With `GroupPairs`, `least_sampled` is a stateless
+    schedule and the state holds only the epoch.
+    """
+
+    def __init__(
+        self,
+        valid_pairs: ValidPairs | GroupPairs,
+        strategy: str = "uniform",
+        initial_epoch: int = 0,
+        name: str | None = None,
+    ):
+        super().__init__(initial_epoch=initial_epoch, name=name)
+        if strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+        self.strategy = strategy
+        self.num_pairs = valid_pairs.num_pairs
+        self.num_planned = len(valid_pairs.planned_x)
+        # Group pairs follow a stateless schedule: nothing to count.
+        if strategy == "least_sampled" and isinstance(valid_pairs, ValidPairs):
+            self.pair_counts = tf.Variable(
+                tf.zeros([self.num_pairs], tf.int64), trainable=False, name="pair_counts"
+            )
+            self.last_choice = tf.Variable(
+                tf.fill([self.num_planned], tf.constant(-1, tf.int64)),
+                trainable=False,
+                name="last_choice",
+            )
+            self.planned_epoch = tf.Variable(-1, dtype=tf.int64, trainable=False)
+
+
+class PairPlanner:
+    """Computes epoch plans of dynamic pairs: which y each x takes, in which order and batch."""
+
+    def __init__(
+        self,
+        valid_pairs: ValidPairs | GroupPairs,
+        *,
+        strategy: str,
+        seed: int,
+        batch_size: int,
+        num_workers: int = 1,
+        replicas_per_worker: int = 1,
+        remainder: str = "wrap",
+        state: PairingState | None = None,
+    ):
+        """`num_batches` follows `epoch_plan.round_batches` (wrap rounds up, drop down)."""
+        if strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+        if remainder not in REMAINDERS:
+            raise ValueError(f"remainder must be one of {REMAINDERS}, got {remainder!r}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.valid_pairs = valid_pairs
+        self.strategy = strategy
+        self.seed = int(seed)
+        self.batch_size = int(batch_size)
+        num_planned = len(valid_pairs.planned_x)
+        if remainder == "wrap":
+            planned_batches = -(-num_planned // self.batch_size)
+        else:
+            planned_batches = num_planned // self.batch_size
+        self.num_batches = round_batches(
+            planned_batches,
+            num_workers=num_workers,
+            replicas_per_worker=replicas_per_worker,
+            down=remainder == "drop",
+        )
+        if not self.num_batches:
+            raise ValueError(
+                f"remainder='drop' leaves no batch: {num_planned} x, batch_size "
+                f"{batch_size} x {num_workers} workers"
+            )
+        if state is None:
+            state = PairingState(valid_pairs, strategy)
+        elif state.strategy != strategy or (
+            state.num_pairs,
+            state.num_planned,
+        ) != (valid_pairs.num_pairs, num_planned):
+            raise ValueError(
+                f"state was made for strategy {state.strategy!r} with {state.num_planned} x and "
+                f"{state.num_pairs} pairs, not {strategy!r} with {num_planned} x and "
+                f"{valid_pairs.num_pairs} pairs"
+            )
+        self.state = state
+        self._planned_x = index_variable(valid_pairs.planned_x, name="planned_x")
+        self._all_x_planned = len(valid_pairs.planned_x) == valid_pairs.num_x
+        if isinstance(valid_pairs, GroupPairs):
+            self._init_groups(valid_pairs)
+            return
+        self._row_splits = index_variable(valid_pairs.row_splits, name="row_splits")
+        self._values = index_variable(valid_pairs.values, name="values")
+        if strategy == "least_sampled":
+            degrees = np.diff(valid_pairs.row_splits)
+            row_dtype = np.int32 if valid_pairs.num_x < 2**31 else np.int64
+            self._row_ids = index_variable(
+                np.repeat(np.arange(valid_pairs.num_x, dtype=row_dtype), degrees), name="row_ids"
+            )
+
+    def plan(self, epoch) -> dict[str, tf.Tensor]:
+        """The global plan of `epoch`: `x_index`, `y_index`, int64 [num_batches, batch_size]."""
+        epoch = tf.convert_to_tensor(epoch, tf.int64)
+        # Choices are made in x order, where every read of the index is sequential; one shuffle
+        # of the (x, y) rows then orders the epoch. Random gathers into the index would cost
+        # more than the shuffle at 10M x.
+        if isinstance(self.valid_pairs, GroupPairs):
+            chosen_y = self._group_choices(epoch)
+        elif self.strategy == "uniform":
+            starts = self._row_splits[:-1]
+            degrees = self._row_splits[1:] - starts
+            if not self._all_x_planned:
+                starts = tf.gather(starts, self._planned_x)
+                degrees = tf.gather(degrees, self._planned_x)
+            uniform = tf.random.stateless_uniform(
+                tf.shape(starts), epoch_seed(self.seed, epoch, SALT_CHOICE), dtype=tf.float64
+            )
+            offsets = tf.cast(uniform * tf.cast(degrees, tf.float64), tf.int64)
+            chosen_y = tf.gather(self._values, starts + tf.minimum(offsets, degrees - 1))
+        else:
+            chosen_y = tf.gather(self._values, self._least_sampled_positions(epoch))
+        pairs = tf.stack([self._planned_x, chosen_y], axis=1)
+        pairs = tf.random.experimental.stateless_shuffle(
+            pairs, seed=epoch_seed(self.seed, epoch, SALT_ORDER)
+        )
+        pairs = tf.reshape(self._fit_to_batches(pairs), [self.num_batches, self.batch_size, 2])
+        return {"x_index": pairs[..., 0], "y_index": pairs[..., 1]}
+
+    def _init_groups(self, pairs: GroupPairs) -> None:
+        x_group = pairs.x_group if self._all_x_planned else pairs.x_group[pairs.planned_x]
+        self._planned_group = index_variable(x_group, tf.int64, name="planned_group")
+        self._group_starts = index_variable(pairs.group_row_splits[:-1], name="group_starts")
+        self._group_sizes = index_variable(pairs.group_sizes, name="group_sizes")
+        group_values = pairs.group_values
+        if self.strategy == "least_sampled":
+            # Each group's y in a fixed random order (from the seed): the order x walks along.
+            value_group = np.repeat(np.arange(pairs.num_groups), pairs.group_sizes)
+            keys = np.random.default_rng(self.seed).random(len(group_values))
+            group_values = group_values[np.lexsort((keys, value_group))]
+        self._group_values = index_variable(group_values, name="group_values")
+
+    def _group_choices(self, epoch: tf.Tensor) -> tf.Tensor:
+        """int64 [num_planned]: the y each planned x takes in `epoch`, drawn from its group."""
+        starts = tf.gather(self._group_starts, self._planned_group)
+        sizes = tf.gather(self._group_sizes, self._planned_group)
+        if self.strategy == "uniform":
+            seed = epoch_seed(self.seed, epoch, SALT_CHOICE)
+        else:
+            # The same draw every epoch: where x starts its walk along its group's order.
+            seed = epoch_seed(self.seed, -1, SALT_GROUP_START)
+        uniform = tf.random.stateless_uniform(tf.shape(starts), seed, dtype=tf.float64)
+        offsets = tf.minimum(tf.cast(uniform * tf.cast(sizes, tf.float64), tf.int64), sizes - 1)
+        if self.strategy == "least_sampled":
+            offsets = tf.math.floormod(offsets + epoch, sizes)
+        return tf.gather(self._group_values, starts + offsets)
+
+    def _fit_to_batches(self, ordered: tf.Tensor) -> tf.Tensor:
+        """Cuts (drop) or extends (wrap: the start of this epoch's order again) to whole batches."""
+        total = self.num_batches * self.batch_size
+        num_planned = len(self.valid_pairs.planned_x)
+        if total <= num_planned:
+            return ordered[:total]
+        if total - num_planned <= num_planned:
+            return tf.concat([ordered, ordered[: total - num_planned]], axis=0)
+        return tf.gather(ordered, tf.math.floormod(tf.range(total, dtype=tf.int64), num_planned))
+
+    def _least_sampled_positions(self, epoch: tf.Tensor) -> tf.Tensor:
+        """int64 [num_planned]: the chosen pair (position in values) of each planned x.
+
+        Updates the counts. Re-planning the last planned epoch (a resume) first takes back that
+        epoch's choices, so it yields the same plan and leaves the counts as they were.
+        """
+        state = self.state
+        in_order = tf.debugging.Assert(
+            epoch >= state.planned_epoch.value(),
+            ["least_sampled plans must be computed in epoch order"],
+        )
+        with tf.control_dependencies([in_order]):
+            replay = tf.equal(epoch, state.planned_epoch.value())
+
+        ones = tf.ones([state.num_planned], tf.int64)
+
+        def take_back():
+            sub = tf.raw_ops.ResourceScatterNdSub(
+                ref=state.pair_counts.handle,
+                indices=state.last_choice.value()[:, None],
+                updates=ones,
+            )
+            with tf.control_dependencies([sub]):
+                return tf.identity(True)
+
+        taken_back = tf.cond(replay, take_back, lambda: tf.identity(False))
+        with tf.control_dependencies([taken_back]):
+            counts = state.pair_counts.value()
+        nnz = tf.shape(counts, out_type=tf.int64)[0]
+        tie_break = tf.random.stateless_uniform(
+            [nnz],
+            epoch_seed(self.seed, epoch, SALT_TIE_BREAK),
+            minval=0,
+            maxval=1 << 31,
+            dtype=tf.int64,
+        )
+        # Lowest count first, then a random key: one segment min picks a random least-used pair.
+        keys = tf.bitwise.bitwise_or(tf.bitwise.left_shift(counts, 31), tie_break)
+        row_min = tf.math.segment_min(keys, self._row_ids)
+        is_min = tf.equal(keys, tf.gather(row_min, self._row_ids))
+        positions = tf.math.segment_min(
+            tf.where(is_min, tf.range(nnz, dtype=tf.int64), nnz), self._row_ids
+        )
+        chosen = tf.gather(positions, self._planned_x)
+        with tf.control_dependencies([chosen]):
+            updates = [
+                tf.raw_ops.ResourceScatterNdAdd(
+                    ref=state.pair_counts.handle, indices=chosen[:, None], updates=ones
+                ),
+                state.last_choice.assign(chosen, read_value=False),
+                state.planned_epoch.assign(epoch, read_value=False),
+            ]
+        with tf.control_dependencies(updates):
+            return tf.identity(chosen)
