@@ -122,22 +122,18 @@ def comparable_files(output_dir: str) -> dict[str, str]:
     pictures), by path relative to the run; digests keep a 200k-record run's bytes out of
     memory."""
     files = {}
-    for directory, subdirectories, names in os.walk(output_dir):
-        if directory == output_dir and pictures.PICTURES_DIR in subdirectories:
-            subdirectories.remove(pictures.PICTURES_DIR)
-        for name in names:
-            path = os.path.join(directory, name)
-            relative = os.path.relpath(path, output_dir)
-            if name == layout.RUN_FILE or relative in (layout.SUMMARY_FILE, layout.REJECTS_FILE):
-                continue
-            if name == layout.SHARDS_FILE:
-                shards = layout.load_json(path)
-                shards.pop(layout.RUN_ID_KEY, None)
-                data = json.dumps(shards, sort_keys=True).encode()
-            else:
-                with open(path, "rb") as f:
-                    data = f.read()
-            files[relative] = hashlib.sha256(data).hexdigest()
+    for relative, path in pictures.data_files(output_dir):
+        name = os.path.basename(path)
+        if name == layout.RUN_FILE or relative in (layout.SUMMARY_FILE, layout.REJECTS_FILE):
+            continue
+        if name == layout.SHARDS_FILE:
+            shards = layout.load_json(path)
+            shards.pop(layout.RUN_ID_KEY, None)
+            data = json.dumps(shards, sort_keys=True).encode()
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
+        files[relative] = hashlib.sha256(data).hexdigest()
     return files
 
 

@@ -24,7 +24,6 @@ from components.materialize import (
     manifest,
     outcome,
     paths,
-    pictures,
     rejects,
     shards,
     spill,
@@ -48,16 +47,7 @@ def run_audio(
     """
     config.validate()
     manifest_format = _inspect_manifest(config)
-    summary = common.run_job(
-        lambda pipeline: pipeline | MaterializeAudio(config, manifest_format),
-        config.output_dir,
-        config.overwrite,
-        config.beam_pipeline_args,
-        make_pipeline,
-    )
-    # In the launcher, after the commit: the pictures need TensorFlow, which workers never load.
-    pictures.write_run_pictures(config.output_dir, summary)
-    return summary
+    return common.run_materialize(MaterializeAudio(config, manifest_format), config, make_pipeline)
 
 
 class Utterance(NamedTuple):

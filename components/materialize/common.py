@@ -12,7 +12,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
 from components import layout
-from components.materialize import beam_worker, run_dir, spill
+from components.materialize import beam_worker, pictures, run_dir, spill
 from components.materialize.config import ShardingConfig
 from components.materialize.errors import MaterializeError
 from components.materialize.id_index import IdIndex
@@ -87,6 +87,26 @@ def run_job(
             spill.remove_spill_dir(output_dir)
             layout.release_claim(output_dir, run_id)
     return run_dir.read_summary(output_dir, run_id)
+
+
+def run_materialize(
+    transform: beam.PTransform,
+    config,
+    make_pipeline: Callable[[], beam.Pipeline] | None,
+) -> dict:
+    """Runs a materialize job (`transform` applied to the pipeline's root) under `run_job` with
+    `config`'s output folder and Beam arguments, then draws the run's pictures; returns its
+    summary."""
+    summary = run_job(
+        lambda pipeline: pipeline | transform,
+        config.output_dir,
+        config.overwrite,
+        config.beam_pipeline_args,
+        make_pipeline,
+    )
+    # In the launcher, after the commit: the pictures need TensorFlow, which workers never load.
+    pictures.write_run_pictures(config.output_dir, summary)
+    return summary
 
 
 def _cancel(result: PipelineResult, output_dir: str) -> bool:

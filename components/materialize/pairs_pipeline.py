@@ -24,7 +24,6 @@ from components.materialize import (
     pair_index,
     pair_list,
     paths,
-    pictures,
     rejects,
     shards,
     spill,
@@ -47,16 +46,7 @@ def run_pairs(
     arguments, when nothing is left, or when rejects exceed `config.max_reject_fraction`.
     """
     config.validate()
-    summary = common.run_job(
-        lambda pipeline: pipeline | MaterializePairs(config),
-        config.output_dir,
-        config.overwrite,
-        config.beam_pipeline_args,
-        make_pipeline,
-    )
-    # In the launcher, after the commit: the pictures need TensorFlow, which workers never load.
-    pictures.write_run_pictures(config.output_dir, summary)
-    return summary
+    return common.run_materialize(MaterializePairs(config), config, make_pipeline)
 
 
 def _list_batches(record_set_root: tuple[str, str], batch_size: int) -> Iterator[tuple]:

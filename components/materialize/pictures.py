@@ -17,7 +17,7 @@ Beam worker must not import TensorFlow.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 import numpy as np
@@ -40,6 +40,17 @@ class _Picture(NamedTuple):
 def run_pictures_dir(output_dir: str) -> str:
     """Where `write_run_pictures` writes the pictures of the run in `output_dir`."""
     return os.path.join(output_dir, PICTURES_DIR)
+
+
+def data_files(output_dir: str) -> Iterator[tuple[str, str]]:
+    """(path relative to the run, path) of every file of a local run but its pictures: what
+    re-runs of the same input reproduce byte for byte (event files carry their wall time)."""
+    for directory, subdirectories, names in os.walk(output_dir):
+        if directory == output_dir and PICTURES_DIR in subdirectories:
+            subdirectories.remove(PICTURES_DIR)
+        for name in sorted(names):
+            path = os.path.join(directory, name)
+            yield os.path.relpath(path, output_dir), path
 
 
 def write_run_pictures(output_dir: str, summary: dict) -> str:

@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from components import layout
-from tests.inputs.runs import run_id_of
+from tests.inputs.runs import run_id_of, write_record_set
 
 
 def audio_example(
@@ -57,16 +57,8 @@ def write_audio_run(
         audio_example(i, w, int(c), speakers[c], sample_rate)
         for i, w, c in zip(ids, waveforms, class_ids, strict=True)
     ]
-    bounds = np.linspace(0, len(records), num_shards + 1).astype(int)
+    write_record_set(output_dir, record_set, records, num_shards, ids)
     run_id = run_id_of(output_dir)
-    layout.write_record_set(
-        output_dir,
-        record_set,
-        (records[begin:end] for begin, end in zip(bounds[:-1], bounds[1:], strict=True)),
-        num_shards,
-        ids,
-        run_id,
-    )
     index_dir = layout.index_dir(output_dir, record_set)
     layout.save_npy(os.path.join(index_dir, layout.CLASS_IDS_FILE), class_ids)
     layout.save_lines(os.path.join(index_dir, layout.CLASSES_FILE), speakers)

@@ -79,25 +79,18 @@ def test_parse_fn_returning_a_tensor_goes_under_features():
         np.testing.assert_array_equal(batch["features"][:, 0], batch["index"])
 
 
-def test_parsers_are_checked():
+@pytest.mark.parametrize(
+    "parsers, message",
+    [
+        (dict(parse_fn=tf.identity, feature_spec=SPEC), "parse_fn or feature_spec, not both"),
+        (dict(parse_fn=lambda r: {"label": tf.strings.length(r)}), "keys \\['label'\\], which"),
+    ],
+)
+def test_parsers_are_checked(parsers, message):
     store = RecordStore.from_serialized([embedding_example(i, i % 2) for i in range(4)])
-    labels = np.arange(4) % 2
-    with pytest.raises(ValueError, match="parse_fn or feature_spec, not both"):
+    with pytest.raises(ValueError, match=message):
         class_balanced(
-            store,
-            labels,
-            n_classes_per_batch=2,
-            n_samples_per_class=1,
-            parse_fn=tf.identity,
-            feature_spec=SPEC,
-        )
-    with pytest.raises(ValueError, match="keys \\['label'\\], which the batch uses"):
-        class_balanced(
-            store,
-            labels,
-            n_classes_per_batch=2,
-            n_samples_per_class=1,
-            parse_fn=lambda r: {"label": tf.strings.length(r)},
+            store, np.arange(4) % 2, n_classes_per_batch=2, n_samples_per_class=1, **parsers
         )
 
 

@@ -41,11 +41,17 @@ def run_id_of(output_dir: str) -> str:
 
 
 def write_record_set(
-    output_dir: str, record_set: str, records: list[bytes], num_shards: int = 3
+    output_dir: str,
+    record_set: str,
+    records: list[bytes],
+    num_shards: int = 3,
+    ids: list[str] | None = None,
 ) -> list[str]:
-    """Writes `records` in order to `num_shards` shards plus the offset index; returns paths."""
+    """Writes `records` in order to `num_shards` shards plus the offset index and commits the
+    run; returns the shard paths."""
     bounds = np.linspace(0, len(records), num_shards + 1).astype(int)
-    ids = [f"{record_set}-{i:06d}" for i in range(len(records))]
+    if ids is None:
+        ids = [f"{record_set}-{i:06d}" for i in range(len(records))]
     run_id = run_id_of(output_dir)
     paths = layout.write_record_set(
         output_dir,

@@ -107,14 +107,8 @@ def run_files(output_dir: str) -> dict[str, bytes]:
         layout.load_json(summary_path)[layout.RUN_ID_KEY] if os.path.exists(summary_path) else None
     )
     files = {}
-    for directory, subdirectories, names in os.walk(output_dir):
-        if directory == output_dir and pictures.PICTURES_DIR in subdirectories:
-            subdirectories.remove(pictures.PICTURES_DIR)
-        for name in names:
-            path = os.path.join(directory, name)
-            with open(path, "rb") as f:
-                data = f.read()
-            files[os.path.relpath(path, output_dir)] = (
-                data.replace(run_id.encode(), RUN_ID) if run_id else data
-            )
+    for relative, path in pictures.data_files(output_dir):
+        with open(path, "rb") as f:
+            data = f.read()
+        files[relative] = data.replace(run_id.encode(), RUN_ID) if run_id else data
     return files

@@ -14,9 +14,9 @@ from tests.materialize import generate
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# Every module whose functions or classes the pairs pipeline's DoFns, CombineFns and lambdas
-# reference, so a worker imports it when it unpickles them.
-PAIRS_WORKER_MODULES = (
+# Every module whose functions or classes a job's DoFns, CombineFns and lambdas reference, so a
+# worker imports it when it unpickles them: what both jobs share, then each job's own.
+_SHARED_WORKER_MODULES = (
     "components.examples",
     "components.layout",
     "components.materialize",
@@ -24,11 +24,7 @@ PAIRS_WORKER_MODULES = (
     "components.materialize.config",
     "components.materialize.errors",
     "components.materialize.id_index",
-    "components.materialize.images",
     "components.materialize.outcome",
-    "components.materialize.pair_index",
-    "components.materialize.pair_list",
-    "components.materialize.pairs_pipeline",
     "components.materialize.paths",
     "components.materialize.pictures",
     "components.materialize.rejects",
@@ -39,29 +35,28 @@ PAIRS_WORKER_MODULES = (
     "components.models",
     "components.models.charts",
 )
+PAIRS_WORKER_MODULES = tuple(
+    sorted(
+        _SHARED_WORKER_MODULES
+        + (
+            "components.materialize.images",
+            "components.materialize.pair_index",
+            "components.materialize.pair_list",
+            "components.materialize.pairs_pipeline",
+        )
+    )
+)
 # The same for the audio job's transforms: decoding needs libsndfile, FFmpeg and soxr only.
-AUDIO_WORKER_MODULES = (
-    "components.examples",
-    "components.layout",
-    "components.materialize",
-    "components.materialize.audio",
-    "components.materialize.audio_pipeline",
-    "components.materialize.common",
-    "components.materialize.config",
-    "components.materialize.errors",
-    "components.materialize.id_index",
-    "components.materialize.manifest",
-    "components.materialize.outcome",
-    "components.materialize.paths",
-    "components.materialize.pictures",
-    "components.materialize.rejects",
-    "components.materialize.run_dir",
-    "components.materialize.shards",
-    "components.materialize.spill",
-    "components.materialize.splits",
-    "components.materialize.verdict",
-    "components.models",
-    "components.models.charts",
+AUDIO_WORKER_MODULES = tuple(
+    sorted(
+        _SHARED_WORKER_MODULES
+        + (
+            "components.materialize.audio",
+            "components.materialize.audio_pipeline",
+            "components.materialize.manifest",
+            "components.materialize.splits",
+        )
+    )
 )
 
 
