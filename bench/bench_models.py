@@ -13,7 +13,7 @@
 2. **EER scoring** of all pairs of N utterances (N(N-1)/2 trials; 4,000 utterances = 8M trials):
    * baseline: scikit-learn's `roc_curve` + nearest crossing, as voxceleb_trainer's
      `tuneThresholdfromScore` does;
-   * ours: `components.models.speaker.equal_error_rate` (exact crossing).
+   * ours: `components.models.verification.equal_error_rate` (exact crossing).
    Reported: seconds (median) and the two EER values.
 
 Prints ratios and a JSON result (also written to `--output`).
@@ -32,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from components.models import cyclegan
-from components.models.speaker import equal_error_rate
+from components.models.verification import equal_error_rate
 
 IMAGE_SHAPE = (32, 32, 1)
 BATCH_SIZE = 64

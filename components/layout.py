@@ -1,5 +1,8 @@
 """On-disk layout of a materialized run: the contract between the Beam stage and the readers.
 
+(Over 500 lines on purpose: names, writers, checked readers and the run-commit protocol are one
+contract that changes together; split, a reader could drift from the writer it checks.)
+
 One run writes one directory (any path both Beam `FileSystems` and `tf.io.gfile` reach)::
 
     <output_dir>/

@@ -119,7 +119,7 @@ def det_chart(false_alarm: np.ndarray, miss: np.ndarray, eer: float) -> np.ndarr
     Args:
       false_alarm: float [N], the false-alarm rate of each operating point (x axis).
       miss: float [N], the miss rate of each operating point (y axis), in the order of
-        `false_alarm` (as `speaker.det_curve` returns them).
+        `false_alarm` (as `verification.det_curve` returns them).
       eer: the equal error rate, marked on the FAR = FRR diagonal (drawn grey).
 
     Returns:

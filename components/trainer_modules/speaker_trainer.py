@@ -13,7 +13,7 @@ only), `learning_rate` (1e-3), `channels` (128), `embedding_dim` (128),
 
 TensorBoard, under `fn_args.model_run_dir`: the Keras scalars (`train/`), and at each
 evaluation (step 0 before training, step `epochs` after) the EER, the DET curve and the target /
-non-target score histograms (`speaker.write_verification_summaries`).
+non-target score histograms (`verification.write_verification_summaries`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import logging
 import keras
 import tensorflow as tf
 
-from components.models import speaker
+from components.models import speaker, verification
 from components.trainer_modules import training_log
 
 CHANCE_EER = 0.5
@@ -101,14 +101,14 @@ def run_fn(fn_args) -> dict[str, float]:
     writer = tf.summary.create_file_writer(fn_args.model_run_dir)
 
     def evaluate(step: int) -> dict[str, float]:
-        trials = speaker.verification_trials(
+        trials = verification.verification_trials(
             model.embedding_model, eval_dataset, max_utterances=max_eval_utterances
         )
-        verification = speaker.verification_metrics(trials)
+        metrics = verification.verification_metrics(trials)
         with writer.as_default():
-            speaker.write_verification_summaries(trials, verification, step)
+            verification.write_verification_summaries(trials, metrics, step)
         writer.flush()
-        return verification
+        return metrics
 
     before = evaluate(0)
     history, metrics = training_log.fit_and_log(model, fn_args, ["loss"])

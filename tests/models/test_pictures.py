@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components.models import charts, cyclegan, speaker
+from components.models import charts, cyclegan, verification
 from tests.models.events import read_summaries
 
 CHART_SHAPE = (charts.HEIGHT, charts.WIDTH, 3)
@@ -52,8 +52,8 @@ def test_det_chart_draws_a_monotone_curve_and_the_eer():
     rng = np.random.default_rng(1)
     same = rng.random(200_000) < 0.1
     scores = rng.normal(size=same.size) + 2.0 * same
-    far, frr = speaker.det_curve(scores, same)
-    eer = speaker.equal_error_rate(scores, same)
+    far, frr = verification.det_curve(scores, same)
+    eer = verification.equal_error_rate(scores, same)
     image = charts.det_chart(far, frr, eer)
     assert image.shape == CHART_SHAPE and image.dtype == np.uint8
     rows, columns = np.nonzero(color_pixels(image, charts.BLUE))
@@ -70,10 +70,10 @@ def test_verification_summaries_are_written(tmp_path):
     upper = np.triu(np.ones((40, 40), bool), k=1)
     same = (labels[:, None] == labels[None])[upper]
     scores = (rng.normal(size=same.size) * 0.2 + 0.5 * same).astype(np.float32)
-    trials = speaker.VerificationTrials(scores, same, labels)
-    metrics = speaker.verification_metrics(trials)
+    trials = verification.VerificationTrials(scores, same, labels)
+    metrics = verification.verification_metrics(trials)
     with tf.summary.create_file_writer(str(tmp_path)).as_default():
-        speaker.write_verification_summaries(trials, metrics, step=3)
+        verification.write_verification_summaries(trials, metrics, step=3)
 
     summaries = read_summaries(str(tmp_path))
     assert set(summaries) == {

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components.models import speaker
+from components.models import speaker, verification
 from tests.models import synthetic
 
 N_C, N_P = 6, 4
@@ -27,9 +27,9 @@ def trained():
         synthetic.N_MELS, n_samples_per_class=N_P, channels=64, embedding_dim=32
     )
     model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
-    before = speaker.evaluate_verification(model.embedding_model, held_out)
+    before = verification.evaluate_verification(model.embedding_model, held_out)
     history = model.fit(train, epochs=4, verbose=0).history
-    after = speaker.evaluate_verification(model.embedding_model, held_out)
+    after = verification.evaluate_verification(model.embedding_model, held_out)
     return model, history, before, after, held_out
 
 
@@ -47,7 +47,7 @@ def test_training_separates_held_out_speakers_far_better_than_chance(trained):
 
 def test_subsampled_verification_scores_all_pairs_of_the_subset(trained):
     model, _, _, _, held_out = trained
-    result = speaker.evaluate_verification(model.embedding_model, held_out, max_utterances=20)
+    result = verification.evaluate_verification(model.embedding_model, held_out, max_utterances=20)
     assert result["num_utterances"] == 20
     assert result["num_target_trials"] + result["num_nontarget_trials"] == 20 * 19 / 2
 
@@ -182,9 +182,9 @@ def test_verification_needs_two_speakers_and_some_batches():
     rng = np.random.default_rng(5)
     one_speaker = [synthetic.utterances(rng, synthetic.speaker_envelopes(rng, 1), np.zeros(4, int))]
     with pytest.raises(ValueError, match="two speakers"):
-        speaker.evaluate_verification(net, one_speaker)
+        verification.evaluate_verification(net, one_speaker)
     with pytest.raises(ValueError, match="no utterances"):
-        speaker.evaluate_verification(net, [])
+        verification.evaluate_verification(net, [])
 
 
 def test_exported_model_loads_and_gives_unit_embeddings_of_the_net(tmp_path, trained):
@@ -213,9 +213,9 @@ def test_embed_samples_a_bounded_subset_of_the_utterances():
     net = speaker.build_embedding_model(synthetic.N_MELS, channels=4, embedding_dim=3)
     envelopes = synthetic.speaker_envelopes(rng, 40)
     batches = [synthetic.utterances(rng, envelopes, np.arange(s, s + 8)) for s in range(0, 40, 8)]
-    everything, labels = speaker.embed(net, batches)
+    everything, labels = verification.embed(net, batches)
     np.testing.assert_array_equal(labels, np.arange(40))  # labels double as utterance ids
-    sample, sample_labels = speaker.embed(net, batches, max_utterances=10, seed=3)
+    sample, sample_labels = verification.embed(net, batches, max_utterances=10, seed=3)
     assert sample.shape == (10, 3) and len(set(sample_labels)) == 10
     np.testing.assert_allclose(sample, everything[sample_labels], atol=1e-6)
 
@@ -230,13 +230,13 @@ def test_reservoir_sample_is_uniform_deterministic_and_bounded(batch_size):
 
     inclusions = np.zeros(40)
     for seed in range(400):
-        sample, labels = speaker.reservoir_sample(stream(), 10, seed)
+        sample, labels = verification.reservoir_sample(stream(), 10, seed)
         assert sample.shape == (10, 2) and len(set(labels)) == 10
         np.testing.assert_array_equal(sample[:, 0], labels)  # rows travel with their labels
         inclusions[labels] += 1
-    np.testing.assert_array_equal(speaker.reservoir_sample(stream(), 10, 399)[1], labels)
+    np.testing.assert_array_equal(verification.reservoir_sample(stream(), 10, 399)[1], labels)
     # Each row is kept with probability 10/40: 100 of 400 times, std ~8.7.
     assert np.all(np.abs(inclusions - 100) < 40), inclusions
-    everything, all_labels = speaker.reservoir_sample(stream(), None)
+    everything, all_labels = verification.reservoir_sample(stream(), None)
     np.testing.assert_array_equal(all_labels, np.arange(40))
-    assert speaker.reservoir_sample(stream(), 100)[0].shape == (40, 2)
+    assert verification.reservoir_sample(stream(), 100)[0].shape == (40, 2)
