@@ -47,6 +47,9 @@ class CycleGanConfig:
     batch_size: int = 32
     num_epochs: int = 3
     pairing_strategy: str = "uniform"
+    # x and y images held out of training: the fixed images of the translation pictures and the
+    # held-out cycle loss (`val_cycle_loss`).
+    held_out: int = 4
     seed: int = 0
     trainer_module: str = "components.trainer_modules.cyclegan_trainer"
     custom_config: Mapping[str, Any] = dataclasses.field(

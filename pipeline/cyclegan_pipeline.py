@@ -33,7 +33,11 @@ def create_pipeline(config: CycleGanConfig, run: RunConfig) -> tfx.dsl.Pipeline:
         keys.PAIR_INDEX_KEY,
         input_kind=keys.DYNAMIC_PAIRS,
         batch_size=config.batch_size,
-        input_options={"strategy": config.pairing_strategy, "image": image},
+        input_options={
+            "strategy": config.pairing_strategy,
+            "image": image,
+            "held_out": config.held_out,
+        },
         custom_config={
             **config.custom_config,
             "image_size": config.image_size,

@@ -87,6 +87,14 @@ def _cyclegan_metrics(cyclegan: config.CycleGanConfig, gan: Mapping[str, float])
             f"  {name:<18} {gan[name]:.4f} (last epoch)"
             for name in ("identity_loss", "generator_adv_loss", "discriminator_loss")
         ),
+        *(
+            [
+                f"  held-out cycle loss {gan['val_cycle_loss']:.4f} on {cyclegan.held_out} x and "
+                f"{cyclegan.held_out} y images never trained on (last epoch)"
+            ]
+            if "val_cycle_loss" in gan
+            else []
+        ),
         f"  pair coverage      {gan['pair_coverage_epoch']:.1%} of the valid pairs in the last "
         f"epoch, {gan['pair_coverage_total']:.1%} over all epochs; invalid pairs served: "
         f"{int(gan['invalid_pairs'])}",

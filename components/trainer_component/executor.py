@@ -139,7 +139,7 @@ class Executor(base_executor.BaseExecutor):
         else:
             pair_index = _required_uri(input_dict, keys.PAIR_INDEX_KEY, input_kind)
             batch_size = _required_int(exec_properties, keys.BATCH_SIZE_KEY)
-            train_dataset, coverage = training_inputs.pairs_train_dataset(
+            train_dataset, coverage, eval_dataset = training_inputs.pairs_train_dataset(
                 offset_index, pair_index, batch_size=batch_size, seed=seed, options=options
             )
             callbacks.append(PairCoverageCallback(coverage, log_dir=model_run_dir))

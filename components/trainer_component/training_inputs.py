@@ -22,8 +22,10 @@ from components.inputs import (
     PairCoverage,
     RecordStore,
     SpecAugment,
+    ValidPairs,
     class_balanced,
     dynamic_pairs,
+    image_example_parser,
     open_pairs_run,
 )
 from components.inputs.audio_features import audio_features, parse_audio_examples
@@ -39,18 +41,22 @@ def pairs_train_dataset(
     batch_size: int,
     seed: int,
     options: Mapping[str, Any] | None = None,
-) -> tuple[tf.data.Dataset, PairCoverage]:
-    """Dynamic-pair batches with the `FnArgs` keys, re-paired every epoch, and their coverage.
+) -> tuple[tf.data.Dataset, PairCoverage, tf.data.Dataset | None]:
+    """Dynamic-pair batches with the `FnArgs` keys, re-paired every epoch, their coverage, and
+    the held-out batch.
 
     `options`: `image` (`{"height", "width", "channels"}`: decode to float32 in [0, 1] of that
-    shape), `backend`, `memory_budget_bytes`, and `dynamic_pairs` arguments (`strategy`,
-    `remainder`, `on_invalid`). The returned `PairCoverage` observes every batch the dataset
-    yields; `PairCoverageCallback(coverage)` logs it per epoch.
+    shape), `held_out` (k: hold k x and k y records out of training, see `hold_out_pairs`),
+    `backend`, `memory_budget_bytes`, and `dynamic_pairs` arguments (`strategy`, `remainder`,
+    `on_invalid`). The returned `PairCoverage` observes every batch the dataset yields;
+    `PairCoverageCallback(coverage)` logs it per epoch. The held-out dataset (None without
+    `held_out`) is one batch with the same keys: the k held-out x beside the k held-out y.
     """
     options = dict(options or {})
     image = options.pop("image", None)
     if not image:
         raise ValueError("input_options needs `image`: {height, width, channels}")
+    num_held_out = int(options.pop("held_out", 0))
     x_store, y_store, valid_pairs = open_pairs_run(
         offset_index_uri,
         pair_index_dir=pair_index_uri,
@@ -58,17 +64,62 @@ def pairs_train_dataset(
         memory_budget_bytes=options.pop("memory_budget_bytes", 1 << 30),
         on_invalid=options.get("on_invalid", "fail"),
     )
+    image_spec = ImageSpec(**image, dtype=tf.float32)
+    held_out = None
+    if num_held_out:
+        valid_pairs, held_x, held_y = hold_out_pairs(valid_pairs, num_held_out, seed)
+        parse = image_example_parser(image_spec)
+        held_out = tf.data.Dataset.from_tensors(
+            {
+                "x": parse(x_store.read(held_x)),
+                "y": parse(y_store.read(held_y)),
+                "x_index": tf.constant(held_x),
+                "y_index": tf.constant(held_y),
+            }
+        )
     batches = dynamic_pairs(
         x_store,
         y_store,
         valid_pairs,
         batch_size=batch_size,
         seed=seed,
-        image=ImageSpec(**image, dtype=tf.float32),
+        image=image_spec,
         **options,
     )
     coverage = PairCoverage(valid_pairs)
-    return coverage.observe(batches), coverage
+    return coverage.observe(batches), coverage, held_out
+
+
+def hold_out_pairs(
+    valid_pairs: ValidPairs, num_held_out: int, seed: int
+) -> tuple[ValidPairs, np.ndarray, np.ndarray]:
+    """Holds `num_held_out` x and as many y records out of training, drawn from `seed`.
+
+    Returns the valid pairs without them (the held-out x have no pairs; no x pairs with a
+    held-out y, and an x left without partners is left out of the plan and counted) and the
+    held-out x and y record numbers, ascending: fixed images the model never trains on.
+    """
+    planned_x = valid_pairs.planned_x
+    limit = min(len(planned_x), valid_pairs.num_y)
+    if not 0 < num_held_out < limit:
+        raise ValueError(
+            f"held_out={num_held_out}: needs 0 < held_out < {limit} (the planned x: "
+            f"{len(planned_x)}, the y: {valid_pairs.num_y})"
+        )
+    rng = np.random.default_rng(seed)
+    held_x = np.sort(rng.choice(planned_x, num_held_out, replace=False)).astype(np.int64)
+    held_y = np.sort(rng.choice(valid_pairs.num_y, num_held_out, replace=False)).astype(np.int64)
+    row_splits, values = valid_pairs.row_splits, valid_pairs.values
+    row_of_value = np.repeat(np.arange(valid_pairs.num_x), np.diff(row_splits))
+    keep = ~np.isin(values, held_y) & ~np.isin(row_of_value, held_x)
+    kept_degrees = np.bincount(row_of_value[keep], minlength=valid_pairs.num_x)
+    training = ValidPairs.build(
+        (np.concatenate([[0], np.cumsum(kept_degrees)]).astype(np.int64), values[keep]),
+        num_x=valid_pairs.num_x,
+        num_y=valid_pairs.num_y,
+        on_invalid="skip",
+    )
+    return training, held_x, held_y
 
 
 def audio_feature_config(options: Mapping[str, Any] | None) -> AudioFeatureConfig:

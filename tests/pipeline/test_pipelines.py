@@ -130,6 +130,8 @@ def test_cyclegan_pipeline_runs_and_the_cycle_loss_falls(cyclegan_runs):
     assert metrics["cycle_loss_last_epoch"] < metrics["cycle_loss_first_epoch"]
     assert 0 < metrics["pair_coverage_epoch"] <= metrics["pair_coverage_total"] <= 1
     assert metrics["invalid_pairs"] == 0
+    # The held-out x and y images (CycleGanConfig.held_out) are scored, never trained on.
+    assert 0 < metrics["val_cycle_loss"] < metrics["cycle_loss_first_epoch"]
     [model_run] = first["ResampledTrainer"].outputs[keys.MODEL_RUN_KEY]
     assert model_run.properties["cycle_loss_last_epoch"] == pytest.approx(
         metrics["cycle_loss_last_epoch"]
