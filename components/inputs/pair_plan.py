@@ -154,11 +154,8 @@ class PairPlanner:
             if not self._all_x_planned:
                 starts = tf.gather(starts, self._planned_x)
                 degrees = tf.gather(degrees, self._planned_x)
-            uniform = tf.random.stateless_uniform(
-                tf.shape(starts), epoch_seed(self.seed, epoch, SALT_CHOICE), dtype=tf.float64
-            )
-            offsets = tf.cast(uniform * tf.cast(degrees, tf.float64), tf.int64)
-            chosen_y = tf.gather(self._values, starts + tf.minimum(offsets, degrees - 1))
+            offsets = uniform_offsets(degrees, epoch_seed(self.seed, epoch, SALT_CHOICE))
+            chosen_y = tf.gather(self._values, starts + offsets)
         else:
             chosen_y = tf.gather(self._values, self._least_sampled_positions(epoch))
         pairs = tf.stack([self._planned_x, chosen_y], axis=1)
@@ -190,8 +187,7 @@ class PairPlanner:
         else:
             # The same draw every epoch: where x starts its walk along its group's order.
             seed = epoch_seed(self.seed, -1, SALT_GROUP_START)
-        uniform = tf.random.stateless_uniform(tf.shape(starts), seed, dtype=tf.float64)
-        offsets = tf.minimum(tf.cast(uniform * tf.cast(sizes, tf.float64), tf.int64), sizes - 1)
+        offsets = uniform_offsets(sizes, seed)
         if self.strategy == "least_sampled":
             offsets = tf.math.floormod(offsets + epoch, sizes)
         return tf.gather(self._group_values, starts + offsets)
@@ -260,3 +256,10 @@ class PairPlanner:
             ]
         with tf.control_dependencies(updates):
             return tf.identity(chosen)
+
+
+def uniform_offsets(sizes: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    """int64 [n]: a uniform random entry of `[0, sizes[i])` for each row (`sizes` int64 [n],
+    all >= 1), a pure function of the stateless `seed`."""
+    uniform = tf.random.stateless_uniform(tf.shape(sizes), seed, dtype=tf.float64)
+    return tf.minimum(tf.cast(uniform * tf.cast(sizes, tf.float64), tf.int64), sizes - 1)
