@@ -86,14 +86,11 @@ def _is_stale(claim: layout.Claim) -> bool:
 
 
 def prepare_output_dir(output_dir: str, overwrite: bool) -> None:
-    """Creates `output_dir`; refuses a non-empty one (its claim aside) unless `overwrite`, which
-    then removes the files of a previous run (so no stale shard survives next to new ones)."""
+    """Readies `output_dir`, which `claim_output_dir` made and claimed: refuses it when it holds
+    more than the claim unless `overwrite`, which then removes the files of a previous run (so no
+    stale shard survives next to new ones)."""
     gfile = layout.gfile()
-    if gfile.exists(output_dir) and not gfile.isdir(output_dir):
-        raise MaterializeError(f"--output_dir is a file: {output_dir}")
-    in_use = gfile.isdir(output_dir) and [
-        name for name in gfile.listdir(output_dir) if name.rstrip("/") != layout.CLAIM_FILE
-    ]
+    in_use = [name for name in gfile.listdir(output_dir) if name.rstrip("/") != layout.CLAIM_FILE]
     if in_use:
         if not overwrite:
             raise MaterializeError(
@@ -105,7 +102,6 @@ def prepare_output_dir(output_dir: str, overwrite: bool) -> None:
                 gfile.rmtree(path)
             elif gfile.exists(path):
                 gfile.remove(path)
-    gfile.makedirs(output_dir)
 
 
 def read_summary(output_dir: str, run_id: str) -> dict:
