@@ -88,7 +88,7 @@ def image_example_parser(image: ImageSpec, *, image_key: str = layout.IMAGE_KEY)
             return tf.io.decode_image(encoded, channels=0, expand_animations=False)
 
         decoded = tf.cond(tf.equal(image_format, b"raw"), raw, compressed)
-        return _to_image_spec(decoded, image, record_id)
+        return to_image_spec(decoded, image, record_id)
 
     def parse(serialized: tf.Tensor) -> tf.Tensor:
         parsed = tf.io.parse_example(serialized, features)
@@ -128,8 +128,9 @@ def image_example_parser(image: ImageSpec, *, image_key: str = layout.IMAGE_KEY)
     return parse
 
 
-def _to_image_spec(decoded: tf.Tensor, image: ImageSpec, record_id: tf.Tensor) -> tf.Tensor:
-    """uint8 [h, w, c] (c in 1 to 4: grey, grey + alpha, RGB, RGBA) -> image.dtype [H, W, C].
+def to_image_spec(decoded: tf.Tensor, image: ImageSpec, record_id: tf.Tensor) -> tf.Tensor:
+    """uint8 [h, w, c] (c in 1 to 4: grey, grey + alpha, RGB, RGBA) -> image.dtype [H, W, C];
+    a batch uint8 [B, h, w, c] -> [B, H, W, C] the same way (what a serving signature takes).
 
     An image of another channel count is an error naming `record_id`, instead of a shape error
     deep in the batch that names no record.
@@ -164,7 +165,8 @@ def _to_image_spec(decoded: tf.Tensor, image: ImageSpec, record_id: tf.Tensor) -
     resized = tf.image.resize(as_float, [image.height, image.width])
     resized = tf.clip_by_value(resized, 0.0, 1.0)
     return tf.ensure_shape(
-        tf.image.convert_image_dtype(resized, image.dtype, saturate=True), image.shape
+        tf.image.convert_image_dtype(resized, image.dtype, saturate=True),
+        [None] * (decoded.shape.rank - 3) + list(image.shape),
     )
 
 

@@ -1,5 +1,6 @@
-"""Keras 3 models trained by the demo pipelines: a CycleGAN and a speaker-embedding net, and
-`charts`, the numpy-drawn charts of their TensorBoard pictures.
+"""Keras 3 models trained by the demo pipelines: a CycleGAN and a speaker-embedding net,
+`serving`, their SavedModel exports (signatures that run the training front end in the graph),
+and `charts`, the numpy-drawn charts of their TensorBoard pictures.
 
 Pure Keras (TensorFlow backend): importing these modules does not import TFX.
 """

@@ -29,9 +29,6 @@ import tensorflow as tf
 
 X_KEY = "x"
 Y_KEY = "y"
-X_TO_Y_ENDPOINT = "x_to_y"
-Y_TO_X_ENDPOINT = "y_to_x"
-IMAGES_OUTPUT = "images"
 LOSS_NAMES = ("cycle_loss", "identity_loss", "generator_adv_loss", "discriminator_loss")
 TRANSLATIONS_DIR = "translations"
 X_CYCLE_TAG = "x_to_y_to_x"
@@ -373,28 +370,3 @@ class TranslationSnapshots(keras.callbacks.Callback):
                     ),
                 )
         self._writer.flush()
-
-
-def _translation(generator: keras.Model):
-    def translate(images):
-        return {IMAGES_OUTPUT: generator(images, training=False)}
-
-    return translate
-
-
-def export_generators(model: CycleGAN, export_dir: str) -> None:
-    """Writes one SavedModel holding both generators to `export_dir`.
-
-    Signatures (input `images`: float32 [None, H, W, C] in [0, 1]; output `images`, same shape):
-    `x_to_y` (also `serving_default`, so TF Serving and the TFX Pusher find it) and `y_to_x`.
-    """
-    archive = keras.export.ExportArchive()
-    archive.track(model.generator_xy)
-    archive.track(model.generator_yx)
-    spec = tf.TensorSpec([None, *model.image_shape], tf.float32, name=IMAGES_OUTPUT)
-    for endpoint, generator in (
-        (X_TO_Y_ENDPOINT, model.generator_xy),
-        (Y_TO_X_ENDPOINT, model.generator_yx),
-    ):
-        archive.add_endpoint(endpoint, _translation(generator), input_signature=[spec])
-    archive.write_out(export_dir, verbose=False)

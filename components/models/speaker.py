@@ -31,7 +31,6 @@ FEATURES_KEY = "features"
 LENGTHS_KEY = "lengths"
 LABEL_KEY = "label"
 EMBEDDING_OUTPUT = "embedding"
-EMBED_ENDPOINT = "embed"
 LOSSES = ("ge2e", "angular_prototypical", "aam_softmax")
 
 
@@ -85,7 +84,8 @@ def build_embedding_model(
     """The embedding net: `[features [B, T, n_mels], lengths [B]]` -> float32 [B, embedding_dim].
 
     T may differ between batches. The embedding is not normalized; score with cosine
-    similarity (`evaluate_verification` and the exported signature normalize it).
+    similarity (`evaluate_verification` and the signatures `serving.export_speaker_model`
+    exports normalize it).
     """
     features = keras.Input(shape=(None, n_mels), name=FEATURES_KEY)
     lengths = keras.Input(shape=(), dtype="int32", name=LENGTHS_KEY)
@@ -285,28 +285,3 @@ class SpeakerEmbeddingModel(keras.Model):
         self.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
         self.loss_tracker.update_state(loss)
         return {"loss": self.loss_tracker.result()}
-
-
-def export_embedding_model(embedding_model: keras.Model, export_dir: str) -> None:
-    """Writes the embedding net as a SavedModel to `export_dir`.
-
-    Signature `embed` (also `serving_default`): inputs `features` float32 [None, None, n_mels]
-    and `lengths` int32 [None]; output `embedding` float32 [None, D], L2-normalized, so cosine
-    scoring is a dot product.
-    """
-    n_mels = embedding_model.inputs[0].shape[-1]
-    archive = keras.export.ExportArchive()
-    archive.track(embedding_model)
-    archive.add_endpoint(
-        EMBED_ENDPOINT,
-        lambda features, lengths: {
-            EMBEDDING_OUTPUT: tf.math.l2_normalize(
-                embedding_model([features, lengths], training=False), axis=-1
-            )
-        },
-        input_signature=[
-            tf.TensorSpec([None, None, n_mels], tf.float32, name=FEATURES_KEY),
-            tf.TensorSpec([None], tf.int32, name=LENGTHS_KEY),
-        ],
-    )
-    archive.write_out(export_dir, verbose=False)

@@ -30,8 +30,8 @@ from components.models.cyclegan import (
     Y_KEY,
     CycleGAN,
     TranslationSnapshots,
-    export_generators,
 )
+from components.models.serving import export_cyclegan
 from components.trainer_modules import training_log
 
 _MODEL_ARGS = (
@@ -67,7 +67,8 @@ def _image_shape(fn_args, config: dict) -> tuple[int, int, int]:
 
 
 def run_fn(fn_args) -> dict[str, float]:
-    """Trains the CycleGAN, exports both generators, returns the final losses and coverage.
+    """Trains the CycleGAN, exports both generators (`serving.export_cyclegan`: each way on uint8
+    pixels, PNG/JPEG files or training-size floats), returns the final losses and coverage.
 
     Returns the last epoch's logs (`cycle_loss`, `identity_loss`, `generator_adv_loss`,
     `discriminator_loss`, any `val_*` and whatever the callbacks logged) plus
@@ -107,7 +108,7 @@ def run_fn(fn_args) -> dict[str, float]:
         train_dataset=train_dataset,
         callbacks=[snapshots],
     )
-    export_generators(model, fn_args.serving_model_dir)
+    export_cyclegan(model, fn_args.serving_model_dir)
     metrics.update(
         cycle_loss_first_epoch=float(history["cycle_loss"][0]),
         cycle_loss_last_epoch=float(history["cycle_loss"][-1]),

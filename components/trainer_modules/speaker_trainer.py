@@ -9,7 +9,13 @@ batches; every pair of its utterances is a verification trial.
 (required), `n_classes_per_batch` (checked against the batch size when that is static),
 `loss` ("ge2e", "angular_prototypical" or "aam_softmax"), `num_train_classes` (aam_softmax
 only), `learning_rate` (1e-3), `channels` (128), `embedding_dim` (128),
-`max_eval_utterances` (4000), `seed` (0).
+`max_eval_utterances` (4000), `seed` (0), and for the export: `audio_features` (the
+`AudioFeatureConfig` fields the batches were computed with; without it, the defaults with
+`sample_rate` (16000) and the batches' n_mels), `serving_audio_formats` (["wav"]; add "flac"
+for FLAC files, which makes the SavedModel need tensorflow-io to load).
+
+The SavedModel (`serving.export_speaker_model`) takes waveforms (`serving_default`), audio files
+or log-mel features and runs the trainer's evaluation front end in the graph.
 
 TensorBoard, under `fn_args.model_run_dir`: the Keras scalars (`train/`), and at each
 evaluation (step 0 before training, step `epochs` after) the EER, the DET curve and the target /
@@ -23,7 +29,8 @@ import logging
 import keras
 import tensorflow as tf
 
-from components.models import speaker, verification
+from components.inputs.audio_features import AudioFeatureConfig
+from components.models import serving, speaker, verification
 from components.trainer_modules import training_log
 
 CHANCE_EER = 0.5
@@ -57,8 +64,25 @@ def _n_mels(fn_args, n_classes_per_batch: int | None, n_samples_per_class: int) 
     return int(features[-1])
 
 
+def _front_end(config: dict, n_mels: int) -> AudioFeatureConfig:
+    """The `AudioFeatureConfig` the batches were computed with, which the export runs in the
+    graph."""
+    values = config.get("audio_features")
+    if values is None:
+        # What the executor builds from input options that set only these two fields.
+        values = {"sample_rate": int(config.get("sample_rate", 16000)), "num_mel_bins": n_mels}
+    # SpecAugment is training-only: the export runs the evaluation front end, which drops it.
+    features = AudioFeatureConfig(**{k: v for k, v in values.items() if k != "spec_augment"})
+    if features.num_mel_bins != n_mels:
+        raise ValueError(
+            f"custom_config audio_features has num_mel_bins={features.num_mel_bins} but the "
+            f"batches hold {n_mels} mel bins"
+        )
+    return features
+
+
 def run_fn(fn_args) -> dict[str, float]:
-    """Trains the embedding net, scores held-out speakers, exports the net.
+    """Trains the embedding net, scores held-out speakers, exports the net with its front end.
 
     Returns `eer` (held-out speakers, after training), `eer_chance` (0.5, for reference),
     `eer_before_training` (the same trials scored by the untrained net), `eer_threshold`, the
@@ -82,6 +106,10 @@ def run_fn(fn_args) -> dict[str, float]:
         None if n_classes_per_batch is None else int(n_classes_per_batch),
         n_samples_per_class,
     )
+    # Both read before training, so a bad export setting fails before hours of it.
+    features = _front_end(config, n_mels)
+    audio_formats = tuple(config.get("serving_audio_formats", ("wav",)))
+    serving.check_audio_formats(audio_formats)
     keras.utils.set_random_seed(int(config.get("seed", 0)))
     model = speaker.SpeakerEmbeddingModel(
         n_mels,
@@ -113,7 +141,9 @@ def run_fn(fn_args) -> dict[str, float]:
     before = evaluate(0)
     history, metrics = training_log.fit_and_log(model, fn_args, ["loss"])
     metrics.update(evaluate(len(history["loss"])))
-    speaker.export_embedding_model(model.embedding_model, fn_args.serving_model_dir)
+    serving.export_speaker_model(
+        model.embedding_model, fn_args.serving_model_dir, features, audio_formats=audio_formats
+    )
     metrics.update(
         eer_chance=CHANCE_EER,
         eer_before_training=before["eer"],

@@ -1,4 +1,4 @@
-"""The CycleGAN: shapes, losses, training on the digit domains, export."""
+"""The CycleGAN: shapes, losses, training on the digit domains (export: test_serving)."""
 
 from __future__ import annotations
 
@@ -119,20 +119,3 @@ def test_batches_without_pairs_or_of_another_size_are_refused():
     wrong = {"x": images, "y": tf.zeros([2, 32, 32, 1])}
     with pytest.raises(ValueError, match="built for"):
         model.fit(tf.data.Dataset.from_tensors(wrong), verbose=0)
-
-
-def test_exported_generators_load_and_match_the_model(tmp_path, digits, digits_model):
-    x, y, _ = digits
-    model, _ = digits_model
-    export_dir = str(tmp_path / "serving")
-    cyclegan.export_generators(model, export_dir)
-    loaded = tf.saved_model.load(export_dir)
-    assert {"serving_default", "x_to_y", "y_to_x"} <= set(loaded.signatures)
-    for signature, generator, images in (
-        ("serving_default", model.generator_xy, x[:8]),
-        ("x_to_y", model.generator_xy, x[:8]),
-        ("y_to_x", model.generator_yx, y[:8]),
-    ):
-        output = loaded.signatures[signature](images=tf.constant(images))["images"].numpy()
-        assert output.shape == images.shape
-        np.testing.assert_allclose(output, generator(images).numpy(), atol=1e-5)

@@ -1,4 +1,4 @@
-"""The speaker-embedding net, its losses, verification scoring and export."""
+"""The speaker-embedding net, its losses and verification scoring (export: test_serving)."""
 
 from __future__ import annotations
 
@@ -185,27 +185,6 @@ def test_verification_needs_two_speakers_and_some_batches():
         verification.evaluate_verification(net, one_speaker)
     with pytest.raises(ValueError, match="no utterances"):
         verification.evaluate_verification(net, [])
-
-
-def test_exported_model_loads_and_gives_unit_embeddings_of_the_net(tmp_path, trained):
-    model, _, _, _, held_out = trained
-    export_dir = str(tmp_path / "serving")
-    speaker.export_embedding_model(model.embedding_model, export_dir)
-    loaded = tf.saved_model.load(export_dir)
-    assert {"serving_default", "embed"} <= set(loaded.signatures)
-    batch = next(iter(held_out))
-    output = loaded.signatures["serving_default"](
-        features=batch["features"], lengths=batch["lengths"]
-    )["embedding"].numpy()
-    expected = model.embedding_model([batch["features"], batch["lengths"]]).numpy()
-    expected /= np.linalg.norm(expected, axis=-1, keepdims=True)
-    np.testing.assert_allclose(output, expected, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(np.linalg.norm(output, axis=-1), 1.0, atol=1e-5)
-    # Another length of T works through the same signature.
-    shorter = loaded.embed(
-        features=batch["features"][:, :50], lengths=tf.minimum(batch["lengths"], 50)
-    )
-    assert shorter["embedding"].shape == output.shape
 
 
 def test_embed_samples_a_bounded_subset_of_the_utterances():

@@ -4,6 +4,7 @@ builds it (a plain namespace here) and the real pair-coverage callback."""
 from __future__ import annotations
 
 import glob
+import io
 import json
 import os
 import types
@@ -11,6 +12,7 @@ import types
 import keras
 import numpy as np
 import pytest
+import soundfile
 import tensorflow as tf
 
 from components.inputs.coverage import PairCoverage, PairCoverageCallback
@@ -88,9 +90,16 @@ def test_cyclegan_run_fn_trains_logs_coverage_and_exports(tmp_path, digit_subset
         assert list(by_epoch) == [0, 1]
         assert all(image.shape == (4 * 34, 3 * 34, 1) for image in by_epoch.values())
 
+    # The export serves uint8 pixels by default and takes training-size floats too.
     loaded = tf.saved_model.load(fn_args.serving_model_dir)
-    translated = loaded.signatures["serving_default"](images=tf.constant(x[:4]))["images"]
-    assert translated.shape == (4, 32, 32, 1)
+    pixels = tf.image.convert_image_dtype(x[:4], tf.uint8, saturate=True)
+    translated = loaded.signatures["serving_default"](images=pixels)
+    assert translated["images_uint8"].shape == (4, 32, 32, 1)
+    np.testing.assert_allclose(
+        translated["images"].numpy(),
+        loaded.signatures["x_to_y"](images=tf.constant(x[:4]))["images"].numpy(),
+        atol=1e-5,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -116,13 +125,21 @@ SPEAKER_CONFIG = {
 def test_speaker_run_fn_reports_eer_on_held_out_speakers_and_exports(tmp_path, speakers):
     train, held_out = speakers
     recorder = EpochRecorder()
+    # The front end the batches came from, as the executor passes it on (training-only fields
+    # included), here at 8 kHz: the export must serve that rate.
+    audio_features = {
+        "sample_rate": 8000,
+        "num_mel_bins": synthetic.N_MELS,
+        "crop_seconds": 1.0,
+        "spec_augment": {"freq_mask_param": 4},
+    }
     fn_args = make_fn_args(
         tmp_path,
         train,
         eval_dataset=held_out,
         callbacks=[recorder],
         num_epochs=3,
-        custom_config=SPEAKER_CONFIG,
+        custom_config={**SPEAKER_CONFIG, "audio_features": audio_features},
     )
     metrics = speaker_trainer.run_fn(fn_args)
 
@@ -148,10 +165,26 @@ def test_speaker_run_fn_reports_eer_on_held_out_speakers_and_exports(tmp_path, s
 
     loaded = tf.saved_model.load(fn_args.serving_model_dir)
     batch = next(iter(held_out))
-    embedding = loaded.signatures["serving_default"](
+    features = loaded.signatures["embed_log_mel"](
         features=batch["features"], lengths=batch["lengths"]
     )["embedding"]
-    assert embedding.shape == (10, 24)
+    assert features.shape == (10, 24)
+    pcm = np.random.default_rng(8).integers(-16000, 16000, (2, 4000)).astype(np.int16)
+    embedding = loaded.signatures["serving_default"](
+        waveforms=tf.constant(pcm / 32768.0, tf.float32), lengths=tf.constant([4000, 2500])
+    )["embedding"]
+    assert embedding.shape == (2, 24)
+    wav_at = {}
+    for rate in (8000, 16000):
+        buffer = io.BytesIO()
+        soundfile.write(buffer, pcm[0], rate, format="WAV", subtype="PCM_16")
+        wav_at[rate] = tf.constant([buffer.getvalue()])
+    encoded = loaded.signatures["embed_encoded_audio"]
+    np.testing.assert_allclose(
+        encoded(audio=wav_at[8000])["embedding"].numpy(), embedding.numpy()[:1], atol=1e-5
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match="takes audio at 8000 Hz"):
+        encoded(audio=wav_at[16000])
 
 
 def test_speaker_run_fn_refuses_bad_setups_before_training(tmp_path, speakers):
@@ -168,6 +201,16 @@ def test_speaker_run_fn_refuses_bad_setups_before_training(tmp_path, speakers):
             {"custom_config": {**SPEAKER_CONFIG, "n_samples_per_class": 3}},
             ValueError,
             "not a multiple",
+        ),
+        (
+            {"custom_config": {**SPEAKER_CONFIG, "audio_features": {"num_mel_bins": 40}}},
+            ValueError,
+            "num_mel_bins=40 but the batches hold 80",
+        ),
+        (
+            {"custom_config": {**SPEAKER_CONFIG, "serving_audio_formats": ["wav", "mp3"]}},
+            ValueError,
+            "audio_formats",
         ),
         ({"num_epochs": 0}, ValueError, "num_epochs"),
         ({"train_dataset": [1, 2]}, ValueError, "tf.data.Dataset"),
