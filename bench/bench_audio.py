@@ -41,6 +41,7 @@ from components.materialize import (
     audio,
     manifest,
     paths,
+    pictures,
     run_audio,
 )
 from components.materialize.audio_pipeline import audio_example
@@ -124,21 +125,21 @@ def beam_job(root: str, output_dir: str) -> int:
 
 def comparable_files(output_dir: str) -> dict[str, str]:
     """SHA-256 of the shards and indexes by path relative to the run; JSON files without their
-    run id, and not the files the baseline does not write (summary, rejects, run marks)."""
+    run id, and not the files the baseline does not write (summary, rejects, run marks, the
+    TensorBoard pictures)."""
     skipped = {layout.SUMMARY_FILE, layout.REJECTS_FILE, layout.RUN_FILE, layout.CLAIM_FILE}
     files = {}
-    for directory, _, names in os.walk(output_dir):
-        for name in names:
-            if name in skipped:
-                continue
-            path = os.path.join(directory, name)
-            with open(path, "rb") as f:
-                data = f.read()
-            if name.endswith(".json"):
-                content = json.loads(data)
-                content.pop(layout.RUN_ID_KEY, None)
-                data = json.dumps(content, sort_keys=True).encode()
-            files[os.path.relpath(path, output_dir)] = hashlib.sha256(data).hexdigest()
+    for relative, path in pictures.data_files(output_dir):
+        name = os.path.basename(path)
+        if name in skipped:
+            continue
+        with open(path, "rb") as f:
+            data = f.read()
+        if name.endswith(".json"):
+            content = json.loads(data)
+            content.pop(layout.RUN_ID_KEY, None)
+            data = json.dumps(content, sort_keys=True).encode()
+        files[relative] = hashlib.sha256(data).hexdigest()
     return files
 
 

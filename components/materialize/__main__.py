@@ -19,6 +19,7 @@ from components.materialize.config import (
     IMAGE_STORAGE_MODES,
     MANIFEST_FORMATS,
     PAIRS_FORMATS,
+    SPILL_MODES,
     SPLIT_MODES,
     AudioConfig,
     PairsConfig,
@@ -73,6 +74,16 @@ def _parser() -> argparse.ArgumentParser:
         job.add_argument("--num_shards", type=int, default=0, help="0: from --max_shard_bytes")
         job.add_argument("--max_reject_fraction", type=float, default=0.1)
         job.add_argument("--overwrite", action="store_true", help="replace a previous run")
+        # No argparse `choices`: the config names a bad value in one line (argparse adds its
+        # usage).
+        job.add_argument(
+            "--spill",
+            default="auto",
+            metavar="{" + ",".join(SPILL_MODES) + "}",
+            help="how decoded payloads reach the shard writers: files every worker reads "
+            "(below --temp_location when given, else the output dir), or none: through the "
+            "runner's shuffle (Dataflow, Flink, Spark); auto: files on the DirectRunner only",
+        )
     return parser
 
 

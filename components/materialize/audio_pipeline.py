@@ -2,14 +2,18 @@
 with class indexes.
 
 Rows are parsed (or listed), deduplicated and assigned a split on ids alone; each utterance is
-then decoded once (`audio`: libsndfile, FFmpeg, soxr) and its PCM spilled to a file (`spill`).
-Once the vocabularies are known, its Example is built with the class id from its split's
-vocabulary and spilled again, and only that ref travels, grouped by shard, to the shard writer:
-the audio never passes through the runner.
+then decoded once (`audio`: libsndfile, FFmpeg, soxr) and its PCM spilled to a file, or with
+`--spill none` handed on as it is (`spill`). The plan of every record set (speaker vocabulary,
+shard of each id) is made from small keys; the PCM payloads travel, grouped by shard, to the
+shard writers, which build each Example there: its label is the class id of its speaker in the
+vocabulary of its split, known only once every utterance is decoded. So the audio is spilled
+once and, spilled, never passes through the runner.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import operator
 import posixpath
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
@@ -33,6 +37,7 @@ from components.materialize.manifest import ManifestRow
 from components.materialize.splits import EVAL, TRAIN, held_out_speakers, held_out_utterances
 
 REJECTED = common.REJECTED
+_NUM_FILES = "num_files"
 _EXAMPLE_OVERHEAD_BYTES = 96  # feature keys and proto framing around the PCM bytes
 
 
@@ -51,13 +56,13 @@ def run_audio(
 
 
 class Utterance(NamedTuple):
-    """A decoded utterance: `pcm` is where its little-endian int16 mono samples, at the job's
-    sample rate, were spilled."""
+    """A decoded utterance: `pcm` is the payload of its little-endian int16 mono samples at
+    the job's sample rate (the bytes, or where they were spilled)."""
 
     record_set: str
     id: str
     speaker: str
-    pcm: spill.SpillRef
+    pcm: spill.Payload
     num_samples: int
 
 
@@ -109,8 +114,8 @@ def _assign_within_speaker(element, fraction: float, seed: int):
 
 
 class _DecodeUtterances(spill.SpillingDoFn):
-    def __init__(self, root: str, sample_rate: int, output_dir: str):
-        super().__init__(output_dir)
+    def __init__(self, root: str, sample_rate: int, spill_root: str | None):
+        super().__init__(spill_root)
         self._root = root
         self._sample_rate = sample_rate
 
@@ -145,27 +150,14 @@ def audio_example(
     )
 
 
-class _BuildExamples(spill.SpillingDoFn):
-    def __init__(self, sample_rate: int, output_dir: str):
-        super().__init__(output_dir)
-        self._sample_rate = sample_rate
+@dataclasses.dataclass(frozen=True)
+class _AudioRecord:
+    """The job's `shards.MakeRecord`: an utterance's Example from its PCM and its class."""
 
-    def process(self, utterance: Utterance, class_ids: dict[str, dict[str, int]], plans):
-        class_id = class_ids[utterance.record_set][utterance.speaker]
-        serialized = audio_example(
-            utterance.id,
-            spill.read_payloads([utterance.pcm])[0],
-            self._sample_rate,
-            class_id,
-            utterance.speaker,
-        )
-        plan = plans[utterance.record_set]
-        yield from shards.group_by_shard(
-            plan,
-            plan.ids.lookup([utterance.id]),
-            self.spill.write([serialized]),
-            np.array([class_id], np.int64),
-        )
+    sample_rate: int
+
+    def __call__(self, record_id: str, pcm: bytes, class_id: int, speaker: str) -> bytes:
+        return audio_example(record_id, pcm, self.sample_rate, class_id, speaker)
 
 
 def _inspect_manifest(config: AudioConfig) -> manifest.ManifestFormat | None:
@@ -208,6 +200,7 @@ def _ReadManifest(
 
 
 def _rows_of_files(root: str) -> Iterator[ManifestRow | beam.pvalue.TaggedOutput]:
+    """Every audio file below `root` as a row, or as a tagged reject."""
     for path in paths.list_files(root):
         raw_id = paths.relative_id(root, path)
         if posixpath.splitext(raw_id)[1].lower() not in audio.EXTENSIONS:
@@ -220,6 +213,15 @@ def _rows_of_files(root: str) -> Iterator[ManifestRow | beam.pvalue.TaggedOutput
             )
 
 
+def _list_root(_, root: str) -> Iterator[ManifestRow | beam.pvalue.TaggedOutput]:
+    """`_rows_of_files`, then their count (tagged `_NUM_FILES`): one listing counts itself."""
+    num_files = 0
+    for listed in _rows_of_files(root):
+        num_files += 1
+        yield listed
+    yield beam.pvalue.TaggedOutput(_NUM_FILES, num_files)
+
+
 @beam.ptransform_fn
 def _ListSpeakerFolders(begin: beam.pvalue.PBegin, root: str) -> ManifestRows:
     """PBegin -> `ManifestRows`: every file below `root` with an audio extension, its speaker
@@ -228,15 +230,10 @@ def _ListSpeakerFolders(begin: beam.pvalue.PBegin, root: str) -> ManifestRows:
     listed = (
         begin
         # Not reshuffled here: the job spreads the rows before decoding them.
-        | "Root" >> beam.Create([root], reshuffle=False)
-        | "List" >> beam.FlatMap(_rows_of_files).with_outputs(REJECTED, main="rows")
+        | "Root" >> beam.Impulse()
+        | "List" >> beam.FlatMap(_list_root, root).with_outputs(REJECTED, _NUM_FILES, main="rows")
     )
-    num_files = (
-        (listed.rows, listed[REJECTED])
-        | "AllFiles" >> beam.Flatten()
-        | "CountFiles" >> beam.combiners.Count.Globally()
-    )
-    return ManifestRows(num_files, listed.rows, listed[REJECTED])
+    return ManifestRows(listed[_NUM_FILES], listed.rows, listed[REJECTED])
 
 
 def _split_mode(config: AudioConfig, has_split: bool) -> str:
@@ -276,59 +273,65 @@ def _AssignSplits(
     )
 
 
-def _id_and_size(utterance: Utterance) -> tuple[str, tuple[list[str], list[int]]]:
-    """The utterance's record set, id and estimated Example size, for `shards.CollectIds`."""
+def _plan_key(utterance: Utterance) -> tuple[str, str, str, int, int]:
+    """What the plan needs of an utterance: (record set, id, speaker, estimated Example size,
+    number of samples)."""
     size = (
-        utterance.pcm.length + len(utterance.id) + len(utterance.speaker) + _EXAMPLE_OVERHEAD_BYTES
+        spill.payload_length(utterance.pcm)
+        + len(utterance.id)
+        + len(utterance.speaker)
+        + _EXAMPLE_OVERHEAD_BYTES
     )
-    return utterance.record_set, ([utterance.id], [size])
+    return utterance.record_set, utterance.id, utterance.speaker, size, utterance.num_samples
 
 
-def _plan_record_sets(
-    tables: dict[str, shards.IdTable], sharding: ShardingConfig
-) -> dict[str, shards.ShardPlan]:
+class AudioPlan(NamedTuple):
+    """Every record set's plan, as dicts keyed by record set: `vocabularies` (sorted speaker
+    names), `class_ids` (speaker -> class id), `plans` (ShardPlan) and `num_samples` (their
+    total)."""
+
+    vocabularies: dict[str, list[str]]
+    class_ids: dict[str, dict[str, int]]
+    plans: dict[str, shards.ShardPlan]
+    num_samples: dict[str, int]
+
+
+def _plan_audio(
+    _, keys: list[tuple[str, str, str, int, int]], sharding: ShardingConfig
+) -> AudioPlan:
+    """The `AudioPlan` of the `_plan_key`s of every decoded utterance."""
+    by_set: dict[str, list[tuple[str, str, str, int, int]]] = {}
+    for key in keys:
+        by_set.setdefault(key[0], []).append(key)
+    plan = AudioPlan({}, {}, {}, {})
+    for name, members in sorted(by_set.items()):
+        _, ids, speakers, sizes, samples = zip(*members, strict=True)
+        vocabulary = sorted(set(speakers))
+        plan.vocabularies[name] = vocabulary
+        plan.class_ids[name] = {speaker: i for i, speaker in enumerate(vocabulary)}
+        table = shards.id_table(list(ids), list(sizes))
+        plan.plans[name] = shards.plan_shards(name, table, sharding)
+        plan.num_samples[name] = sum(samples)
+    return plan
+
+
+def _assign_shard(utterance: Utterance, plan: AudioPlan):
+    """An utterance -> `((record_set, shard), [ShardRecord])`, labelled by its speaker."""
+    shard_plan = plan.plans[utterance.record_set]
+    yield from shards.group_by_shard(
+        shard_plan,
+        shard_plan.ids.lookup([utterance.id]),
+        [utterance.pcm],
+        np.array([plan.class_ids[utterance.record_set][utterance.speaker]], np.int64),
+    )
+
+
+def _audio_seconds(plan: AudioPlan, sample_rate: int) -> dict:
+    """The summary's `audio_seconds` section: the duration of each record set."""
     return {
-        name: shards.plan_shards(name, table, sharding) for name, table in sorted(tables.items())
-    }
-
-
-class RecordSetPlans(NamedTuple):
-    """What `_PlanRecordSets` yields, as singleton PCollections of dicts keyed by record set:
-    `vocabularies` (sorted speaker names), `class_ids` (speaker -> class id) and `plans`
-    (ShardPlan)."""
-
-    vocabularies: beam.PCollection
-    class_ids: beam.PCollection
-    plans: beam.PCollection
-
-
-@beam.ptransform_fn
-def _PlanRecordSets(utterances: beam.PCollection, sharding: ShardingConfig) -> RecordSetPlans:
-    """Utterances -> `RecordSetPlans`: each record set's speaker vocabulary and shard plan."""
-    vocabularies = (
-        utterances
-        | "SetSpeaker" >> beam.Map(lambda u: (u.record_set, u.speaker))
-        | "DistinctSetSpeakers" >> beam.Distinct()
-        | "SpeakersBySet" >> beam.GroupByKey()
-        | "SortSpeakers" >> beam.MapTuple(lambda name, speakers: (name, sorted(speakers)))
-        | "Vocabularies" >> beam.combiners.ToDict()
-    )
-    class_ids = vocabularies | "ClassIds" >> beam.Map(
-        lambda vocabs: {name: {c: i for i, c in enumerate(v)} for name, v in vocabs.items()}
-    )
-    plans = (
-        utterances
-        | "Keys" >> beam.Map(_id_and_size)
-        | "CollectIds" >> beam.CombinePerKey(shards.CollectIds())
-        | "Tables" >> beam.combiners.ToDict()
-        | "Plans" >> beam.Map(_plan_record_sets, sharding)
-    )
-    return RecordSetPlans(vocabularies, class_ids, plans)
-
-
-def _audio_seconds(samples: dict[str, int], sample_rate: int) -> dict:
-    return {
-        "audio_seconds": {name: round(n / sample_rate, 3) for name, n in sorted(samples.items())}
+        "audio_seconds": {
+            name: round(n / sample_rate, 3) for name, n in sorted(plan.num_samples.items())
+        }
     }
 
 
@@ -379,49 +382,56 @@ class MaterializeAudio(beam.PTransform):
         rows = listed.rows
         if mode != "manifest":
             rows = rows | "Split" >> _AssignSplits(mode, config.eval_fraction, config.split_seed)
+        spill_root = spill.resolve_spill_root(config.spill, begin.pipeline, output_dir)
         decoded = (
             rows
             | "SpreadRows" >> beam.Reshuffle()
             | "Decode"
             >> beam.ParDo(
-                _DecodeUtterances(config.root, config.sample_rate, output_dir)
+                _DecodeUtterances(config.root, config.sample_rate, spill_root)
             ).with_outputs(REJECTED, main="utterances")
         )
         utterances = decoded.utterances
-        planned = utterances | "Plan" >> _PlanRecordSets(config.sharding)
-        shard_batches = utterances | "BuildExamples" >> beam.ParDo(
-            _BuildExamples(config.sample_rate, output_dir),
-            beam.pvalue.AsSingleton(planned.class_ids),
-            beam.pvalue.AsSingleton(planned.plans),
+        # One plan from every utterance's key, as a side input: the shard writers need it all.
+        planned = (
+            begin
+            | "PlanImpulse" >> beam.Impulse()
+            | "Plan"
+            >> beam.Map(
+                _plan_audio,
+                beam.pvalue.AsList(utterances | "PlanKeys" >> beam.Map(_plan_key)),
+                config.sharding,
+            )
+        )
+        plans = planned | "Plans" >> beam.Map(operator.attrgetter("plans"))
+        shard_batches = utterances | "Assign" >> beam.FlatMap(
+            _assign_shard, beam.pvalue.AsSingleton(planned)
         )
 
         judgement = (listed.rejects, decoded[REJECTED]) | "Judge" >> outcome.Judge(
             output_dir,
             num_inputs=listed.num_rows,
-            plans=planned.plans,
+            plans=plans,
             required_record_sets=() if has_split else (TRAIN,),
             max_reject_fraction=config.max_reject_fraction,
         )
         index_stats = shard_batches | "Write" >> shards.WriteRecordSets(
             output_dir,
-            plans=beam.pvalue.AsSingleton(planned.plans),
+            plans=beam.pvalue.AsSingleton(plans),
             verdict=beam.pvalue.AsSingleton(judgement.verdict),
-            vocabularies=beam.pvalue.AsSingleton(planned.vocabularies),
+            vocabularies=beam.pvalue.AsSingleton(
+                planned | "Vocabularies" >> beam.Map(operator.attrgetter("vocabularies"))
+            ),
+            make_record=_AudioRecord(config.sample_rate),
         )
         input_counts = listed.num_rows | "InputCounts" >> beam.Map(
             lambda num_rows: {"input_counts": {input_kind: num_rows}}
         )
-        audio_seconds = (
-            utterances
-            | "Samples" >> beam.Map(lambda u: (u.record_set, u.num_samples))
-            | "SamplesPerSet" >> beam.CombinePerKey(sum)
-            | "AllSamples" >> beam.combiners.ToDict()
-            | "AudioSeconds" >> beam.Map(_audio_seconds, config.sample_rate)
-        )
+        audio_seconds = planned | "AudioSeconds" >> beam.Map(_audio_seconds, config.sample_rate)
         return judgement | "Summary" >> outcome.WriteSummary(
             output_dir,
             _static_summary(config, mode),
-            plans=planned.plans,
+            plans=plans,
             index_stats=index_stats,
             sections=(input_counts, audio_seconds) | "Sections" >> beam.Flatten(),
         )

@@ -12,7 +12,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
 from components import layout
-from components.materialize import beam_worker, pictures, run_dir, spill
+from components.materialize import beam_worker, pictures, run_dir, spill, staging
 from components.materialize.config import ShardingConfig
 from components.materialize.errors import MaterializeError
 from components.materialize.id_index import IdIndex
@@ -29,7 +29,9 @@ EMPTY_TABLE = IdTable(IdIndex.from_ids([]), np.zeros([0], np.int64))
 
 
 def make_default_pipeline(beam_pipeline_args: Iterable[str]) -> beam.Pipeline:
-    return beam_worker.local_pipeline(PipelineOptions(list(beam_pipeline_args)))
+    # Remote workers get the project's code as a wheel (`staging`); local runs are unchanged.
+    options = PipelineOptions(staging.with_project_staged(beam_pipeline_args))
+    return beam_worker.local_pipeline(options)
 
 
 def run_job(
@@ -49,13 +51,14 @@ def run_job(
     runner lost or repeated elements between stages. Beam 2.59's DirectRunner does that with
     `--direct_num_workers` > 1 (multi_processing and multi_threading) on about 1.3 GB of
     payloads, intermittently (`bench/direct_runner_loss_repro.py` shows it without this
-    project's code); the jobs now send only spill refs through the runner, far below that.
+    project's code); on the DirectRunner the jobs send only spill refs through the runner
+    (`--spill auto`), far below that; `--spill none` there brings it back.
 
-    The spill files and the claim are removed when the pipeline ends, whether it succeeded or
-    not. On KeyboardInterrupt the job is cancelled first (`_cancel`): a portable or remote
-    runner's job outlives its launcher, and its shard writers still read the spill files. A job
-    not seen to stop keeps both; the next run on the folder takes the claim over as stale and
-    removes them.
+    The spill files (in the folder, or below `--temp_location`: `spill.remove_spill_dir`) and
+    the claim are removed when the pipeline ends, whether it succeeded or not. On
+    KeyboardInterrupt the job is cancelled first (`_cancel`): a portable or remote runner's job
+    outlives its launcher, and its shard writers still read the spill files. A job not seen to
+    stop keeps both; the next run on the folder takes the claim over as stale and removes them.
     """
     run_id = layout.new_run_id()
     run_dir.claim_output_dir(output_dir, run_id)

@@ -12,6 +12,9 @@ IMAGE_STORAGE_MODES = ("encoded", "raw")
 SPLIT_MODES = ("speaker", "utterance")
 PAIRS_FORMATS = ("auto", "jsonl", "csv")
 MANIFEST_FORMATS = ("auto", "jsonl", "csv")
+# How payloads pass between the stages of a job (`spill`): "auto" spills them to files on the
+# local runners only, "files" always, "none" never (the runner's shuffle carries them).
+SPILL_MODES = ("auto", "files", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +42,8 @@ class PairsConfig:
     Ids are paths relative to `x_dir` / `y_dir`. `pairs` is JSON Lines (`{"x": id, "y": [ids]}`)
     or a CSV edge list (`x,y` per line, optional header), chosen by `pairs_format` or by the
     file extension. `image_storage="raw"` stores uint8 pixels resized to
-    `raw_height x raw_width x raw_channels` instead of the encoded file bytes.
+    `raw_height x raw_width x raw_channels` instead of the encoded file bytes. `spill`
+    (`SPILL_MODES`) is how decoded payloads reach the shard writers (`spill.resolve_spill_root`).
     """
 
     x_dir: str
@@ -54,6 +58,7 @@ class PairsConfig:
     sharding: ShardingConfig = ShardingConfig()
     max_reject_fraction: float = 0.1
     files_per_batch: int = 256
+    spill: str = "auto"
     overwrite: bool = False
     beam_pipeline_args: tuple[str, ...] = ()
 
@@ -68,7 +73,7 @@ class PairsConfig:
                 "raw image size must be positive and raw_channels 1, 3 or 4, got "
                 f"{self.raw_height}x{self.raw_width}x{self.raw_channels}"
             )
-        _validate_common(self.sharding, self.max_reject_fraction, self.files_per_batch)
+        _validate_common(self.sharding, self.max_reject_fraction, self.files_per_batch, self.spill)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -83,7 +88,8 @@ class AudioConfig:
     field. Without one, records go to `train` and `eval`: `split_mode="speaker"` holds out
     `eval_fraction` of the speakers (verification on unseen speakers), `"utterance"` holds out
     that fraction of each speaker's utterances. `eval_fraction=0` puts everything in `train`.
-    Audio is decoded, mixed to mono and resampled to `sample_rate`, stored as int16 PCM.
+    Audio is decoded, mixed to mono and resampled to `sample_rate`, stored as int16 PCM. `spill`
+    (`SPILL_MODES`) is how the PCM reaches the shard writers (`spill.resolve_spill_root`).
     """
 
     root: str
@@ -98,6 +104,7 @@ class AudioConfig:
     sharding: ShardingConfig = ShardingConfig()
     max_reject_fraction: float = 0.1
     files_per_batch: int = 16
+    spill: str = "auto"
     overwrite: bool = False
     beam_pipeline_args: tuple[str, ...] = ()
 
@@ -116,7 +123,7 @@ class AudioConfig:
             raise MaterializeError(f"sample_rate must be in [1000, 384000], got {self.sample_rate}")
         if not 0.0 <= self.eval_fraction < 1.0:
             raise MaterializeError(f"eval_fraction must be in [0, 1), got {self.eval_fraction}")
-        _validate_common(self.sharding, self.max_reject_fraction, self.files_per_batch)
+        _validate_common(self.sharding, self.max_reject_fraction, self.files_per_batch, self.spill)
 
 
 JobConfig = TypeVar("JobConfig", PairsConfig, AudioConfig)
@@ -137,8 +144,11 @@ def from_flat(config_class: type[JobConfig], values: Mapping[str, Any]) -> JobCo
     )
 
 
-def _validate_common(sharding: ShardingConfig, max_reject_fraction: float, batch: int) -> None:
+def _validate_common(
+    sharding: ShardingConfig, max_reject_fraction: float, batch: int, spill: str
+) -> None:
     sharding.validate()
+    _require_choice(spill, SPILL_MODES, "spill")
     if not 0.0 <= max_reject_fraction <= 1.0:
         raise MaterializeError(f"max_reject_fraction must be in [0, 1], got {max_reject_fraction}")
     if batch <= 0:

@@ -2,9 +2,10 @@
 valid-pair CSR index `index/pairs` over x records.
 
 Files are decoded in batches (one Beam element per `files_per_batch` files); each decoded
-Example is spilled to a file at once (`spill`), and only its ref travels on, grouped by shard,
-to the shard writer. Everything global (sorting, which x survive) runs on ids and record
-numbers only; the valid-pair side of the job is in `pair_index`.
+Example is spilled to a file at once and only its ref travels on, grouped by shard, to the
+shard writer, or with `--spill none` the Example itself does (`spill`). Everything global
+(sorting, which x survive) runs on ids and record numbers only; the valid-pair side of the job
+is in `pair_index`.
 """
 
 from __future__ import annotations
@@ -62,10 +63,10 @@ def _list_batches(record_set_root: tuple[str, str], batch_size: int) -> Iterator
 
 
 class _DecodeImages(spill.SpillingDoFn):
-    """(record_set, [(id, path)]) -> (record_set, [ids], [SpillRef of each Example]); rejects."""
+    """(record_set, [(id, path)]) -> (record_set, [ids], [Payload of each Example]); rejects."""
 
-    def __init__(self, roots: dict[str, str], storage: images.ImageStorage, output_dir: str):
-        super().__init__(output_dir)
+    def __init__(self, roots: dict[str, str], storage: images.ImageStorage, spill_root: str | None):
+        super().__init__(spill_root)
         self._roots = roots
         self._storage = storage
 
@@ -91,7 +92,7 @@ class _DecodeImages(spill.SpillingDoFn):
 
 class DecodedImages(NamedTuple):
     """What `_DecodeImageSets` yields, as PCollections: `file_counts` (record_set, files
-    listed); `records` (record_set, [ids], [SpillRef]); `rejects` (Reject); `tables` and
+    listed); `records` (record_set, [ids], [Payload]); `rejects` (Reject); `tables` and
     `rejected_tables` (record_set, IdTable) of the decoded and of the rejected ids."""
 
     file_counts: beam.PCollection
@@ -107,9 +108,10 @@ def _DecodeImageSets(
     roots: dict[str, str],
     storage: images.ImageStorage,
     files_per_batch: int,
-    output_dir: str,
+    spill_root: str | None,
 ) -> DecodedImages:
-    """PBegin -> `DecodedImages`: every file under each root, decoded in batches and spilled."""
+    """PBegin -> `DecodedImages`: every file under each root, decoded in batches, its Examples
+    spilled below `spill_root` (or, when None, handed on as they are)."""
     listed = (
         begin
         # Not reshuffled here: SpreadFiles spreads the listed batches.
@@ -123,11 +125,11 @@ def _DecodeImageSets(
         | "FilesPerSet" >> beam.CombinePerKey(sum)
     )
     decoded = listed | "Decode" >> beam.ParDo(
-        _DecodeImages(roots, storage, output_dir)
+        _DecodeImages(roots, storage, spill_root)
     ).with_outputs(REJECTED, main="records")
     tables = (
         decoded.records
-        | "Keys" >> beam.Map(lambda d: (d[0], (d[1], [ref.length for ref in d[2]])))
+        | "Keys" >> beam.Map(lambda d: (d[0], (d[1], [spill.payload_length(p) for p in d[2]])))
         | "CollectIds" >> beam.CombinePerKey(shards.CollectIds())
     )
     rejected_tables = (
@@ -147,7 +149,7 @@ class _AssignRecords(beam.DoFn):
         self._roots = roots
 
     def process(self, decoded, plans, selection: pair_index.XSelection):
-        record_set, ids, refs = decoded
+        record_set, ids, payloads = decoded
         if record_set == X:
             numbers = selection.candidate_record[selection.candidates.lookup(ids)]
             for i in np.flatnonzero(numbers < 0).tolist():
@@ -173,7 +175,7 @@ class _AssignRecords(beam.DoFn):
         yield from shards.group_by_shard(
             plans[record_set],
             numbers[kept],
-            [refs[i] for i in kept.tolist()],
+            [payloads[i] for i in kept.tolist()],
             np.full([len(kept)], -1, np.int64),
         )
 
@@ -221,8 +223,9 @@ class MaterializePairs(beam.PTransform):
         )
         pairs_format = pair_list.resolve_format(config.pairs, config.pairs_format)
 
+        spill_root = spill.resolve_spill_root(config.spill, begin.pipeline, output_dir)
         decoded = begin | "Images" >> _DecodeImageSets(
-            roots, storage, config.files_per_batch, output_dir
+            roots, storage, config.files_per_batch, spill_root
         )
         pairs = begin | "PairList" >> pair_index.ResolvePairList(
             config.pairs, pairs_format, decoded.tables, decoded.rejected_tables

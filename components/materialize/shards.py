@@ -1,10 +1,14 @@
 """Sorted, deterministic shard and offset-index writing for record sets, as Beam transforms.
 
 Records are ordered by id. The ids of a record set (small keys, never payloads) are gathered
-once to fix every record's number and shard (`ShardPlan`); the records' spill refs (see
-`spill`) are then grouped by shard, each shard is written by one worker, which copies its
-records' frames from the spill files, and the per-shard offsets are gathered into the record
-set's index. Payloads themselves never pass through the runner.
+once to fix every record's number and shard (`ShardPlan`); the records' payloads (spill refs,
+or the bytes themselves: `spill.Payload`) are then grouped by shard, each shard is written by
+one worker, which copies its records' frames from the spill files (or frames the bytes), and
+the per-shard offsets are gathered into the record set's index.
+
+A payload is the serialized record itself, or, given a `MakeRecord`, what the shard writer
+builds the record from once its class is known (the audio job's PCM, whose Example holds the
+class id of its speaker).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import dataclasses
 import itertools
 import operator
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 import apache_beam as beam
@@ -24,9 +28,10 @@ from components.materialize import rejects, spill
 from components.materialize.config import ShardingConfig
 from components.materialize.id_index import IdIndex
 
-# One record on its way to a shard: (record number, where its serialized tf.train.Example was
-# spilled, class id or -1).
-ShardRecord = tuple[int, spill.SpillRef, int]
+# One record on its way to a shard: (record number, its payload, class id or -1).
+ShardRecord = tuple[int, spill.Payload, int]
+# (record id, payload, class id, class name) -> the serialized record.
+MakeRecord = Callable[[str, bytes, int, str], bytes]
 
 # The end of the message a shard writer fails with when the records it receives are not its plan.
 LOST_RECORDS = "records were lost or duplicated between stages"
@@ -67,9 +72,13 @@ class CollectIds(beam.CombineFn):
         return ids, sizes
 
     def extract_output(self, accumulator) -> IdTable:
-        ids, sizes = accumulator
-        index, order = IdIndex.sorting(ids)
-        return IdTable(index, np.asarray(sizes, np.int64).reshape([-1])[order])
+        return id_table(*accumulator)
+
+
+def id_table(ids: list[str], sizes: list[int]) -> IdTable:
+    """The `IdTable` of unique `ids` and their serialized `sizes`, in any order."""
+    index, order = IdIndex.sorting(ids)
+    return IdTable(index, np.asarray(sizes, np.int64).reshape([-1])[order])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,15 +134,18 @@ def plan_shards(record_set: str, table: IdTable, sharding: ShardingConfig) -> Sh
 
 
 def group_by_shard(
-    plan: ShardPlan, record_numbers: np.ndarray, refs: list[spill.SpillRef], class_ids: np.ndarray
+    plan: ShardPlan,
+    record_numbers: np.ndarray,
+    payloads: list[spill.Payload],
+    class_ids: np.ndarray,
 ) -> Iterable[tuple[tuple[str, int], list[ShardRecord]]]:
-    """Splits one batch of planned, spilled records into `((record_set, shard), [ShardRecord])`."""
+    """Splits one batch of planned records into `((record_set, shard), [ShardRecord])`."""
     shards = plan.shard_of(record_numbers)
     for shard in np.unique(shards).tolist():
         members = np.flatnonzero(shards == shard).tolist()
         yield (
             (plan.record_set, shard),
-            [(int(record_numbers[i]), refs[i], int(class_ids[i])) for i in members],
+            [(int(record_numbers[i]), payloads[i], int(class_ids[i])) for i in members],
         )
 
 
@@ -148,11 +160,12 @@ class ShardResult(NamedTuple):
 
 
 class _WriteShard(beam.DoFn):
-    def __init__(self, output_dir: str):
+    def __init__(self, output_dir: str, make_record: MakeRecord | None = None):
         super().__init__()
         self._output_dir = output_dir
+        self._make_record = make_record
 
-    def process(self, element, plans: dict[str, ShardPlan], verdict):
+    def process(self, element, plans: dict[str, ShardPlan], verdict, vocabularies=None):
         (record_set, shard), batches = element
         if not verdict.ok:
             return
@@ -165,16 +178,32 @@ class _WriteShard(beam.DoFn):
                 f"shard {shard} of {record_set!r} received {len(records)} records, planned "
                 f"{end - start}: {LOST_RECORDS}"
             )
-        refs = [r[1] for r in records]
+        payloads = [r[1] for r in records]
+        class_ids = np.fromiter((r[2] for r in records), np.int64, len(records))
+        if self._make_record is None:
+            frames = spill.read_frames(payloads)
+        else:
+            classes = vocabularies[record_set]
+            frames = [
+                layout.tfrecord_frame(
+                    self._make_record(record_id, payload, class_id, classes[class_id])
+                )
+                for record_id, payload, class_id in zip(
+                    plan.ids.take(record_numbers).id_list(),
+                    spill.read_payloads(payloads),
+                    class_ids.tolist(),
+                    strict=True,
+                )
+            ]
+        lengths = np.fromiter((len(f) for f in frames), np.int64, len(frames))
         offsets = layout.write_frames(
             plan.shard_path(self._output_dir, shard),
-            spill.read_frames(refs),
-            np.fromiter((ref.length for ref in refs), np.int64, len(refs)),
+            frames,
+            lengths - layout.FRAME_OVERHEAD_BYTES,
         )
         beam.metrics.Metrics.counter(
             rejects.COUNTER_NAMESPACE, f"records_written_{record_set}"
         ).inc(len(records))
-        class_ids = np.fromiter((r[2] for r in records), np.int64, len(records))
         yield ShardResult(record_set, shard, offsets, class_ids)
 
 
@@ -228,17 +257,26 @@ class WriteRecordSets(beam.PTransform):
     Input: PCollection[((record_set, shard), list[ShardRecord])], any number of batches per
     shard. Side inputs: `plans` (singleton dict record_set -> ShardPlan), `verdict` (singleton
     with `.ok`; nothing is written when false) and `vocabularies` (singleton dict record_set ->
-    class names, for labelled sets only; None when no set is labelled). Output:
-    PCollection[(record_set, stats dict)]. The indexes name the run of the job that claims
-    `output_dir` (`layout.claimed_run_id`).
+    class names, for labelled sets only; None when no set is labelled). `make_record` builds
+    each record from its payload (labelled sets only); without it a payload is the record.
+    Output: PCollection[(record_set, stats dict)]. The indexes name the run of the job that
+    claims `output_dir` (`layout.claimed_run_id`).
     """
 
-    def __init__(self, output_dir: str, plans, verdict, vocabularies=None):
+    def __init__(
+        self,
+        output_dir: str,
+        plans,
+        verdict,
+        vocabularies=None,
+        make_record: MakeRecord | None = None,
+    ):
         super().__init__()
         self._output_dir = output_dir
         self._plans = plans
         self._verdict = verdict
         self._vocabularies = vocabularies
+        self._make_record = make_record
 
     def expand(self, shard_batches: beam.PCollection) -> beam.PCollection:
         vocabularies = {} if self._vocabularies is None else self._vocabularies
@@ -246,7 +284,13 @@ class WriteRecordSets(beam.PTransform):
         return (
             shard_batches
             | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShard" >> beam.ParDo(_WriteShard(self._output_dir), self._plans, self._verdict)
+            | "WriteShard"
+            >> beam.ParDo(
+                _WriteShard(self._output_dir, self._make_record),
+                self._plans,
+                self._verdict,
+                vocabularies,
+            )
             | "ByRecordSet" >> beam.Map(lambda result: (result.record_set, result))
             | "GatherShards" >> beam.GroupByKey()
             | "WriteIndex"

@@ -1,19 +1,32 @@
-"""Hand payloads from one Beam stage to a later one through files, not through the runner.
+"""Hand payloads from one Beam stage to a later one: through files, or through the runner.
 
-A decode worker appends each payload as a TFRecord frame to a spill file of its bundle under
-`<output_dir>/.spill/` and passes on only a `SpillRef` (path, frame offset, length). The stage
-that needs the bytes reads them back by offset. Runners move every element between stages
-through their own channels (the DirectRunner's gRPC data plane, Dataflow's shuffle), so a
-payload emitted by a decoder and grouped by shard would otherwise be encoded and copied about
-four times; a ref is about 100 bytes whatever the payload. Spill files hold whole frames, so a
-shard writer copies a record's frame, CRCs included, without computing it again.
+With spill files (`--spill files`), a decode worker appends each payload as a TFRecord frame
+to a spill file of its bundle under `<spill root>/.spill/` and passes on only a `SpillRef`
+(path, frame offset, length); the stage that needs the bytes reads them back by offset.
+Runners move every element between stages through their own channels (the DirectRunner's gRPC
+data plane or in-memory lists, Dataflow's shuffle), so a payload emitted by a decoder and
+grouped by shard would otherwise be encoded and copied about four times; a ref is about 100
+bytes whatever the payload, and keeps the DirectRunner's multi-process mode clear of the
+payload sizes at which it loses elements (`common.run_job`). Spill files hold whole frames, so
+a shard writer copies a record's frame, CRCs included, without computing it again.
+
+Spill files need a file system that every worker sees. On a distributed runner (Dataflow,
+Flink, Spark) `--spill none` hands the payloads themselves to the runner, whose shuffle is made
+for that; `--spill auto` (the default) spills on the local runners only (`resolve_spill_root`).
+Either way a stage gets a `Payload` for each record, the bytes or their ref, and
+`read_frames` / `read_payloads` resolve both, so the jobs have one code path.
+
+The spill root is the output folder, or with `--temp_location` a folder of the run below it
+(Beam's place for a job's temporary files, e.g. a bucket the workers share); the output folder
+then holds a pointer file `.spill` naming that folder, so the launcher, or the next run on the
+folder when it takes a stale claim over (`run_dir.claim_output_dir`), finds what to remove.
 
 Spill file names are random: a retried bundle writes a new file and its refs, while the failed
 attempt's file is never referenced. A ref may only be read by a later stage (one behind a
 GroupByKey or a side input): object stores make a file readable only once its writer closes it,
-at the end of the bundle. `common.run_job` removes the folder when the job ends (once an
-interrupted job is cancelled); a launcher killed outright leaves it to the next run on the
-folder, which takes over its stale claim (`run_dir.claim_output_dir`).
+at the end of the bundle. `common.run_job` removes the spill files when the job ends (once an
+interrupted job is cancelled); a launcher killed outright leaves them to the next run on the
+folder, which takes over its stale claim.
 """
 
 from __future__ import annotations
@@ -22,14 +35,21 @@ import itertools
 import posixpath
 import uuid
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import apache_beam as beam
 import numpy as np
 
 from components import layout
+from components.materialize.config import SPILL_MODES
+from components.materialize.errors import MaterializeError
+
+if TYPE_CHECKING:
+    from apache_beam.runners.runner import PipelineRunner
 
 SPILL_DIR = ".spill"
+# The folder of one run's spill files below --temp_location: `<prefix><run id>`.
+TEMP_ROOT_PREFIX = "materialize-spill-"
 _MAX_GAP_BYTES = 1 << 16  # read through a gap this small rather than seek past it
 
 
@@ -42,29 +62,74 @@ class SpillRef(NamedTuple):
     length: int
 
 
-def spill_dir(output_dir: str) -> str:
-    return layout.resolve(output_dir, SPILL_DIR)
+# What a stage hands on for one payload: the bytes themselves (`--spill none`), or their ref.
+Payload = bytes | SpillRef
+
+
+def spill_dir(spill_root: str) -> str:
+    """The folder of the spill files below `spill_root` (a run's output folder, by default)."""
+    return layout.resolve(spill_root, SPILL_DIR)
+
+
+def resolve_spill_root(mode: str, pipeline: beam.Pipeline, output_dir: str) -> str | None:
+    """Where the job on `pipeline` spills payloads under `--spill mode`: the spill root for
+    `SpillingDoFn`, or None when the payloads go through the runner.
+
+    `auto` spills on the runners of this machine (the DirectRunner and Beam's FnApiRunner, in
+    memory or in worker processes), whose workers all see its files; any other runner gets
+    the payloads. The root is `output_dir`, or a folder of this run below the pipeline's
+    `--temp_location` when it has one; for the latter a pointer file is written first (so the
+    launcher calls this while it builds the pipeline, under `common.run_job`'s claim).
+    """
+    from apache_beam.options.pipeline_options import GoogleCloudOptions
+
+    if mode not in SPILL_MODES:
+        raise MaterializeError(f"--spill must be one of {', '.join(SPILL_MODES)}; got {mode!r}")
+    if mode == "none" or (mode == "auto" and not is_local_runner(pipeline.runner)):
+        return None
+    temp_location = pipeline.options.view_as(GoogleCloudOptions).temp_location
+    if not temp_location:
+        return output_dir
+    root = posixpath.join(temp_location, TEMP_ROOT_PREFIX + layout.claimed_run_id(output_dir))
+    with layout.gfile().GFile(spill_dir(output_dir), "w") as pointer:
+        pointer.write(root)
+    return root
+
+
+def is_local_runner(runner: PipelineRunner) -> bool:
+    """Whether every worker of `runner` runs on this machine (so sees its local files)."""
+    from apache_beam.runners.direct.direct_runner import (
+        BundleBasedDirectRunner,
+        SwitchingDirectRunner,
+    )
+    from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
+
+    return isinstance(runner, (SwitchingDirectRunner, BundleBasedDirectRunner, FnApiRunner))
 
 
 class SpillWriter:
-    """Appends payloads to one spill file, opened on the first write."""
+    """Spills payloads to one spill file below `spill_root`, opened on the first write; with
+    no root, hands the payloads back as they are, for the runner to carry."""
 
-    def __init__(self, output_dir: str):
-        self._directory = spill_dir(output_dir)
+    def __init__(self, spill_root: str | None):
+        self._directory = None if spill_root is None else spill_dir(spill_root)
         self._file = None
         self._path = ""
         self._size = 0
 
-    def write(self, payloads: Sequence[bytes]) -> list[SpillRef]:
+    def write(self, payloads: Sequence[bytes]) -> list[Payload]:
+        """The `Payload` of each of `payloads`, in order."""
+        if self._directory is None:
+            return list(payloads)
         if self._file is None:
             self._path = posixpath.join(self._directory, f"{uuid.uuid4().hex}.tfrecord")
             self._file = layout.create(self._path)
-        frames = [layout.tfrecord_frame(payload) for payload in payloads]
         refs = []
-        for payload, frame in zip(payloads, frames, strict=True):
+        for payload in payloads:
+            frame = layout.tfrecord_frame(payload)
             refs.append(SpillRef(self._path, self._size, len(payload)))
+            self._file.write(frame)
             self._size += len(frame)
-        self._file.write(b"".join(frames))
         return refs
 
     def close(self) -> None:
@@ -74,31 +139,54 @@ class SpillWriter:
 
 
 class SpillingDoFn(beam.DoFn):
-    """A DoFn that spills through `self.spill`: one spill file per bundle."""
+    """A DoFn that hands payloads on through `self.spill`: one spill file per bundle below
+    `spill_root`, or none when it is None (`resolve_spill_root`)."""
 
-    def __init__(self, output_dir: str):
+    def __init__(self, spill_root: str | None):
         super().__init__()
-        self._output_dir = output_dir
+        self._spill_root = spill_root
         self.spill: SpillWriter | None = None
 
     def start_bundle(self):
-        self.spill = SpillWriter(self._output_dir)
+        self.spill = SpillWriter(self._spill_root)
 
     def finish_bundle(self):
         self.spill.close()
 
 
-def read_frames(refs: Sequence[SpillRef]) -> list[bytes]:
-    """The whole TFRecord frame of each ref, in the order of `refs`.
+def payload_length(payload: Payload) -> int:
+    """The length in bytes of the payload that `payload` is or refers to."""
+    return payload.length if isinstance(payload, SpillRef) else len(payload)
 
-    Refs are read file by file in offset order, neighbouring frames in one read, so a shard
-    whose records came from a few decode bundles costs a few sequential reads.
-    """
+
+def read_frames(payloads: Sequence[Payload]) -> list[bytes]:
+    """The whole TFRecord frame of each payload, in order: refs read back, bytes framed."""
+    return _resolve(payloads, frames=True)
+
+
+def read_payloads(payloads: Sequence[Payload]) -> list[bytes]:
+    """The bytes of each payload (a ref's frame without header and footer), in order."""
+    return _resolve(payloads, frames=False)
+
+
+def _resolve(payloads: Sequence[Payload], frames: bool) -> list[bytes]:
+    """Refs are read file by file in offset order, neighbouring frames in one read, so a shard
+    whose records came from a few decode bundles costs a few sequential reads."""
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
 
-    frames: list[bytes] = [b""] * len(refs)
-    order = sorted(range(len(refs)), key=lambda i: (refs[i].path, refs[i].offset))
+    resolved: list[bytes] = []
+    refs: dict[int, SpillRef] = {}
+    for i, payload in enumerate(payloads):
+        if isinstance(payload, SpillRef):
+            refs[i] = payload
+            resolved.append(b"")
+        else:
+            resolved.append(layout.tfrecord_frame(payload) if frames else payload)
+    # A payload is its frame less the header and the footer.
+    head = 0 if frames else layout.FRAME_HEADER_BYTES
+    tail = 0 if frames else layout.FRAME_FOOTER_BYTES
+    order = sorted(refs, key=lambda i: (refs[i].path, refs[i].offset))
     for path, members in itertools.groupby(order, key=lambda i: refs[i].path):
         members = list(members)
         begins = np.array([refs[i].offset for i in members], np.int64)
@@ -114,19 +202,20 @@ def read_frames(refs: Sequence[SpillRef]) -> list[bytes]:
                 if len(data) != end - start:
                     raise RuntimeError(f"spill file {path} is shorter than its refs ({start}+)")
                 for k in range(first, last):
-                    frames[members[k]] = data[begins[k] - start : ends[k] - start]
-    return frames
-
-
-def read_payloads(refs: Sequence[SpillRef]) -> list[bytes]:
-    """The payload of each ref (its frame without header and footer), in the order of `refs`."""
-    header, footer = layout.FRAME_HEADER_BYTES, layout.FRAME_FOOTER_BYTES
-    return [frame[header : len(frame) - footer] for frame in read_frames(refs)]
+                    resolved[members[k]] = data[begins[k] - start + head : ends[k] - start - tail]
+    return resolved
 
 
 def remove_spill_dir(output_dir: str) -> None:
-    """Deletes the spill files of a run (launcher side, after the pipeline has finished)."""
+    """Deletes the spill files of the run in `output_dir`, wherever they are, and its pointer
+    (launcher side, after the pipeline has finished)."""
     gfile = layout.gfile()
-    directory = spill_dir(output_dir)
-    if gfile.exists(directory):
-        gfile.rmtree(directory)
+    local = spill_dir(output_dir)
+    if gfile.isdir(local):
+        gfile.rmtree(local)
+    elif gfile.exists(local):
+        with gfile.GFile(local, "r") as pointer:
+            root = pointer.read().strip()
+        if root and gfile.exists(root):
+            gfile.rmtree(root)
+        gfile.remove(local)

@@ -11,7 +11,9 @@ and Trainer read, plus the custom index artifacts of `components.artifacts`:
 Parameters mirror the Beam job's flags (`components.materialize.PairsConfig` / `AudioConfig`);
 unset ones take the job's defaults. `input_fingerprint` is any string that changes when the
 input files change (see `pipeline.fingerprint`): paths alone do not, so without it a re-run
-after the data changed would be served stale outputs from the ML Metadata cache.
+after the data changed would be served stale outputs from the ML Metadata cache. `spill`
+(`auto`, `files` or `none`) is the job's `--spill`: set `none` where the Beam workers share no
+file system (`--temp_location` in `beam_pipeline_args` is where `files` spills).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ _COMMON_PARAMETERS = {
     keys.MAX_SHARD_BYTES_KEY: ExecutionParameter(type=int, optional=True),
     keys.MAX_REJECT_FRACTION_KEY: ExecutionParameter(type=float, optional=True),
     keys.INPUT_FINGERPRINT_KEY: ExecutionParameter(type=str, optional=True),
+    keys.SPILL_KEY: ExecutionParameter(type=str, optional=True),
 }
 
 
@@ -46,6 +49,7 @@ class _CommonArgs(TypedDict, total=False):
     max_shard_bytes: int | None
     max_reject_fraction: float | None
     input_fingerprint: str | None
+    spill: str | None
 
 
 def _outputs(index_key: str, index_type: type[types.Artifact]) -> dict[str, ChannelParameter]:
@@ -100,6 +104,7 @@ class _MaterializeComponent(base_beam_component.BaseBeamComponent):
         max_shard_bytes: int | None = None,
         max_reject_fraction: float | None = None,
         input_fingerprint: str | None = None,
+        spill: str | None = None,
     ):
         outputs = {
             name: types.Channel(type=output.type)
@@ -112,6 +117,7 @@ class _MaterializeComponent(base_beam_component.BaseBeamComponent):
                 max_shard_bytes=max_shard_bytes,
                 max_reject_fraction=max_reject_fraction,
                 input_fingerprint=input_fingerprint,
+                spill=spill,
                 **outputs,
             )
         )

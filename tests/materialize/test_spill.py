@@ -114,3 +114,21 @@ def test_overwrite_removes_the_spill_files_of_a_crashed_run(tmp_path):
     writer.close()
     run_dir.prepare_output_dir(output_dir, overwrite=True)
     assert os.listdir(output_dir) == []
+
+
+def test_without_a_spill_root_payloads_are_handed_on_as_they_are(tmp_path):
+    """`--spill none`: the writer returns the bytes, and both readers take them as refs."""
+    inline = spill.SpillWriter(None)
+    payloads = [b"", b"kept", bytes(range(256)) * 3]
+    handed = inline.write(payloads)
+    inline.close()
+    assert handed == payloads
+    writer = spill.SpillWriter(str(tmp_path))
+    refs = writer.write([b"spilled", b""])
+    writer.close()
+    mixed = [refs[0], handed[1], refs[1], handed[2]]
+    expected = [b"spilled", b"kept", b"", handed[2]]
+    assert spill.read_payloads(mixed) == expected
+    assert spill.read_frames(mixed) == [layout.tfrecord_frame(p) for p in expected]
+    assert [spill.payload_length(p) for p in mixed] == [len(p) for p in expected]
+    assert os.listdir(tmp_path) == [spill.SPILL_DIR]  # only the writer with a root wrote
