@@ -8,6 +8,7 @@ Import from here; the modules behind it hold one concept each:
   `element_codec`: the default element <-> Example encoding it uses;
 * `parsing`: batched parsers of image Examples and payload checks;
 * `epoch_plan`: stateless per-epoch plans, worker slices, checkpointable epoch state;
+  `data_service`: what a dataset needs to run on tf.data service workers, checked at build;
 * `valid_pairs`, `group_pairs`, `pair_plan`, `pairs`, `coverage`: the valid-pair index (edges,
   or groups), the pair plan, the dynamic-pairs sampler, pair coverage;
 * `class_plan`, `class_balanced`: the class-balanced plan and the sampler that reads it;
@@ -20,6 +21,7 @@ from components.inputs.audio_features import AudioFeatureConfig, SpecAugment
 from components.inputs.class_balanced import ClassBalancedSampler, class_balanced
 from components.inputs.class_plan import ClassBalancedPlan, ClassReport
 from components.inputs.coverage import PairCoverage, PairCoverageCallback
+from components.inputs.data_service import ServiceUnsupportedError
 from components.inputs.element_codec import tensor_parser
 from components.inputs.epoch_plan import EpochState
 from components.inputs.group_pairs import GroupPairs
@@ -52,6 +54,7 @@ __all__ = [
     "PairCoverageCallback",
     "PairingState",
     "RecordStore",
+    "ServiceUnsupportedError",
     "ValidPairs",
     "class_balanced",
     "dynamic_pairs",

@@ -115,7 +115,9 @@ class ClassBalancedSampler(epoch_plan.EpochSampler):
         self.report = self.plan.report
         _log_report(self.report)
         self.state = state if state is not None else epoch_plan.EpochState()
-        self._record_numbers = _record_number_lookup(resolved.values, memory_budget_bytes)
+        self._record_numbers, self._record_numbers_in_python = _record_number_lookup(
+            resolved.values, memory_budget_bytes
+        )
         self._skip_log = epoch_plan.SkipLog(
             "class_balanced", self.state, lambda: describe_damaged({"": self.store})
         )
@@ -133,11 +135,26 @@ class ClassBalancedSampler(epoch_plan.EpochSampler):
     def _plan(self, epoch: tf.Tensor) -> dict[str, tf.Tensor]:
         return self.epoch_plan(epoch)
 
-    def _load_batch(self, row: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    def _stores(self) -> list[RecordStore]:
+        return [self.store]
+
+    def _service_problems(self) -> list[str]:
+        problems = super()._service_problems()
+        if self._record_numbers_in_python:
+            problems.append(
+                "the class index is larger than memory_budget_bytes and is read from its "
+                "memory-mapped file in a tf.numpy_function; raise memory_budget_bytes above its "
+                "size (8 bytes a record) to hold it in the graph"
+            )
+        return problems
+
+    def _load_batch(
+        self, row: dict[str, tf.Tensor], *, for_service: bool = False
+    ) -> dict[str, tf.Tensor]:
         batch_size = self.plan.batch_size
         index = tf.ensure_shape(row["index"], [batch_size])
         label = tf.ensure_shape(row["label"], [batch_size])
-        records, ok = self.store.read_checked(index)
+        records, ok = self.store.read_checked(index, for_service=for_service)
         if self.store.on_damaged == "skip":
             # A damaged record comes back empty: leave its sample out (the batch is then short of
             # the exact n_c x n_p) rather than train on a record that is not there.
@@ -270,12 +287,13 @@ def _with_parsed(batch: dict[str, tf.Tensor], parsed) -> dict:
     return {**batch, **parsed}
 
 
-def _record_number_lookup(values: np.ndarray, memory_budget_bytes: int) -> Callable:
+def _record_number_lookup(values: np.ndarray, memory_budget_bytes: int) -> tuple[Callable, bool]:
     """positions (int64 tensor) -> `values[positions]`: in the graph when `values` fits the
-    budget, else from the memory-mapped index file (one `numpy_function` per epoch plan)."""
+    budget, else from the memory-mapped index file (one `numpy_function` per epoch plan). Also
+    returns whether the lookup runs in Python."""
     if not isinstance(values, np.memmap) or values.nbytes <= memory_budget_bytes:
         table = epoch_plan.index_variable(np.asarray(values, np.int64), tf.int64, "record_numbers")
-        return lambda positions: tf.gather(table, positions)
+        return (lambda positions: tf.gather(table, positions)), False
 
     def lookup(positions: tf.Tensor) -> tf.Tensor:
         found = tf.numpy_function(
@@ -283,7 +301,7 @@ def _record_number_lookup(values: np.ndarray, memory_budget_bytes: int) -> Calla
         )
         return tf.ensure_shape(found, positions.shape)
 
-    return lookup
+    return lookup, True
 
 
 def _log_report(report: ClassReport) -> None:

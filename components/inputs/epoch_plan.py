@@ -10,7 +10,11 @@ that
   iterator state to save.
 
 `epoch_dataset` turns a plan function into a `tf.data.Dataset` whose every iteration is the next
-epoch, which is what `keras.Model.fit(ds, epochs=N)` needs.
+epoch, which is what `keras.Model.fit(ds, epochs=N)` needs. It advances the epoch in a variable of
+this process, which a tf.data service worker (another process, given the graph with the variable's
+value at registration) cannot see; `epoch_range_dataset` is the form for the service: a range of
+epochs in one iteration, every batch computed from its batch number, so that the service can split
+the batch numbers across its workers (`EpochSampler.distributed_dataset`).
 """
 
 from __future__ import annotations
@@ -18,10 +22,19 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
+from components.inputs import data_service
+
+if TYPE_CHECKING:
+    from components.inputs.record_store import RecordStore
+
 _log = logging.getLogger(__name__)
+
+# Batch numbers of an unbounded `epoch_range_dataset` run up to the largest int64.
+_LAST_BATCH_NUMBER = (1 << 63) - 1
 
 # Salts separate the random streams drawn for different purposes within one (seed, epoch).
 SALT_ORDER = 0
@@ -36,7 +49,9 @@ class EpochState(tf.Module):
     `epoch` (int64 scalar variable) is the next epoch to plan. A dataset built by `epoch_dataset`
     increments it when an iteration starts, so a checkpoint written during epoch `e` holds
     `e + 1`; resuming with `initial_step > 0` re-plans epoch `epoch - 1`, the one in progress.
-    Track it with `tf.train.Checkpoint(sampler=state, ...)`.
+    Track it with `tf.train.Checkpoint(sampler=state, ...)`. `EpochSampler.distributed_dataset`
+    (tf.data service) reads `epoch` as its default first epoch and never advances it: the workers
+    cannot update a variable of this process.
 
     `skipped_samples` (int64 scalar variable) counts the samples the sampler left out of its
     batches because their records are damaged (stores opened with `on_damaged="skip"`), over all
@@ -237,15 +252,7 @@ def epoch_dataset(
       A dataset of plan rows (the structure of `plan_fn`'s result, leading dimension removed).
       Its cardinality is `num_batches // num_workers` when `initial_step == 0`.
     """
-    if num_batches < 1:
-        raise ValueError(f"num_batches must be >= 1, got {num_batches}")
-    if num_workers < 1 or not 0 <= worker_index < num_workers:
-        raise ValueError(f"need 0 <= worker_index < num_workers, got {worker_index}, {num_workers}")
-    if num_batches % num_workers:
-        raise ValueError(
-            f"num_batches ({num_batches}) must be a multiple of num_workers ({num_workers})"
-        )
-    batches_per_worker = num_batches // num_workers
+    batches_per_worker = _batches_per_worker(num_batches, num_workers, worker_index)
     if not 0 <= initial_step < batches_per_worker:
         raise ValueError(
             f"initial_step must be in [0, {batches_per_worker}) (batches per worker per epoch), "
@@ -273,6 +280,95 @@ def epoch_dataset(
     if initial_step == 0:
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches_per_worker))
     return dataset
+
+
+def epoch_range_dataset(
+    plan_fn: Callable[[tf.Tensor], dict[str, tf.Tensor]],
+    *,
+    num_batches: int,
+    start_epoch: int,
+    num_epochs: int | None = None,
+    num_workers: int = 1,
+    worker_index: int = 0,
+) -> tf.data.Dataset:
+    """This worker's plan rows of the epochs `[start_epoch, start_epoch + num_epochs)`, in order.
+
+    The dataset is self-contained, so it can run in another process (a tf.data service worker):
+    its source is `Dataset.range` over batch numbers `g = epoch * steps + j` (`steps =
+    num_batches // num_workers`, `j` the row in this worker's slice), which the service's
+    `distributed_epoch` mode hands out to its workers one at a time, and each element is computed
+    from `g` alone. So any service worker can produce any batch, every epoch is planned from its
+    own number (never from a counter the workers cannot share), and iterating the dataset again
+    yields the same epochs again.
+
+    A plan costs O(records), so the dataset does not plan per batch: it keeps the rows of the last
+    epoch it planned (per iterator: on the service, per worker task) and plans again when a
+    batch of another epoch comes, about once per epoch per worker since each worker receives its
+    batch numbers in increasing order.
+
+    Args:
+      plan_fn: `plan_fn(epoch)` (int64 scalar tensor) returns a dict of int64 tensors, each with
+        leading dimension `num_batches`: the global plan of that epoch. It must be a pure function
+        of the epoch (stateless plans): the service plans an epoch on every worker that needs it.
+      num_batches: global batches per epoch; a multiple of `num_workers`.
+      start_epoch: the first epoch (>= 0).
+      num_epochs: epochs to yield (>= 1); None for an unbounded range.
+      num_workers, worker_index: this worker's slice, rows `b % num_workers == worker_index` of
+        each plan (as in `epoch_dataset`; the trainer's input pipelines, not service workers).
+
+    Returns:
+      A dataset of dicts: the plan's keys, each row without its leading dimension, plus
+      ``epoch`` (int64 scalar). Its cardinality is `num_epochs * steps`.
+    """
+    steps = _batches_per_worker(num_batches, num_workers, worker_index)
+    if start_epoch < 0:
+        raise ValueError(f"start_epoch must be >= 0, got {start_epoch}")
+    if num_epochs is not None and num_epochs < 1:
+        raise ValueError(f"num_epochs must be >= 1 or None, got {num_epochs}")
+    first = start_epoch * steps
+    last = (
+        _LAST_BATCH_NUMBER // steps * steps
+        if num_epochs is None
+        else (start_epoch + num_epochs) * steps
+    )
+    # Traced once more for the row shapes only (a graph, nothing runs).
+    spec = tf.data.Dataset.range(1).map(plan_fn).element_spec
+    if not isinstance(spec, dict) or "epoch" in spec:
+        raise ValueError(f"plan_fn must return a dict without an 'epoch' key, got {spec}")
+
+    def this_slice(epoch: tf.Tensor) -> dict[str, tf.Tensor]:
+        return {
+            key: _check_rows(value, num_batches)[worker_index::num_workers]
+            for key, value in plan_fn(epoch).items()
+        }
+
+    def step(kept: dict, batch_number: tf.Tensor) -> tuple[dict, dict[str, tf.Tensor]]:
+        epoch = batch_number // steps
+        rows = tf.cond(
+            tf.equal(kept["epoch"], epoch), lambda: kept["rows"], lambda: this_slice(epoch)
+        )
+        row = {key: value[batch_number % steps] for key, value in rows.items()}
+        return {"epoch": epoch, "rows": rows}, {**row, "epoch": epoch}
+
+    # The kept rows are scan state, local to each iterator (each service worker task): no
+    # variable to ship, share or race on. Empty before the first batch (scan relaxes the shape).
+    nothing_planned = {
+        "epoch": tf.constant(-1, tf.int64),
+        "rows": {key: tf.zeros([0, *s.shape[1:]], s.dtype) for key, s in spec.items()},
+    }
+    return tf.data.Dataset.range(first, last).scan(nothing_planned, step)
+
+
+def _batches_per_worker(num_batches: int, num_workers: int, worker_index: int) -> int:
+    if num_batches < 1:
+        raise ValueError(f"num_batches must be >= 1, got {num_batches}")
+    if num_workers < 1 or not 0 <= worker_index < num_workers:
+        raise ValueError(f"need 0 <= worker_index < num_workers, got {worker_index}, {num_workers}")
+    if num_batches % num_workers:
+        raise ValueError(
+            f"num_batches ({num_batches}) must be a multiple of num_workers ({num_workers})"
+        )
+    return num_batches // num_workers
 
 
 def _epoch_in_progress(next_epoch: tf.Variable) -> tf.Tensor:
@@ -307,13 +403,14 @@ def _check_rows(rows: tf.Tensor, num_batches: int) -> tf.Tensor:
 
 class EpochSampler:
     """What both samplers share: this worker's slice of a per-epoch plan, the state, the skip
-    count, and the dataset of batches.
+    count, and the datasets of batches (in this process, or on tf.data service workers).
 
     A sampler sets `state` (`EpochState`), `worker_index`, `num_workers` and `num_batches`
     (global batches per epoch, a multiple of `num_workers`), and implements `_plan(epoch)` (the
-    global plan: a dict of int64 tensors with leading dimension `num_batches`) and
-    `_load_batch(row)` (read and parse one batch; the row also holds its ``epoch``, for
-    `SkipLog`).
+    global plan: a dict of int64 tensors with leading dimension `num_batches`),
+    `_load_batch(row, for_service=...)` (read and parse one batch; the row also holds its
+    ``epoch``, for `SkipLog`), `_stores()` (the record stores it reads) and may extend
+    `_service_problems()` (what keeps its dataset off tf.data service workers).
     """
 
     state: EpochState
@@ -340,7 +437,9 @@ class EpochSampler:
     ) -> tf.data.Dataset:
         """Batches of this worker; each iteration of the dataset is the next epoch.
 
-        `initial_step` resumes the epoch in progress (see `epoch_dataset`).
+        `initial_step` resumes the epoch in progress (see `epoch_dataset`). The epoch advances in
+        `state`, a variable of this process: for tf.data service workers use `distributed_dataset`
+        (or `epochs_dataset`), not `dataset().apply(tf.data.experimental.service.distribute(...))`.
         """
         num_batches = self.num_batches
 
@@ -359,8 +458,116 @@ class EpochSampler:
             self._load_batch, num_parallel_calls=num_parallel_calls, deterministic=deterministic
         ).prefetch(tf.data.AUTOTUNE)
 
+    def epochs_dataset(
+        self,
+        *,
+        start_epoch: int | None = None,
+        num_epochs: int | None = None,
+        num_parallel_calls: int = tf.data.AUTOTUNE,
+        max_graph_bytes: int = data_service.DEFAULT_MAX_GRAPH_BYTES,
+    ) -> tf.data.Dataset:
+        """The batches of epochs `[start_epoch, start_epoch + num_epochs)` in one iteration, as a
+        dataset that tf.data service workers can run (what `distributed_dataset` distributes).
+
+        Each batch is computed from its batch number (`epoch_range_dataset`), so its plan is the
+        one `dataset()` yields for that epoch; the batches also hold ``epoch`` (int64 scalar),
+        the epoch they belong to. Iterating again yields the same epochs again.
+
+        Args:
+          start_epoch: the first epoch; default `state.epoch` (the next one `dataset()` would
+            plan). The state is read, never advanced: the workers cannot share it.
+          num_epochs: epochs in the range; None for an unbounded one.
+          num_parallel_calls: parallelism of the read-and-parse map.
+          max_graph_bytes: the largest dataset graph to accept (it carries every in-memory
+            record and index to the workers); at most 2 GB - 1.
+
+        Raises:
+          data_service.ServiceUnsupportedError: now, not on a worker, when something cannot run
+            there (the Python disk reader, on_damaged="skip", Python in a parse function,
+            least_sampled over an edge list, a graph over `max_graph_bytes`).
+        """
+        data_service.check_sampler(
+            self._service_problems(),
+            sum(store.memory_bytes for store in self._stores()),
+            max_graph_bytes,
+        )
+        if start_epoch is None:
+            start_epoch = int(self.state.epoch.numpy())
+        rows = epoch_range_dataset(
+            self._plan,
+            num_batches=self.num_batches,
+            start_epoch=start_epoch,
+            num_epochs=num_epochs,
+            num_workers=self.num_workers,
+            worker_index=self.worker_index,
+        )
+
+        def load(row: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+            batch = self._load_batch(row, for_service=True)
+            if "epoch" in batch:
+                raise ValueError(
+                    "the parsed batch has an 'epoch' key, which epochs_dataset uses for the "
+                    "batch's epoch; rename it in parse_fn"
+                )
+            return {**batch, "epoch": row["epoch"]}
+
+        dataset = rows.map(load, num_parallel_calls=num_parallel_calls).prefetch(tf.data.AUTOTUNE)
+        data_service.check_dataset(dataset, max_graph_bytes)
+        return dataset
+
+    def distributed_dataset(
+        self,
+        service: str,
+        *,
+        processing_mode: str = "distributed_epoch",
+        job_name: str | None = None,
+        start_epoch: int | None = None,
+        num_epochs: int | None = None,
+        num_parallel_calls: int = tf.data.AUTOTUNE,
+        max_graph_bytes: int = data_service.DEFAULT_MAX_GRAPH_BYTES,
+    ) -> tf.data.Dataset:
+        """`epochs_dataset` run by the tf.data service at `service` ("grpc://host:port", the
+        dispatcher; start workers with `python -m components.data_service_worker`).
+
+        `processing_mode`:
+          * ``"distributed_epoch"``: the service hands each batch number to one worker, so the
+            client receives every batch of every epoch once (at most once if a worker is lost:
+            the service's own guarantee), with each epoch's batches exactly `dataset()`'s for that
+            epoch; the order across workers is not deterministic, and a few batches of
+            consecutive epochs can interleave at their boundary (each batch carries ``epoch``).
+          * ``"parallel_epochs"``: every worker runs the whole range, so with `W` workers the
+            client receives each epoch `W` times, interleaved; with one worker it is exactly
+            `dataset()`'s sequence of epochs.
+        `job_name` shares one job among clients (each batch then goes to one of them). The
+        dataset spans the epochs in one iteration: give Keras
+        `steps_per_epoch=sampler.steps_per_epoch` (with num_epochs=None, the default, the range
+        is unbounded). Iterating it again starts a new service job at `start_epoch`: a replay,
+        which is what lets Keras read a first batch to build the model and then train from the
+        start. To continue later, build another one with the next `start_epoch`.
+        Other arguments and errors as in `epochs_dataset`.
+        """
+        data_service.check_processing_mode(processing_mode)
+        dataset = self.epochs_dataset(
+            start_epoch=start_epoch,
+            num_epochs=num_epochs,
+            num_parallel_calls=num_parallel_calls,
+            max_graph_bytes=max_graph_bytes,
+        )
+        return dataset.apply(
+            tf.data.experimental.service.distribute(processing_mode, service, job_name=job_name)
+        )
+
+    def _service_problems(self) -> list[str]:
+        """What keeps this sampler's batches off tf.data service workers (empty: nothing)."""
+        return [problem for store in self._stores() for problem in store.service_problems()]
+
+    def _stores(self) -> list[RecordStore]:
+        raise NotImplementedError
+
     def _plan(self, epoch: tf.Tensor) -> dict[str, tf.Tensor]:
         raise NotImplementedError
 
-    def _load_batch(self, row: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    def _load_batch(
+        self, row: dict[str, tf.Tensor], *, for_service: bool = False
+    ) -> dict[str, tf.Tensor]:
         raise NotImplementedError

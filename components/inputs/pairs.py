@@ -202,10 +202,28 @@ class DynamicPairsSampler(EpochSampler):
     def _plan(self, epoch: tf.Tensor) -> dict[str, tf.Tensor]:
         return self.planner.plan(epoch)
 
-    def _load_batch(self, row: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    def _stores(self) -> list[RecordStore]:
+        return [self.x_store, self.y_store]
+
+    def _service_problems(self) -> list[str]:
+        problems = super()._service_problems()
+        if self.planner.strategy == "least_sampled" and isinstance(self.valid_pairs, ValidPairs):
+            # Each worker would count in its own copy of the counts, never seen by the client's
+            # checkpoint or by the other workers.
+            problems.append(
+                "strategy='least_sampled' over a valid-pair list plans from per-pair counts kept "
+                "in this process, which tf.data service workers cannot share or report back; use "
+                "strategy='uniform', or group pairs (ValidPairs.from_groups), whose least_sampled "
+                "is a stateless schedule"
+            )
+        return problems
+
+    def _load_batch(
+        self, row: dict[str, tf.Tensor], *, for_service: bool = False
+    ) -> dict[str, tf.Tensor]:
         x_index, y_index = row["x_index"], row["y_index"]
-        x_records, x_ok = self.x_store.read_checked(x_index)
-        y_records, y_ok = self.y_store.read_checked(y_index)
+        x_records, x_ok = self.x_store.read_checked(x_index, for_service=for_service)
+        y_records, y_ok = self.y_store.read_checked(y_index, for_service=for_service)
         if "skip" not in (self.x_store.on_damaged, self.y_store.on_damaged):
             batch = {
                 "x": self._x_parse(x_records),

@@ -18,6 +18,10 @@ features the parser needs). A damaged record (CRC mismatch, truncated shard, wro
 failed payload check) either fails the read with an error naming the record, shard path and offset
 (`on_damaged="fail"`, the default), or comes back as `b""` with `ok=False`, is counted in
 `damaged_count` and listed in `damaged_records` (`on_damaged="skip"`).
+
+On a tf.data service worker (another process) only what runs without Python works:
+`service_problems()` say why a store cannot be read there, and `read_checked(..., for_service=True)`
+fails a damaged read with the record numbers instead of calling back to name shard and offset.
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ class RecordStore:
         records_ok: tf.Variable | None = None,
         reader: ShardReader | None = None,
         native_reader: NativeRead | None = None,
+        python_reader_reason: str | None = None,
         on_damaged: str = "fail",
         damaged_records: Sequence[DamagedRecord] = (),
         parse_fn: ParseFn | None = None,
@@ -89,6 +94,7 @@ class RecordStore:
         self._records_ok = records_ok
         self._reader = reader
         self._native_reader = native_reader
+        self._python_reader_reason = python_reader_reason
         self._on_damaged = on_damaged
         self._damaged = {d.index: d for d in damaged_records}
         self._damaged_lock = threading.Lock()
@@ -171,14 +177,16 @@ class RecordStore:
                 damaged_records=damaged,
                 parse_fn=parse_fn,
             )
+        native_reader, python_reader_reason = open_native_reader(
+            reader, shard_paths, offsets, verify_crc, payload_check
+        )
         return cls(
             backend="disk",
             num_records=num_records,
             record_set=record_set,
             reader=ShardReader(shard_paths, offsets, verify_crc, payload_check, shard_bytes),
-            native_reader=open_native_reader(
-                reader, shard_paths, offsets, verify_crc, payload_check
-            ),
+            native_reader=native_reader,
+            python_reader_reason=python_reader_reason,
             on_damaged=on_damaged,
             parse_fn=parse_fn,
         )
@@ -237,6 +245,40 @@ class RecordStore:
         with self._damaged_lock:
             return [self._damaged[i] for i in sorted(self._damaged)]
 
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes of the records held in memory (the memory backend), 0 for the disk backend.
+
+        A dataset shipped to tf.data service workers carries them inside its graph.
+        """
+        if self._records is None:
+            return 0
+        return int(tf.reduce_sum(tf.strings.length(self._records.value(), unit="BYTE")))
+
+    def service_problems(self) -> list[str]:
+        """Why a tf.data service worker cannot read this store (empty: it can).
+
+        A worker runs the dataset graph in another process, so nothing that calls back into this
+        Python process works there: the Python disk reader (`tf.numpy_function`), and
+        `on_damaged="skip"`, which names, counts and logs the damaged records here.
+        """
+        name = self._describe()
+        problems = []
+        if self._on_damaged == "skip":
+            problems.append(
+                f"{name} was opened with on_damaged='skip', which names, counts and logs the "
+                "skipped records in this Python process; open it with on_damaged='fail' (a "
+                "damaged record then fails the worker's read, naming its record number)"
+            )
+        if self._backend == "disk" and self._native_reader is None:
+            problems.append(
+                f"{name} is read from disk by the Python reader (os.pread in a "
+                f"tf.numpy_function): {self._python_reader_reason}. Build the native op "
+                "(python -m components.native) and open the store with reader='auto' and no "
+                "payload_check, or use backend='memory'"
+            )
+        return problems
+
     def locate(self, index: int) -> tuple[str, int] | None:
         """`(shard path, frame offset)` of record `index`, or None for a store without shards."""
         _check_index_in_range(index, self._num_records)
@@ -253,11 +295,16 @@ class RecordStore:
         records, _ = self.read_checked(indices)
         return records
 
-    def read_checked(self, indices) -> tuple[tf.Tensor, tf.Tensor]:
+    def read_checked(self, indices, *, for_service: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
         """Returns `(records, ok)`: tf.string [B] and tf.bool [B].
 
         With `on_damaged="skip"` a damaged record is `b""` with `ok=False`, and each such read
         adds one to `damaged_count`.
+
+        `for_service`: the read runs on a tf.data service worker, which cannot call back into
+        this process; a damaged record then fails the read naming the record numbers (not the
+        shard and offset, which only the Python side knows). Requires `service_problems()` to
+        be empty.
         """
         indices = tf.convert_to_tensor(indices, dtype=tf.int64)
         indices = self._checked_indices(indices)
@@ -267,6 +314,20 @@ class RecordStore:
                 # No damaged records were found at open: nothing to count.
                 return records, tf.ones_like(indices, dtype=tf.bool)
             ok = tf.gather(self._records_ok, indices)
+        elif self._native_reader is not None and for_service:
+            records, ok = self._native_reader(indices)
+            damaged = tf.debugging.Assert(
+                tf.reduce_all(ok),
+                [
+                    f"damaged record(s) in {self._describe()}, read on a tf.data "
+                    "service worker (RecordStore.open(...).read([...]) in Python names the shard, "
+                    "offset and reason); record numbers:",
+                    tf.boolean_mask(indices, tf.logical_not(ok)),
+                ],
+                summarize=16,
+            )
+            with tf.control_dependencies([damaged]):
+                ok = tf.identity(ok)
         elif self._native_reader is not None:
             records, ok = self._native_reader(indices)
             # Python runs only for a batch with a damaged record: to name it, and fail or note it.
@@ -288,6 +349,9 @@ class RecordStore:
         count = self.damaged_count.assign_add(damaged_reads)
         with tf.control_dependencies([count]):
             return tf.identity(records), tf.identity(ok)
+
+    def _describe(self) -> str:
+        return f"record set {self._record_set!r}" if self._record_set else "an in-memory store"
 
     def _checked_indices(self, indices: tf.Tensor) -> tf.Tensor:
         in_range = tf.logical_and(indices >= 0, indices < self._num_records)

@@ -177,10 +177,11 @@ def open_native_reader(
     offsets: np.ndarray,
     verify_crc: bool,
     payload_check: PayloadCheck | None,
-) -> NativeRead | None:
-    """The native reader `reader` asks for, or None for the Python one."""
+) -> tuple[NativeRead | None, str | None]:
+    """The native reader `reader` asks for, or `(None, why)`: the Python reader reads, because of
+    `why` (a tf.data service worker cannot run the Python reader, so the store says why)."""
     if reader == "python":
-        return None
+        return None, "the store was opened with reader='python'"
     problem = None
     op_module = native.read_records_op()
     if op_module is None:
@@ -194,7 +195,7 @@ def open_native_reader(
     ):
         problem = "the offset index is not a memory-mapped little-endian int64 array"
     if problem is None:
-        return functools.partial(
+        read = functools.partial(
             op_module.read_records_by_index,
             shard_paths=shard_paths,
             offsets_path=offsets.filename,
@@ -202,11 +203,12 @@ def open_native_reader(
             num_records=len(offsets),
             verify_crc=verify_crc,
         )
+        return read, None
     if reader == "native":
         raise ValueError(f"reader='native' cannot be used: {problem}")
     if op_module is None:
         _warn_not_built()
-    return None
+    return None, problem
 
 
 @functools.cache

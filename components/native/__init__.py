@@ -10,6 +10,8 @@ The library is built by `make setup` (`python -m components.native`) with the C+
 TensorFlow's own compile and link flags. Its file name carries a hash of the source, the
 TensorFlow version and the flags, so a stale build is never loaded. Without a compiler nothing
 fails: `read_records_op()` returns None and the record store keeps its Python reader.
+A process that runs graphs built elsewhere (a tf.data service worker,
+`components.data_service_worker`) registers the op with `load_read_records_op()` first.
 """
 
 from __future__ import annotations
@@ -99,3 +101,19 @@ def read_records_op() -> ModuleType | None:
     if not os.path.exists(path):
         return None
     return tf.load_op_library(path)
+
+
+def load_read_records_op() -> ModuleType:
+    """Loads the op library into this process (registering `ReadRecordsByIndex`) and returns it.
+
+    For processes that run graphs built elsewhere (tf.data service workers): a graph naming an op
+    that the process has not registered fails with "Op type not registered". Raises
+    NativeBuildError when it is not built.
+    """
+    op_module = read_records_op()
+    if op_module is None:
+        raise NativeBuildError(
+            f"the native op is not built for this source and TensorFlow {_build_flags()[2]} "
+            f"(expected {library_path()}): run `python -m components.native`"
+        )
+    return op_module

@@ -1,0 +1,131 @@
+"""What a dataset must satisfy to run on tf.data service workers, checked when it is built.
+
+A tf.data service worker (`python -m components.data_service_worker`) runs the dataset graph that
+the client serializes and registers with the dispatcher, in another process, usually on another
+machine. So:
+
+* nothing may call back into the client's Python process: `tf.py_function` and
+  `tf.numpy_function` (the Python disk reader, a `parse_fn` that uses them, the skip log of
+  `on_damaged="skip"`) fail there with an unhelpful "callback not found";
+* every variable the graph captures travels *by value*: serialization writes its current value as
+  a constant, and each worker task starts from a fresh copy. Records of the memory backend and the
+  indexes are shipped this way (and a graph is a protobuf, capped at 2 GB: over it, serialization
+  returns an empty graph); a variable updated on a worker (an epoch counter) is never seen by the
+  client or by the other workers;
+* custom ops (`ReadRecordsByIndex`) must be loaded in the worker process before it starts.
+
+`check_dataset` finds the first two in the dataset's serialized graph and raises
+`ServiceUnsupportedError` at once, in the client, instead of deep in a worker.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+PROCESSING_MODES = ("parallel_epochs", "distributed_epoch")
+
+# The default cap on a dataset graph shipped to workers. The hard limit is protobuf's 2 GB, but the
+# client serializes the graph twice (this check, then the registration), the dispatcher keeps it,
+# and every worker holds it twice (the graph's constants and the variables restored from them):
+# beyond about 1 GiB of in-memory records, read them from disk on a shared filesystem instead.
+DEFAULT_MAX_GRAPH_BYTES = 1 << 30
+PROTOBUF_LIMIT_BYTES = (1 << 31) - 1
+
+# Op types that call back into the Python process that built the graph.
+_PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
+
+
+class ServiceUnsupportedError(ValueError):
+    """The dataset cannot run on tf.data service workers; the message says why and what to do."""
+
+
+def check_processing_mode(processing_mode: str) -> str:
+    """Returns `processing_mode` when it is one of `PROCESSING_MODES`, else raises ValueError."""
+    if processing_mode not in PROCESSING_MODES:
+        raise ValueError(
+            f"processing_mode must be one of {PROCESSING_MODES}, got {processing_mode!r}"
+        )
+    return processing_mode
+
+
+def check_sampler(problems: list[str], memory_bytes: int, max_graph_bytes: int) -> None:
+    """Raises `ServiceUnsupportedError` listing `problems` (what the sampler knows cannot run on a
+    worker), or when `memory_bytes` (records held in memory, shipped inside the graph) exceed
+    `max_graph_bytes`. Checked before the graph is built, so that an oversized store costs no
+    serialization."""
+    _check_max_graph_bytes(max_graph_bytes)
+    if memory_bytes > max_graph_bytes:
+        problems = [
+            *problems,
+            f"the in-memory records ({memory_bytes} bytes) would be shipped to every worker inside "
+            f"the dataset graph, over max_graph_bytes={max_graph_bytes}: open the record sets with "
+            "backend='disk' on a filesystem every worker mounts at the same path, or raise "
+            f"max_graph_bytes (up to {PROTOBUF_LIMIT_BYTES})",
+        ]
+    if problems:
+        raise ServiceUnsupportedError(_message(problems))
+
+
+def check_dataset(dataset: tf.data.Dataset, max_graph_bytes: int) -> int:
+    """Serializes `dataset` as the tf.data service will and checks what it would ship to workers.
+
+    Raises `ServiceUnsupportedError` when the graph calls Python (`tf.py_function`,
+    `tf.numpy_function`: the functions that do are named) or is larger than `max_graph_bytes`
+    (including the 2 GB that protobuf cannot serialize at all). Returns the graph's size in bytes.
+    """
+    _check_max_graph_bytes(max_graph_bytes)
+    # The serialization RegisterDataset runs (variables become constants of their values); no
+    # public API returns it.
+    serialized = dataset._as_serialized_graph(
+        external_state_policy=tf.data.experimental.ExternalStatePolicy.IGNORE
+    ).numpy()
+    if not serialized:
+        raise ServiceUnsupportedError(
+            _message(
+                [
+                    "the dataset graph is over protobuf's 2 GB limit (the indexes and in-memory "
+                    "records it captures); read the records from disk (backend='disk')"
+                ]
+            )
+        )
+    if len(serialized) > max_graph_bytes:
+        raise ServiceUnsupportedError(
+            _message(
+                [
+                    f"the dataset graph is {len(serialized)} bytes (the indexes and in-memory "
+                    f"records it captures), over max_graph_bytes={max_graph_bytes}: read the "
+                    "records from disk (backend='disk') or raise max_graph_bytes (up to "
+                    f"{PROTOBUF_LIMIT_BYTES})"
+                ]
+            )
+        )
+    graph = tf.compat.v1.GraphDef.FromString(serialized)
+    calling_python = sorted(
+        function.signature.name
+        for function in graph.library.function
+        if any(node.op in _PYTHON_OPS for node in function.node_def)
+    )
+    if calling_python or any(node.op in _PYTHON_OPS for node in graph.node):
+        raise ServiceUnsupportedError(
+            _message(
+                [
+                    "the dataset calls Python (tf.py_function / tf.numpy_function), which runs "
+                    "only in the process that built it, in: "
+                    f"{', '.join(calling_python) or 'the top-level graph'}. Replace it with "
+                    "TensorFlow ops (a parse_fn is the usual place)"
+                ]
+            )
+        )
+    return len(serialized)
+
+
+def _check_max_graph_bytes(max_graph_bytes: int) -> None:
+    if not 0 < max_graph_bytes <= PROTOBUF_LIMIT_BYTES:
+        raise ValueError(
+            f"max_graph_bytes must be in (0, {PROTOBUF_LIMIT_BYTES}], got {max_graph_bytes}"
+        )
+
+
+def _message(problems: list[str]) -> str:
+    listed = "\n".join(f"  - {problem}" for problem in problems)
+    return f"this dataset cannot run on tf.data service workers:\n{listed}"
