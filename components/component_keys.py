@@ -40,6 +40,7 @@ NUM_SHARDS_KEY = "num_shards"
 MAX_SHARD_BYTES_KEY = "max_shard_bytes"
 MAX_REJECT_FRACTION_KEY = "max_reject_fraction"
 INPUT_FINGERPRINT_KEY = "input_fingerprint"
+SPILL_KEY = "spill"
 
 # Parameters of ResampledTrainer.
 INPUT_KIND_KEY = "input_kind"
@@ -59,3 +60,31 @@ CUSTOM_CONFIG_KEY = "custom_config"
 DYNAMIC_PAIRS = "dynamic_pairs"
 CLASS_BALANCED = "class_balanced"
 INPUT_KINDS = (DYNAMIC_PAIRS, CLASS_BALANCED)
+
+# ModelGate (components.evaluator_component): inputs `model` (MODEL_KEY) and BASELINE_MODEL_KEY,
+# output BLESSING_KEY; the names the standard Evaluator gives the same channels.
+BASELINE_MODEL_KEY = "baseline_model"
+BLESSING_KEY = "blessing"
+# Parameters of ModelGate.
+METRIC_KEY = "metric"
+DIRECTION_KEY = "direction"
+THRESHOLD_KEY = "threshold"
+TOLERANCE_KEY = "tolerance"
+
+# Values of DIRECTION_KEY (as TFMA's MetricDirection names them).
+LOWER_IS_BETTER = "lower_is_better"
+HIGHER_IS_BETTER = "higher_is_better"
+DIRECTIONS = (LOWER_IS_BETTER, HIGHER_IS_BETTER)
+
+# Parameters of IndexExamples (beside PAIRS_KEY, PAIRS_FORMAT_KEY and the sharding and reject
+# parameters of the materialize components); its input is EXAMPLES_KEY.
+LABEL_FEATURE_KEY = "label_feature"
+ID_FEATURE_KEY = "id_feature"
+GROUP_FEATURE_KEY = "group_feature"
+X_SPLIT_KEY = "x_split"
+Y_SPLIT_KEY = "y_split"
+# Output of IndexExamples (an input key cannot name an output too).
+INDEXED_EXAMPLES_KEY = "indexed_examples"
+# Inputs of ResampledTrainer, as the standard Trainer names them.
+TRANSFORM_GRAPH_KEY = "transform_graph"
+SCHEMA_KEY = "schema"

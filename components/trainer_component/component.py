@@ -10,6 +10,14 @@ anomalies.
 
 `input_options` and `custom_config` are JSON objects: the first goes to the samplers (pairing
 `strategy`, `image` size, `features` for audio, `backend`, ...), the second to `run_fn`.
+
+Like the standard Trainer it takes Transform's `transform_graph` and a `schema`, and hands
+`run_fn` the `tf_transform_output` and `schema_path`. Class-balanced inputs of records that are
+not audio (`IndexExamples` over tabular, embedding or transformed Examples) are parsed with a
+feature spec instead of the audio front end: input option `feature_spec` `"schema"` (the schema's
+spec) or `"transformed"` (the records are Transform's `transformed_examples`), or
+`apply_transform: true` (raw records parsed with Transform's raw spec, then its transform layer
+in the input pipeline).
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 
 from components import artifacts
 from components import component_keys as keys
-from components.trainer_component import executor
+from components.trainer_component import executor, training_inputs
 
 
 class ResampledTrainerSpec(types.ComponentSpec):
@@ -51,6 +59,10 @@ class ResampledTrainerSpec(types.ComponentSpec):
         keys.ANOMALIES_KEY: ChannelParameter(
             type=standard_artifacts.ExampleAnomalies, optional=True
         ),
+        keys.TRANSFORM_GRAPH_KEY: ChannelParameter(
+            type=standard_artifacts.TransformGraph, optional=True
+        ),
+        keys.SCHEMA_KEY: ChannelParameter(type=standard_artifacts.Schema, optional=True),
     }
     OUTPUTS = {
         keys.MODEL_KEY: ChannelParameter(type=standard_artifacts.Model),
@@ -76,6 +88,8 @@ class ResampledTrainer(base_component.BaseComponent):
         pair_index: types.BaseChannel | None = None,
         class_index: types.BaseChannel | None = None,
         anomalies: types.BaseChannel | None = None,
+        transform_graph: types.BaseChannel | None = None,
+        schema: types.BaseChannel | None = None,
         seed: int | None = None,
         batch_size: int | None = None,
         n_classes_per_batch: int | None = None,
@@ -98,6 +112,16 @@ class ResampledTrainer(base_component.BaseComponent):
                 "input_kind='class_balanced' needs class_index, n_classes_per_batch and "
                 "n_samples_per_class"
             )
+        # What the executor would refuse (`training_inputs.example_parser`), refused here first.
+        options = dict(input_options or {})
+        spec_source = options.get(training_inputs.FEATURE_SPEC_OPTION)
+        applies = options.get(training_inputs.APPLY_TRANSFORM_OPTION)
+        if (applies or spec_source == training_inputs.TRANSFORMED_SPEC) and transform_graph is None:
+            raise ValueError(
+                "input_options apply_transform / feature_spec='transformed' need transform_graph"
+            )
+        if spec_source == training_inputs.SCHEMA_SPEC and schema is None:
+            raise ValueError("input_options feature_spec='schema' needs schema")
         super().__init__(
             spec=ResampledTrainerSpec(
                 examples=examples,
@@ -105,6 +129,8 @@ class ResampledTrainer(base_component.BaseComponent):
                 pair_index=pair_index,
                 class_index=class_index,
                 anomalies=anomalies,
+                transform_graph=transform_graph,
+                schema=schema,
                 input_kind=input_kind,
                 module_path=module_path,
                 module_file=module_file,

@@ -6,20 +6,24 @@ import json
 import math
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import anomalies_pb2
 from tfx import types
 from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
-from tfx.utils import import_utils, path_utils
+from tfx.utils import import_utils, io_utils, path_utils
 
 from components import component_keys as keys
 from components import layout
+from components.index_component.executor import LABEL_FEATURE_PROPERTY
 from components.inputs import PairCoverage, PairCoverageCallback
 from components.trainer_component import training_inputs
 from components.trainer_component.fn_args import FnArgs
+
+if TYPE_CHECKING:
+    from tensorflow_transform import TFTransformOutput
 
 RUN_FN = "run_fn"
 METRICS_FILE = "metrics.json"
@@ -99,6 +103,12 @@ class Executor(base_executor.BaseExecutor):
     ) -> tuple[FnArgs, PairCoverage | None]:
         """`run_fn`'s arguments, and the pair coverage tracker for dynamic pairs."""
         offset_index = artifact_utils.get_single_uri(input_dict[keys.OFFSET_INDEX_KEY])
+        schema_path = (
+            io_utils.get_only_uri_in_dir(artifact_utils.get_single_uri(input_dict[keys.SCHEMA_KEY]))
+            if input_dict.get(keys.SCHEMA_KEY)
+            else None
+        )
+        tf_transform_output = _transform_output(input_dict)
         options = _json_dict(exec_properties, keys.INPUT_OPTIONS_KEY)
         custom_config = _json_dict(exec_properties, keys.CUSTOM_CONFIG_KEY)
         seed = int(exec_properties.get(keys.SEED_KEY) or 0)
@@ -109,32 +119,63 @@ class Executor(base_executor.BaseExecutor):
             class_index = _required_uri(input_dict, keys.CLASS_INDEX_KEY, input_kind)
             n_c = _required_int(exec_properties, keys.N_CLASSES_PER_BATCH_KEY)
             n_p = _required_int(exec_properties, keys.N_SAMPLES_PER_CLASS_KEY)
-            features = training_inputs.audio_feature_config(options.pop("features", None))
             eval_batch_size = int(options.pop("eval_batch_size", n_c * n_p))
-            train_dataset = training_inputs.speaker_train_dataset(
-                offset_index,
-                class_index,
-                train_split,
-                n_classes_per_batch=n_c,
-                n_samples_per_class=n_p,
-                seed=seed,
-                features=features,
-                options=options,
+            parse_fn = training_inputs.example_parser(
+                options,
+                schema_path=schema_path,
+                tf_transform_output=tf_transform_output,
+                label_feature=artifact_utils.get_single_instance(
+                    input_dict[keys.CLASS_INDEX_KEY]
+                ).get_string_custom_property(LABEL_FEATURE_PROPERTY),
             )
-            if eval_split:
-                eval_dataset = training_inputs.speaker_eval_dataset(
+            if parse_fn is None:
+                features = training_inputs.audio_feature_config(options.pop("features", None))
+                train_dataset = training_inputs.speaker_train_dataset(
                     offset_index,
                     class_index,
-                    eval_split,
-                    batch_size=eval_batch_size,
+                    train_split,
+                    n_classes_per_batch=n_c,
+                    n_samples_per_class=n_p,
+                    seed=seed,
                     features=features,
-                    backend=options.get("backend", "auto"),
+                    options=options,
                 )
+                if eval_split:
+                    eval_dataset = training_inputs.speaker_eval_dataset(
+                        offset_index,
+                        class_index,
+                        eval_split,
+                        batch_size=eval_batch_size,
+                        features=features,
+                        backend=options.get("backend", "auto"),
+                    )
+                custom_config.update(
+                    num_mel_bins=features.num_mel_bins, sample_rate=features.sample_rate
+                )
+            else:
+                train_dataset = training_inputs.records_train_dataset(
+                    offset_index,
+                    class_index,
+                    train_split,
+                    n_classes_per_batch=n_c,
+                    n_samples_per_class=n_p,
+                    seed=seed,
+                    parse_fn=parse_fn,
+                    options=options,
+                )
+                if eval_split:
+                    eval_dataset = training_inputs.records_eval_dataset(
+                        offset_index,
+                        class_index,
+                        eval_split,
+                        batch_size=eval_batch_size,
+                        parse_fn=parse_fn,
+                        backend=options.get("backend", "auto"),
+                    )
             custom_config.update(
                 n_classes_per_batch=n_c,
                 n_samples_per_class=n_p,
-                num_mel_bins=features.num_mel_bins,
-                sample_rate=features.sample_rate,
+                num_classes=training_inputs.num_classes(class_index, train_split),
             )
         else:
             pair_index = _required_uri(input_dict, keys.PAIR_INDEX_KEY, input_kind)
@@ -153,6 +194,8 @@ class Executor(base_executor.BaseExecutor):
             serving_model_dir=serving_model_dir,
             model_run_dir=model_run_dir,
             custom_config=custom_config,
+            schema_path=schema_path,
+            tf_transform_output=tf_transform_output,
         )
         return fn_args, coverage
 
@@ -195,6 +238,18 @@ def checked_metrics(metrics: object) -> dict[str, float]:
 
 def _describe(info: anomalies_pb2.AnomalyInfo) -> str:
     return info.short_description or "; ".join(r.short_description for r in info.reason)
+
+
+def _transform_output(input_dict: Mapping[str, list[types.Artifact]]) -> TFTransformOutput | None:
+    """Transform's output (the `transform_graph` input), or None without one."""
+    if not input_dict.get(keys.TRANSFORM_GRAPH_KEY):
+        return None
+    # On use: tensorflow_transform takes seconds to import, and most runs have no transform.
+    import tensorflow_transform as tft
+
+    return tft.TFTransformOutput(
+        artifact_utils.get_single_uri(input_dict[keys.TRANSFORM_GRAPH_KEY])
+    )
 
 
 def _default_train_split(input_kind: str) -> str:

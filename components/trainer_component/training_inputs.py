@@ -1,37 +1,61 @@
-"""Training inputs of the trainer component, built from the materialize component's artifacts.
+"""Training inputs of the trainer component, built from the materialize and `IndexExamples`
+components' artifacts.
 
 Every artifact URI is a run directory for its part of the `components.layout` contract: records
-and shard lists under the `OffsetIndex` URI, the valid-pair CSR under the `PairIndex` URI, the
-class ids under the `ClassIndex` URI. Nothing here imports TFX.
+and shard lists under the `OffsetIndex` URI, the valid-pair CSR (or the groups,
+`index_component.group_index`) under the `PairIndex` URI, the class ids under the `ClassIndex`
+URI. Class-balanced batches are of audio records (log-mel features in the graph), or of records
+of any kind parsed with a feature spec: the schema's, Transform's output spec, or Transform's
+raw spec followed by its transform layer (`example_parser`). Nothing here imports TFX.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
 
 from components import layout
+from components.index_component import group_index
 from components.inputs import (
     AudioFeatureConfig,
+    ClassBalancedSampler,
+    DynamicPairsSampler,
     ImageSpec,
     PairCoverage,
     RecordStore,
     SpecAugment,
     ValidPairs,
-    class_balanced,
-    dynamic_pairs,
     image_example_parser,
     open_pairs_run,
 )
 from components.inputs.audio_features import audio_features, parse_audio_examples
+from components.inputs.class_balanced import record_parser
+from components.inputs.epoch_plan import EpochSampler
+from components.inputs.parsing import ParseFn, feature_spec_from_schema
+
+if TYPE_CHECKING:
+    import tensorflow_transform as tft
 
 # Keys of the class-balanced batches handed to `run_fn` (see `FnArgs`).
 SPEAKER_KEYS = ("features", "lengths", "label", "index")
+# Input options that parse class-balanced records with a feature spec instead of the audio front
+# end: `feature_spec` names where the spec comes from, `apply_transform` runs Transform's graph.
+FEATURE_SPEC_OPTION = "feature_spec"
+APPLY_TRANSFORM_OPTION = "apply_transform"
+SCHEMA_SPEC = "schema"  # the `schema` channel's spec (`parsing.feature_spec_from_schema`)
+TRANSFORMED_SPEC = "transformed"  # records are Transform's output: its transformed_feature_spec
+FEATURE_SPECS = (SCHEMA_SPEC, TRANSFORMED_SPEC)
+
+# `resume(sampler, other_inputs)`, called with a training sampler before its dataset is built,
+# restores the sampler's state and the other input-side modules (by name: pair coverage) from a
+# checkpoint and returns the batches of the epoch in progress already trained (0: a fresh
+# start). See `checkpoints.TrainingCheckpoints`.
+Resume = Callable[[EpochSampler, Mapping[str, tf.Module]], int]
 
 
 def pairs_train_dataset(
@@ -41,6 +65,7 @@ def pairs_train_dataset(
     batch_size: int,
     seed: int,
     options: Mapping[str, Any] | None = None,
+    resume: Resume | None = None,
 ) -> tuple[tf.data.Dataset, PairCoverage, tf.data.Dataset | None]:
     """Dynamic-pair batches with the `FnArgs` keys, re-paired every epoch, their coverage, and
     the held-out batch.
@@ -51,22 +76,46 @@ def pairs_train_dataset(
     `on_invalid`). The returned `PairCoverage` observes every batch the dataset yields;
     `PairCoverageCallback(coverage)` logs it per epoch. The held-out dataset (None without
     `held_out`) is one batch with the same keys: the k held-out x beside the k held-out y.
+    `resume` (see `Resume`) gets the sampler state and the coverage.
     """
     options = dict(options or {})
     image = options.pop("image", None)
     if not image:
         raise ValueError("input_options needs `image`: {height, width, channels}")
     num_held_out = int(options.pop("held_out", 0))
-    x_store, y_store, valid_pairs = open_pairs_run(
-        offset_index_uri,
-        pair_index_dir=pair_index_uri,
-        backend=options.pop("backend", "auto"),
-        memory_budget_bytes=options.pop("memory_budget_bytes", 1 << 30),
-        on_invalid=options.get("on_invalid", "fail"),
-    )
+    backend = options.pop("backend", "auto")
+    memory_budget_bytes = options.pop("memory_budget_bytes", 1 << 30)
+    if group_index.has_group_index(pair_index_uri):
+        # Pairs by group (IndexExamples' group_feature): O(N) whatever the number of pairs.
+        layout.check_same_run(offset_index_uri, pair_index_uri)
+        x_store, y_store = (
+            RecordStore.open(
+                offset_index_uri,
+                record_set,
+                backend=backend,
+                memory_budget_bytes=memory_budget_bytes // 2,
+            )
+            for record_set in (layout.X_RECORD_SET, layout.Y_RECORD_SET)
+        )
+        valid_pairs = group_index.load_group_pairs(
+            pair_index_uri,
+            num_x=x_store.num_records,
+            num_y=y_store.num_records,
+            on_invalid=options.get("on_invalid", "fail"),
+        )
+    else:
+        x_store, y_store, valid_pairs = open_pairs_run(
+            offset_index_uri,
+            pair_index_dir=pair_index_uri,
+            backend=backend,
+            memory_budget_bytes=memory_budget_bytes,
+            on_invalid=options.get("on_invalid", "fail"),
+        )
     image_spec = ImageSpec(**image, dtype=tf.float32)
     held_out = None
     if num_held_out:
+        if not isinstance(valid_pairs, ValidPairs):
+            raise ValueError("held_out needs a pair list's index; this pair index pairs by group")
         valid_pairs, held_x, held_y = hold_out_pairs(valid_pairs, num_held_out, seed)
         parse = image_example_parser(image_spec)
         held_out = tf.data.Dataset.from_tensors(
@@ -77,7 +126,7 @@ def pairs_train_dataset(
                 "y_index": tf.constant(held_y),
             }
         )
-    batches = dynamic_pairs(
+    sampler = DynamicPairsSampler(
         x_store,
         y_store,
         valid_pairs,
@@ -87,7 +136,8 @@ def pairs_train_dataset(
         **options,
     )
     coverage = PairCoverage(valid_pairs)
-    return coverage.observe(batches), coverage, held_out
+    initial_step = resume(sampler, {"coverage": coverage}) if resume else 0
+    return coverage.observe(sampler.dataset(initial_step=initial_step)), coverage, held_out
 
 
 def hold_out_pairs(
@@ -112,6 +162,11 @@ def hold_out_pairs(
     row_splits, values = valid_pairs.row_splits, valid_pairs.values
     row_of_value = np.repeat(np.arange(valid_pairs.num_x), np.diff(row_splits))
     keep = ~np.isin(values, held_y) & ~np.isin(row_of_value, held_x)
+    if not keep.any():
+        raise ValueError(
+            f"held_out={num_held_out}: holding out x {held_x.tolist()} and y {held_y.tolist()} "
+            "leaves no valid pair to train on; lower held_out"
+        )
     kept_degrees = np.bincount(row_of_value[keep], minlength=valid_pairs.num_x)
     training = ValidPairs.build(
         (np.concatenate([[0], np.cumsum(kept_degrees)]).astype(np.int64), values[keep]),
@@ -147,29 +202,83 @@ def speaker_train_dataset(
     seed: int,
     features: AudioFeatureConfig,
     options: Mapping[str, Any] | None = None,
+    resume: Resume | None = None,
 ) -> tf.data.Dataset:
     """Class-balanced batches of `record_set` with the `FnArgs` keys, re-planned every epoch.
 
     `options` go to `components.inputs.class_balanced` (`epoch_mode`, `small_classes`,
-    `backend`, `memory_budget_bytes`).
+    `backend`, `memory_budget_bytes`). `resume`: see `Resume`.
     """
-    options = dict(options or {})
+    batches = _class_balanced_batches(
+        offset_index_uri,
+        class_index_uri,
+        record_set,
+        n_classes_per_batch=n_classes_per_batch,
+        n_samples_per_class=n_samples_per_class,
+        seed=seed,
+        options={**(options or {}), "features": features},
+        resume=resume,
+    )
+    return batches.map(_speaker_batch)
+
+
+def records_train_dataset(
+    offset_index_uri: str,
+    class_index_uri: str,
+    record_set: str,
+    *,
+    n_classes_per_batch: int,
+    n_samples_per_class: int,
+    seed: int,
+    parse_fn: ParseFn,
+    options: Mapping[str, Any] | None = None,
+    resume: Resume | None = None,
+) -> tf.data.Dataset:
+    """Class-balanced batches of records of any kind (tabular, embedding, transformed
+    Examples), re-planned every epoch: dicts of what `parse_fn` (see `example_parser`) returns,
+    beside ``label`` (int64 [B] class ids) and ``index`` (int64 [B] record numbers).
+
+    `options` as in `speaker_train_dataset`.
+    """
+    return _class_balanced_batches(
+        offset_index_uri,
+        class_index_uri,
+        record_set,
+        n_classes_per_batch=n_classes_per_batch,
+        n_samples_per_class=n_samples_per_class,
+        seed=seed,
+        options={**(options or {}), "parse_fn": parse_fn},
+        resume=resume,
+    )
+
+
+def _class_balanced_batches(
+    offset_index_uri: str,
+    class_index_uri: str,
+    record_set: str,
+    *,
+    n_classes_per_batch: int,
+    n_samples_per_class: int,
+    seed: int,
+    options: Mapping[str, Any],
+    resume: Resume | None,
+) -> tf.data.Dataset:
+    options = dict(options)
     store = RecordStore.open(
         offset_index_uri,
         record_set,
         backend=options.pop("backend", "auto"),
         memory_budget_bytes=options.pop("memory_budget_bytes", 1 << 30),
     )
-    batches = class_balanced(
+    sampler = ClassBalancedSampler(
         store,
         class_ids(class_index_uri, record_set),
         n_classes_per_batch=n_classes_per_batch,
         n_samples_per_class=n_samples_per_class,
         seed=seed,
-        features=features,
         **options,
     )
-    return batches.map(_speaker_batch)
+    return sampler.dataset(initial_step=resume(sampler, {}) if resume else 0)
 
 
 def speaker_eval_dataset(
@@ -187,6 +296,59 @@ def speaker_eval_dataset(
     Features are computed in ``"pad"`` mode without SpecAugment (nothing random), so every
     iteration yields the same batches: the evaluation set stays fixed across epochs.
     """
+    eval_features = dataclasses.replace(features, mode="pad", spec_augment=None)
+
+    def load(records: tf.Tensor, index: tf.Tensor) -> dict[str, tf.Tensor]:
+        parsed = parse_audio_examples(records, eval_features.sample_rate)
+        return audio_features(
+            parsed["audio"], eval_features, index=index, sample_rate=parsed["sample_rate"]
+        )
+
+    batches = _in_record_order(
+        offset_index_uri,
+        class_index_uri,
+        record_set,
+        batch_size,
+        load,
+        backend,
+        memory_budget_bytes,
+    )
+    return batches.map(_speaker_batch)
+
+
+def records_eval_dataset(
+    offset_index_uri: str,
+    class_index_uri: str,
+    record_set: str,
+    *,
+    batch_size: int,
+    parse_fn: ParseFn,
+    backend: str = "auto",
+    memory_budget_bytes: int = 1 << 30,
+) -> tf.data.Dataset:
+    """Every record of `record_set` once, in record order, in batches of `batch_size`, with the
+    keys of `records_train_dataset`: the same batches every iteration."""
+    return _in_record_order(
+        offset_index_uri,
+        class_index_uri,
+        record_set,
+        batch_size,
+        lambda records, index: parse_fn(records),
+        backend,
+        memory_budget_bytes,
+    )
+
+
+def _in_record_order(
+    offset_index_uri: str,
+    class_index_uri: str,
+    record_set: str,
+    batch_size: int,
+    load: Callable[[tf.Tensor, tf.Tensor], Mapping[str, tf.Tensor]],
+    backend: str,
+    memory_budget_bytes: int,
+) -> tf.data.Dataset:
+    """Batches of every record in order: `load(records, index)`'s dict, ``label`` and ``index``."""
     store = RecordStore.open(
         offset_index_uri, record_set, backend=backend, memory_budget_bytes=memory_budget_bytes
     )
@@ -196,21 +358,86 @@ def speaker_eval_dataset(
             f"class index of {record_set!r} lists {labels.shape[0]} records, the offset index "
             f"{store.num_records}"
         )
-    eval_features = dataclasses.replace(features, mode="pad", spec_augment=None)
 
-    def load(index: tf.Tensor) -> dict[str, tf.Tensor]:
-        parsed = parse_audio_examples(store.read(index), eval_features.sample_rate)
-        computed = audio_features(
-            parsed["audio"], eval_features, index=index, sample_rate=parsed["sample_rate"]
-        )
-        return _speaker_batch({**computed, "label": tf.gather(labels, index), "index": index})
+    def read(index: tf.Tensor) -> dict[str, tf.Tensor]:
+        loaded = load(store.read(index), index)
+        return {**loaded, "label": tf.gather(labels, index), "index": index}
 
     return (
         tf.data.Dataset.range(store.num_records)
         .batch(batch_size)
-        .map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .map(read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         .prefetch(tf.data.AUTOTUNE)
     )
+
+
+def num_classes(class_index_uri: str, record_set: str) -> int:
+    """The classes of `record_set`'s class index (its vocabulary: empty classes included)."""
+    row_splits, _ = layout.load_csr(layout.class_records_dir(class_index_uri, record_set))
+    return len(row_splits) - 1
+
+
+def example_parser(
+    options: dict[str, Any],
+    *,
+    schema_path: str | None,
+    tf_transform_output: tft.TFTransformOutput | None,
+    label_feature: str = "",
+) -> ParseFn | None:
+    """The batched parser (tf.string [B] -> dict of tensors) of class-balanced records that are
+    not audio, as `options` ask for it (its options are popped); None when they do not (the
+    audio front end).
+
+    * ``feature_spec: "schema"``: `tf.io.parse_example` with the spec of the `schema` channel
+      (what TFX's components parse the records with);
+    * ``feature_spec: "transformed"``: with Transform's `transformed_feature_spec()`: the records
+      are Transform's `transformed_examples`;
+    * ``apply_transform: true``: raw records parsed with Transform's `raw_feature_spec()` (or the
+      schema's, with ``feature_spec: "schema"``), then Transform's `transform_features_layer()`
+      applied to the batch: its graph runs in the input pipeline.
+
+    `label_feature` (the feature IndexExamples took the classes from) is left out of the parsed
+    dict: the batch's ``label`` is its class id.
+    """
+    source = options.pop(FEATURE_SPEC_OPTION, None)
+    apply_transform = options.pop(APPLY_TRANSFORM_OPTION, False)
+    if source is None and not apply_transform:
+        return None
+    if source is not None and source not in FEATURE_SPECS:
+        raise ValueError(f"input option {FEATURE_SPEC_OPTION} must be one of {FEATURE_SPECS}")
+    if not isinstance(apply_transform, bool):
+        raise ValueError(f"input option {APPLY_TRANSFORM_OPTION} must be true or false")
+    if "features" in options:
+        raise ValueError(
+            f"give features (the audio front end) or {FEATURE_SPEC_OPTION} / "
+            f"{APPLY_TRANSFORM_OPTION}, not both"
+        )
+    if apply_transform and source == TRANSFORMED_SPEC:
+        raise ValueError(
+            f"{FEATURE_SPEC_OPTION}={TRANSFORMED_SPEC!r} reads records Transform already "
+            f"transformed: drop {APPLY_TRANSFORM_OPTION}"
+        )
+    if (apply_transform or source == TRANSFORMED_SPEC) and tf_transform_output is None:
+        raise ValueError("transformed features need the trainer's transform_graph input")
+    if source == SCHEMA_SPEC and schema_path is None:
+        raise ValueError(f"{FEATURE_SPEC_OPTION}={SCHEMA_SPEC!r} needs the trainer's schema input")
+
+    if source == SCHEMA_SPEC:
+        spec = feature_spec_from_schema(schema_path)
+    elif source == TRANSFORMED_SPEC:
+        spec = tf_transform_output.transformed_feature_spec()
+    else:
+        spec = tf_transform_output.raw_feature_spec()
+    parse = record_parser(None, spec)
+    transform = tf_transform_output.transform_features_layer() if apply_transform else None
+
+    def parse_records(records: tf.Tensor) -> dict[str, tf.Tensor]:
+        features = parse(records)
+        if transform is not None:
+            features = transform(features)
+        return {key: value for key, value in features.items() if key != label_feature}
+
+    return parse_records
 
 
 def _speaker_batch(batch: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:

@@ -20,6 +20,13 @@ from tests.inputs import runs
 )
 def test_held_out_records_leave_no_pair_and_the_rest_stay(rows, k, seed):
     pairs = ValidPairs.build(rows, num_y=12)
+    rng = np.random.default_rng(seed)
+    drawn_x = set(rng.choice(pairs.planned_x, k, replace=False).tolist())
+    drawn_y = set(rng.choice(12, k, replace=False).tolist())
+    if not any(x not in drawn_x and y not in drawn_y for x, row in enumerate(rows) for y in row):
+        with pytest.raises(ValueError, match=f"held_out={k}: .* leaves no valid pair"):
+            training_inputs.hold_out_pairs(pairs, k, seed)
+        return
     training, held_x, held_y = training_inputs.hold_out_pairs(pairs, k, seed)
     assert len(held_x) == len(held_y) == k
     assert set(held_x) <= set(pairs.planned_x.tolist())

@@ -1,0 +1,229 @@
+"""Durable training checkpoints of one trainer execution, so that a retried execution resumes.
+
+Kubeflow retries a trainer pod that was preempted or killed; LocalDagRunner re-runs a failed
+node. Either way the retry gets the same output artifacts, so `<model_run>/checkpoints/` is a
+folder that survives the attempt. Every `save_every_steps` batches and at each epoch's end it
+receives one `tf.train.Checkpoint` of
+
+* `trained_steps`: batches trained so far, over all epochs;
+* the sampler state (`EpochState` / `PairingState`: the next epoch, least-sampled counts) and
+  any other input-side module (pair coverage);
+* the Keras model, which tracks its optimizers (`compile` sets them as attributes), with their
+  slots and iteration counts.
+
+The sampler plans are pure functions of `(seed, epoch)` and that state, so `trained_steps` fixes
+the resume point: epoch `trained_steps // steps_per_epoch`, batch `trained_steps %
+steps_per_epoch` of it. `resume` restores the input side before the datasets are built
+(they need the resume step); the model's part is restored by `callback()` when `fit` starts,
+once `run_fn` has built the model; like Keras' `BackupAndRestore` it needs the model built
+before `fit` and builds `model.optimizer` over the trainable variables when `fit` has not yet
+(a model with more optimizers builds them itself, as `CycleGAN.compile` does).
+
+Each epoch's logs go to `history.json` beside them before the epoch's checkpoint, so that a
+resumed run reports every epoch (`history()`), not only those of its last attempt.
+
+The checkpoints are a few model-sized files; `CheckpointManager` keeps the latest two and
+writes each atomically (a checkpoint is listed only once complete), so an attempt killed while
+saving resumes from the one before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import Mapping
+
+import keras
+import tensorflow as tf
+
+from components.inputs.epoch_plan import EpochSampler
+
+CHECKPOINT_DIR = "checkpoints"
+HISTORY_FILE = "history.json"
+_MAX_TO_KEEP = 2
+
+_log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class ResumePoint:
+    """Where training goes on: `epoch` (0-based) and `step`, the batches of it already trained.
+    `trained_steps = epoch * steps_per_epoch + step`."""
+
+    epoch: int
+    step: int
+    trained_steps: int
+
+
+class TrainingCheckpoints:
+    """The checkpoints of one training run in `directory` (see `checkpoint_dir`), a checkpoint
+    every `save_every_steps` trained batches (0: at epoch ends only) and at each epoch's end.
+
+    `resume(sampler, other_inputs)` is the `training_inputs.Resume` hook: the trainer's inputs
+    call it with their sampler before building its dataset.
+    """
+
+    def __init__(self, directory: str, *, save_every_steps: int = 0):
+        if save_every_steps < 0:
+            raise ValueError(f"save_every_steps must be >= 0, got {save_every_steps}")
+        self.directory = directory
+        self.save_every_steps = save_every_steps
+        self.steps_per_epoch = 0
+        self.trained_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="trained_steps")
+        self._inputs: dict[str, tf.Module] = {}
+
+    def resume(
+        self, sampler: EpochSampler, other_inputs: Mapping[str, tf.Module] | None = None
+    ) -> int:
+        """Tracks `sampler`'s state and `other_inputs` (by name), restores them from the latest
+        checkpoint (none: a fresh start) and returns the batches of the epoch in progress already
+        trained: the sampler dataset's `initial_step`."""
+        if self._inputs:
+            raise ValueError("resume() was called already: one sampler per training run")
+        self._inputs = {"sampler": sampler.state, **(other_inputs or {})}
+        self.steps_per_epoch = sampler.steps_per_epoch
+        latest = self.latest()
+        if latest is not None:
+            checkpoint = tf.train.Checkpoint(trained_steps=self.trained_steps, **self._inputs)
+            # The model's part is restored later, by the callback.
+            checkpoint.restore(latest).expect_partial()
+            _log.info("resuming from %s: %d steps trained", latest, int(self.trained_steps))
+        return self.resume_point().step
+
+    def latest(self) -> str | None:
+        """The path of the latest complete checkpoint, or None."""
+        return tf.train.latest_checkpoint(self.directory)
+
+    def resume_point(self) -> ResumePoint:
+        """Where training goes on, as restored by `resume` (and advanced by training)."""
+        if not self.steps_per_epoch:
+            raise ValueError("call resume(sampler) first")
+        trained = int(self.trained_steps.numpy())
+        epoch, step = divmod(trained, self.steps_per_epoch)
+        return ResumePoint(epoch=epoch, step=step, trained_steps=trained)
+
+    def history(self) -> dict[str, list[float]]:
+        """The logs of the epochs trained before the resume point, by name (`fit`'s
+        `History.history` layout); empty on a fresh start."""
+        path = os.path.join(self.directory, HISTORY_FILE)
+        if not tf.io.gfile.exists(path):
+            return {}
+        with tf.io.gfile.GFile(path) as f:
+            epochs = json.load(f)
+        # An attempt may have logged an epoch and died before its checkpoint.
+        done = epochs[: self.resume_point().epoch]
+        return {name: [logs[name] for logs in done if name in logs] for name in _names(done)}
+
+    def record_epoch(self, epoch: int, logs: Mapping[str, object]) -> None:
+        path = os.path.join(self.directory, HISTORY_FILE)
+        epochs = []
+        if tf.io.gfile.exists(path):
+            with tf.io.gfile.GFile(path) as f:
+                epochs = json.load(f)[:epoch]
+        numbers = {}
+        for name, value in logs.items():
+            try:
+                numbers[name] = float(value)
+            except (TypeError, ValueError):
+                continue  # not a number: not part of the history
+        tf.io.gfile.makedirs(self.directory)
+        with tf.io.gfile.GFile(path, "w") as f:
+            json.dump([*epochs, numbers], f)
+
+    def callback(self) -> keras.callbacks.Callback:
+        """A Keras callback that restores the model's part when `fit` starts (after
+        `resume`) and saves every `save_every_steps` batches and at each epoch's end.
+        Pass `fit` `initial_epoch=resume_point().epoch`: the callback refuses a `fit` that
+        starts at another epoch."""
+        return _CheckpointCallback(self)
+
+    def manager(self, model: keras.Model) -> tf.train.CheckpointManager:
+        checkpoint = tf.train.Checkpoint(
+            trained_steps=self.trained_steps, model=model, **self._inputs
+        )
+        return tf.train.CheckpointManager(
+            checkpoint, self.directory, max_to_keep=_MAX_TO_KEEP, step_counter=self.trained_steps
+        )
+
+
+def _names(epochs: list[dict[str, float]]) -> list[str]:
+    return sorted({name for logs in epochs for name in logs})
+
+
+def checkpoint_dir(model_run_uri: str) -> str:
+    """The checkpoint folder of the execution whose ModelRun artifact is at `model_run_uri`."""
+    return os.path.join(model_run_uri, CHECKPOINT_DIR)
+
+
+class _CheckpointCallback(keras.callbacks.Callback):
+    def __init__(self, checkpoints: TrainingCheckpoints):
+        super().__init__()
+        self._checkpoints = checkpoints
+        self._manager: tf.train.CheckpointManager | None = None
+        self._first_epoch: int | None = None
+        # Each optimizer's iteration count due at the end of a resumed, partial first epoch.
+        self._iterations_at_end: list[tuple[keras.optimizers.Optimizer, int]] = []
+
+    def on_train_begin(self, logs=None):
+        self._manager = self._checkpoints.manager(self.model)
+        self._first_epoch = self._checkpoints.resume_point().epoch
+        latest = self._checkpoints.latest()
+        if latest is None:
+            return
+        # Keras builds a model and its optimizer inside the first traced train step, where a
+        # restore would run in the graph; both must exist before it, as for Keras'
+        # BackupAndRestore.
+        if not self.model.built:
+            raise ValueError(
+                f"resuming from {latest} needs the model built before `fit`: call "
+                "`model.build(input_shape)` or call it on a batch first"
+            )
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is not None and not optimizer.built:
+            optimizer.build(self.model.trainable_variables)
+        # Input-side values were restored before the datasets were built; this restores them
+        # again, unchanged, with the model and its optimizers, and checks nothing was missed.
+        self._manager.checkpoint.restore(latest).assert_existing_objects_matched()
+        resumed_at = self._checkpoints.resume_point().step
+        if resumed_at:
+            remaining = self._checkpoints.steps_per_epoch - resumed_at
+            self._iterations_at_end = [
+                (optimizer, int(optimizer.iterations.numpy()) + remaining)
+                for optimizer in _optimizers(self.model)
+            ]
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self._first_epoch is not None and epoch != self._first_epoch:
+            raise ValueError(
+                f"fit started at epoch {epoch}, but training resumes at epoch "
+                f"{self._first_epoch}: pass `initial_epoch=fn_args.initial_epoch` to `fit`"
+            )
+        self._first_epoch = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        trained = int(self._checkpoints.trained_steps.assign_add(1).numpy())
+        every = self._checkpoints.save_every_steps
+        if every and trained % every == 0 and trained % self._checkpoints.steps_per_epoch:
+            self._manager.save(checkpoint_number=trained)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self._iterations_at_end:
+            # The partial epoch's dataset has no known length, so Keras ends it on a step whose
+            # `get_next` fails; the optimizers' iteration counts (Adam's bias correction) are
+            # still advanced by that step, and are set back to the batches really trained.
+            for optimizer, iterations in self._iterations_at_end:
+                optimizer.iterations.assign(iterations)
+            self._iterations_at_end = []
+        self._checkpoints.record_epoch(epoch, logs or {})
+        self._manager.save(checkpoint_number=int(self._checkpoints.trained_steps.numpy()))
+
+
+def _optimizers(model: keras.Model) -> list[keras.optimizers.Optimizer]:
+    """The optimizers `model` holds as attributes (`optimizer`, or several, as `CycleGAN`)."""
+    found: list[keras.optimizers.Optimizer] = []
+    for value in vars(model).values():
+        if isinstance(value, keras.optimizers.Optimizer) and all(value is not f for f in found):
+            found.append(value)
+    return found

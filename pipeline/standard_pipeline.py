@@ -1,0 +1,138 @@
+"""The standard-TFX composition: re-sampled class-balanced training on ExampleGen's Examples.
+
+    ImportExampleGen -> StatisticsGen -> SchemaGen -> Transform -> IndexExamples
+        -> ResampledTrainer (class_balanced over Transform's transformed_examples)
+
+Transform's GZIP-compressed `transformed_examples` cannot be read by record number; IndexExamples
+writes them as indexed shards with a class index from `label_feature`, and ResampledTrainer
+draws exact `n_classes_per_batch x n_samples_per_class` batches of them every epoch, parsed with
+Transform's `transformed_feature_spec()`, and hands `run_fn` the `tf_transform_output` and the
+schema (for a serving signature over raw Examples).
+
+`standard_components(config)` returns the components by role (`StandardComponents`), so a
+pipeline can wire more to them (an Evaluator on `trainer.outputs["model"]`, a Pusher);
+`create_pipeline(config, run, extra_components)` assembles the components and any others into
+one TFX pipeline with `run`'s root, cache, sqlite ML Metadata and Beam arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+from tfx import v1 as tfx
+from tfx.dsl.components.base import base_node
+from tfx.types import standard_component_specs
+
+from components import component_keys as keys
+from components.index_component import IndexExamples
+from components.trainer_component import ResampledTrainer, training_inputs
+from pipeline.config import RunConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class StandardConfig:
+    """One standard pipeline.
+
+    `input_base`: a folder of TFRecord files of `tf.train.Example` (what ImportExampleGen
+    reads; it splits them into `train` and `eval`, 2:1 by hash). `preprocessing_fn`: the
+    importable path of Transform's `preprocessing_fn` (`package.module.function`), whose outputs
+    keep `label_feature` (an int64 class id or a bytes class name per example). `trainer_module`:
+    the importable module of the trainer's `run_fn`. Records without a usable label are
+    IndexExamples' rejects, at most `max_reject_fraction` of them (None: its default, 0.1).
+    """
+
+    input_base: str
+    preprocessing_fn: str
+    trainer_module: str
+    label_feature: str
+    n_classes_per_batch: int
+    n_samples_per_class: int
+    pipeline_name: str = "standard-class-balanced"
+    num_epochs: int = 5
+    seed: int = 0
+    epoch_mode: str = "samples"
+    train_split: str = "train"
+    eval_split: str | None = "eval"
+    num_shards: int | None = None
+    max_reject_fraction: float | None = None
+    custom_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class StandardComponents(NamedTuple):
+    """The components of the standard pipeline, in pipeline order."""
+
+    example_gen: base_node.BaseNode
+    statistics_gen: base_node.BaseNode
+    schema_gen: base_node.BaseNode
+    transform: base_node.BaseNode
+    index_examples: IndexExamples
+    trainer: ResampledTrainer
+
+
+def standard_components(config: StandardConfig) -> StandardComponents:
+    """The components of `config`'s pipeline, wired to each other."""
+    example_gen = tfx.components.ImportExampleGen(input_base=config.input_base)
+    examples = example_gen.outputs[standard_component_specs.EXAMPLES_KEY]
+    statistics_gen = tfx.components.StatisticsGen(examples=examples)
+    schema_gen = tfx.components.SchemaGen(
+        statistics=statistics_gen.outputs[standard_component_specs.STATISTICS_KEY]
+    )
+    schema = schema_gen.outputs[standard_component_specs.SCHEMA_KEY]
+    transform = tfx.components.Transform(
+        examples=examples, schema=schema, preprocessing_fn=config.preprocessing_fn
+    )
+    index_examples = IndexExamples(
+        examples=transform.outputs[standard_component_specs.TRANSFORMED_EXAMPLES_KEY],
+        label_feature=config.label_feature,
+        num_shards=config.num_shards,
+        max_reject_fraction=config.max_reject_fraction,
+    )
+    trainer = ResampledTrainer(
+        examples=index_examples.outputs[keys.INDEXED_EXAMPLES_KEY],
+        offset_index=index_examples.outputs[keys.OFFSET_INDEX_KEY],
+        class_index=index_examples.outputs[keys.CLASS_INDEX_KEY],
+        transform_graph=transform.outputs[standard_component_specs.TRANSFORM_GRAPH_KEY],
+        schema=schema,
+        input_kind=keys.CLASS_BALANCED,
+        module_path=config.trainer_module,
+        num_epochs=config.num_epochs,
+        seed=config.seed,
+        n_classes_per_batch=config.n_classes_per_batch,
+        n_samples_per_class=config.n_samples_per_class,
+        train_split=config.train_split,
+        eval_split=config.eval_split,
+        input_options={
+            training_inputs.FEATURE_SPEC_OPTION: training_inputs.TRANSFORMED_SPEC,
+            "epoch_mode": config.epoch_mode,
+        },
+        custom_config=dict(config.custom_config),
+    )
+    return StandardComponents(
+        example_gen, statistics_gen, schema_gen, transform, index_examples, trainer
+    )
+
+
+def create_pipeline(
+    config: StandardConfig,
+    run: RunConfig,
+    extra_components: Sequence[base_node.BaseNode] = (),
+    components: StandardComponents | None = None,
+) -> tfx.dsl.Pipeline:
+    """The TFX pipeline `config.pipeline_name`: `components` (default
+    `standard_components(config)`; pass them when `extra_components` are wired to them), then
+    `extra_components`."""
+    components = components if components is not None else standard_components(config)
+    return tfx.dsl.Pipeline(
+        pipeline_name=config.pipeline_name,
+        pipeline_root=run.pipeline_root,
+        components=[*components, *extra_components],
+        enable_cache=run.enable_cache,
+        metadata_connection_config=(
+            tfx.orchestration.metadata.sqlite_metadata_connection_config(run.metadata_path)
+            if run.metadata_path
+            else None
+        ),
+        beam_pipeline_args=list(run.beam_pipeline_args),
+    )

@@ -1,0 +1,92 @@
+"""The user modules of the standard-TFX pipeline test: Transform's `preprocessing_fn` and the
+trainer's `run_fn`.
+
+`run_fn` records the label make-up of every batch of one epoch in
+`<model_run>/batch_labels.json` before it trains, so the test can check the `n_c x n_p`
+contract on what the trainer was really served; it trains a softmax classifier on the
+z-scored vector and exports a SavedModel whose serving signature takes serialized raw Examples
+(Transform's graph in front of the model).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+import tensorflow_transform as tft
+
+VECTOR_KEY = "vector"
+LABEL_KEY = "label"
+TRANSFORMED_VECTOR_KEY = "vector_xf"
+BATCH_LABELS_FILE = "batch_labels.json"
+
+
+def preprocessing_fn(inputs: dict) -> dict:
+    """The vector scaled to z-scores over the training split; the label passed through (a
+    sparse tensor: some examples have none, and IndexExamples rejects those)."""
+    return {
+        TRANSFORMED_VECTOR_KEY: tft.scale_to_z_score(inputs[VECTOR_KEY]),
+        LABEL_KEY: inputs[LABEL_KEY],
+    }
+
+
+def run_fn(fn_args) -> dict[str, float]:
+    n_c = fn_args.custom_config["n_classes_per_batch"]
+    n_p = fn_args.custom_config["n_samples_per_class"]
+    batches = [batch["label"].numpy().tolist() for batch in fn_args.train_dataset]
+    with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, BATCH_LABELS_FILE), "w") as f:
+        json.dump(batches, f)
+    per_class = [np.unique(labels, return_counts=True)[1] for labels in batches]
+
+    vector = keras.Input(
+        shape=(fn_args.train_dataset.element_spec[TRANSFORMED_VECTOR_KEY].shape[1],)
+    )
+    probabilities = keras.layers.Dense(fn_args.custom_config["num_classes"], activation="softmax")(
+        vector
+    )
+    model = keras.Model(vector, probabilities)
+    model.compile(optimizer=keras.optimizers.Adam(0.05), loss="sparse_categorical_crossentropy")
+    pairs = fn_args.train_dataset.map(lambda b: (b[TRANSFORMED_VECTOR_KEY], b["label"]))
+    history = model.fit(pairs, epochs=fn_args.num_epochs, verbose=0)
+    eval_pairs = fn_args.eval_dataset.map(lambda b: (b[TRANSFORMED_VECTOR_KEY], b["label"]))
+    correct = total = 0
+    for features, labels in eval_pairs:
+        predicted = np.argmax(model(features).numpy(), axis=1)
+        correct += int(np.sum(predicted == labels.numpy()))
+        total += len(predicted)
+
+    serving = _Serving(model, fn_args.tf_transform_output)
+    tf.saved_model.save(
+        serving, fn_args.serving_model_dir, signatures={"serving_default": serving.serve_examples}
+    )
+    return {
+        "loss": history.history["loss"][-1],
+        "eval_accuracy": correct / total,
+        "batches_checked": len(batches),
+        "min_classes_per_batch": min(len(counts) for counts in per_class),
+        "max_classes_per_batch": max(len(counts) for counts in per_class),
+        "min_samples_per_class": min(int(counts.min()) for counts in per_class),
+        "max_samples_per_class": max(int(counts.max()) for counts in per_class),
+        "batch_size": n_c * n_p,
+        "schema_file_found": float(tf.io.gfile.exists(fn_args.schema_path)),
+    }
+
+
+class _Serving(tf.Module):
+    """Serialized raw Examples -> class probabilities: Transform's graph, then the model."""
+
+    def __init__(self, model: keras.Model, tf_transform_output: tft.TFTransformOutput):
+        super().__init__()
+        self.model = model
+        self.transform = tf_transform_output.transform_features_layer()
+        spec = tf_transform_output.raw_feature_spec()
+        spec.pop(LABEL_KEY)
+        self._raw_spec = spec
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+    def serve_examples(self, serialized: tf.Tensor) -> dict[str, tf.Tensor]:
+        features = self.transform(tf.io.parse_example(serialized, self._raw_spec))
+        return {"probabilities": self.model(features[TRANSFORMED_VECTOR_KEY])}

@@ -1,0 +1,234 @@
+"""The standard-TFX composition end to end on LocalDagRunner (sqlite ML Metadata, Beam
+DirectRunner): ImportExampleGen -> StatisticsGen -> SchemaGen -> Transform -> IndexExamples ->
+ResampledTrainer, on tf.Examples written here (a 4-float vector, an int64 class label, some
+examples without one). One run serves every test of the module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_transform as tft
+from tfx.types import standard_artifacts, standard_component_specs
+from tfx.utils import path_utils
+
+from components import artifacts, layout
+from components import component_keys as keys
+from components.index_component import executor as index_executor
+from components.inputs import RecordStore
+from components.trainer_component import training_inputs
+from pipeline import run_local, standard_pipeline
+from tests.components.conftest import make_artifact
+from tests.pipeline import standard_modules
+
+pytestmark = pytest.mark.slow
+
+NUM_EXAMPLES = 300
+NUM_CLASSES = 4
+UNLABELLED_EVERY = 25  # examples 0, 25, 50, ... have no label: IndexExamples rejects them
+N_CLASSES_PER_BATCH = 3
+N_SAMPLES_PER_CLASS = 4
+NODES = ("ImportExampleGen", "StatisticsGen", "SchemaGen", "Transform", "IndexExamples")
+TRAINER = "ResampledTrainer"
+
+
+def _class_centers() -> np.ndarray:
+    return 4.0 * np.eye(NUM_CLASSES, dtype=np.float32) + 10.0
+
+
+def _write_examples(directory: str) -> list[int | None]:
+    """Writes the input TFRecord file; returns the label of each example (None: none)."""
+    rng = np.random.default_rng(0)
+    labels: list[int | None] = []
+    os.makedirs(directory)
+    with tf.io.TFRecordWriter(os.path.join(directory, "examples.tfrecord")) as writer:
+        for i in range(NUM_EXAMPLES):
+            label = i % NUM_CLASSES
+            vector = _class_centers()[label] + rng.normal(0.0, 0.3, NUM_CLASSES)
+            feature = {
+                standard_modules.VECTOR_KEY: tf.train.Feature(
+                    float_list=tf.train.FloatList(value=vector.tolist())
+                )
+            }
+            if i % UNLABELLED_EVERY:
+                feature[standard_modules.LABEL_KEY] = tf.train.Feature(
+                    int64_list=tf.train.Int64List(value=[label])
+                )
+            labels.append(label if i % UNLABELLED_EVERY else None)
+            writer.write(
+                tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+            )
+    return labels
+
+
+@pytest.fixture(scope="module")
+def standard_run(tmp_path_factory):
+    work_dir = str(tmp_path_factory.mktemp("standard"))
+    labels = _write_examples(os.path.join(work_dir, "input"))
+    config = standard_pipeline.StandardConfig(
+        input_base=os.path.join(work_dir, "input"),
+        preprocessing_fn="tests.pipeline.standard_modules.preprocessing_fn",
+        trainer_module="tests.pipeline.standard_modules",
+        label_feature=standard_modules.LABEL_KEY,
+        n_classes_per_batch=N_CLASSES_PER_BATCH,
+        n_samples_per_class=N_SAMPLES_PER_CLASS,
+        num_epochs=3,
+        num_shards=2,
+    )
+    run = run_local.run_config(work_dir, enable_cache=False)
+    run_local.run(standard_pipeline.create_pipeline(config, run))
+    return run_local.latest_run(run.metadata_path, config.pipeline_name), labels
+
+
+def test_every_node_ran(standard_run):
+    results, _ = standard_run
+    assert {node: results[node].state for node in (*NODES, TRAINER)} == dict.fromkeys(
+        (*NODES, TRAINER), "COMPLETE"
+    )
+
+
+def test_index_examples_read_gzip_input_and_recorded_the_unlabelled_as_rejects(standard_run):
+    results, labels = standard_run
+    index = results["IndexExamples"]
+    with open(os.path.join(index.uri(keys.OFFSET_INDEX_KEY), layout.SUMMARY_FILE)) as f:
+        summary = json.load(f)
+    inputs = summary["input_records"]
+    assert set(inputs) == {"train", "eval"}
+    # Transform writes GZIP-compressed TFRecord files: every one was read as such.
+    assert all(entry["files"] == entry["gzip"] > 0 for entry in inputs.values())
+    assert sum(entry["records"] for entry in inputs.values()) == NUM_EXAMPLES
+    unlabelled = labels.count(None)
+    assert summary["rejects"]["by_reason"] == {"missing_label": unlabelled}
+    [offset_index] = index.outputs[keys.OFFSET_INDEX_KEY]
+    assert offset_index.properties["num_rejects"] == unlabelled
+    kept = sum(stats["num_records"] for stats in summary["record_sets"].values())
+    assert kept == NUM_EXAMPLES - unlabelled
+
+
+def test_class_index_classes_are_the_label_set(standard_run):
+    results, labels = standard_run
+    class_index = results["IndexExamples"].uri(keys.CLASS_INDEX_KEY)
+    label_set = sorted({str(label) for label in labels if label is not None})
+    for split in ("train", "eval"):
+        classes = layout.load_lines(
+            os.path.join(layout.index_dir(class_index, split), layout.CLASSES_FILE)
+        )
+        assert classes == label_set
+
+
+def test_trainer_saw_exact_class_balanced_batches(standard_run):
+    results, _ = standard_run
+    trainer = results[TRAINER]
+    with open(
+        os.path.join(trainer.uri(keys.MODEL_RUN_KEY), standard_modules.BATCH_LABELS_FILE)
+    ) as f:
+        batches = json.load(f)
+    assert batches
+    for labels in batches:
+        groups = np.asarray(labels).reshape(N_CLASSES_PER_BATCH, N_SAMPLES_PER_CLASS)
+        assert (groups == groups[:, :1]).all()  # n_p consecutive samples of one class
+        assert len(set(groups[:, 0])) == N_CLASSES_PER_BATCH  # n_c distinct classes
+    assert {label for labels in batches for label in labels} == set(range(NUM_CLASSES))
+    [model_run] = trainer.outputs[keys.MODEL_RUN_KEY]
+    metrics = model_run.properties
+    assert metrics["batches_checked"] == len(batches)
+    assert (
+        metrics["min_classes_per_batch"] == metrics["max_classes_per_batch"] == N_CLASSES_PER_BATCH
+    )
+    assert (
+        metrics["min_samples_per_class"] == metrics["max_samples_per_class"] == N_SAMPLES_PER_CLASS
+    )
+    assert metrics["eval_accuracy"] > 0.8  # the classes are far apart
+    assert metrics["schema_file_found"] == 1.0  # FnArgs.schema_path: SchemaGen's schema
+
+
+def test_exported_model_serves_raw_examples_through_the_transform_graph(standard_run):
+    results, _ = standard_run
+    serving_dir = path_utils.serving_model_dir(results[TRAINER].uri(keys.MODEL_KEY))
+    serve = tf.saved_model.load(serving_dir).signatures["serving_default"]
+    centers = _class_centers()
+    examples = [
+        tf.train.Example(
+            features=tf.train.Features(
+                feature={
+                    standard_modules.VECTOR_KEY: tf.train.Feature(
+                        float_list=tf.train.FloatList(value=center.tolist())
+                    )
+                }
+            )
+        ).SerializeToString()
+        for center in centers
+    ]
+    probabilities = serve(examples=tf.constant(examples))["probabilities"].numpy()
+    assert probabilities.shape == (NUM_CLASSES, NUM_CLASSES)
+    np.testing.assert_array_equal(np.argmax(probabilities, axis=1), np.arange(NUM_CLASSES))
+
+
+def _vectors(files: list[str]) -> np.ndarray:
+    spec = {standard_modules.VECTOR_KEY: tf.io.FixedLenFeature([NUM_CLASSES], tf.float32)}
+    records = tf.data.TFRecordDataset(files, compression_type="GZIP")
+    return np.stack(
+        [tf.io.parse_single_example(r, spec)[standard_modules.VECTOR_KEY] for r in records]
+    )
+
+
+def test_apply_transform_runs_transforms_graph_over_raw_records(standard_run, tmp_path):
+    """The other way to train on Transform's features: index ExampleGen's raw Examples and let
+    the input pipeline apply the transform graph (input option `apply_transform`)."""
+    results, _ = standard_run
+    raw_uri = results["ImportExampleGen"].uri(standard_component_specs.EXAMPLES_KEY)
+    raw = make_artifact(standard_artifacts.Examples, raw_uri, ["train", "eval"])
+    outputs = {
+        key: [make_artifact(artifact_type, str(tmp_path / key))]
+        for key, artifact_type in (
+            (keys.INDEXED_EXAMPLES_KEY, standard_artifacts.Examples),
+            (keys.OFFSET_INDEX_KEY, artifacts.OffsetIndex),
+            (keys.CLASS_INDEX_KEY, artifacts.ClassIndex),
+        )
+    }
+    executor = index_executor.Executor(index_executor.Executor.Context(beam_pipeline_args=[]))
+    executor.Do(
+        {keys.EXAMPLES_KEY: [raw]},
+        outputs,
+        {keys.LABEL_FEATURE_KEY: standard_modules.LABEL_KEY, keys.MAX_REJECT_FRACTION_KEY: 0.1},
+    )
+    transform_output = tft.TFTransformOutput(
+        results["Transform"].uri(standard_component_specs.TRANSFORM_GRAPH_KEY)
+    )
+    parse = training_inputs.example_parser(
+        {training_inputs.APPLY_TRANSFORM_OPTION: True},
+        schema_path=None,
+        tf_transform_output=transform_output,
+        label_feature=standard_modules.LABEL_KEY,
+    )
+    offset_index = outputs[keys.OFFSET_INDEX_KEY][0].uri
+    batch = next(
+        iter(
+            training_inputs.records_train_dataset(
+                offset_index,
+                outputs[keys.CLASS_INDEX_KEY][0].uri,
+                "train",
+                n_classes_per_batch=N_CLASSES_PER_BATCH,
+                n_samples_per_class=N_SAMPLES_PER_CLASS,
+                seed=0,
+                parse_fn=parse,
+            )
+        )
+    )
+    assert set(batch) == {"index", "label", standard_modules.TRANSFORMED_VECTOR_KEY}
+    # z-scores over every value of the split Transform analyzed (train, unlabelled examples
+    # included): `scale_to_z_score` is not elementwise by default.
+    train_vectors = _vectors(tf.io.gfile.glob(os.path.join(raw_uri, "Split-train", "*")))
+    store = RecordStore.open(offset_index, "train")
+    spec = {standard_modules.VECTOR_KEY: tf.io.FixedLenFeature([NUM_CLASSES], tf.float32)}
+    raw_vectors = tf.io.parse_example(store.read(batch["index"]), spec)[standard_modules.VECTOR_KEY]
+    np.testing.assert_allclose(
+        batch[standard_modules.TRANSFORMED_VECTOR_KEY],
+        (raw_vectors - train_vectors.mean()) / train_vectors.std(),
+        rtol=1e-4,
+        atol=1e-4,
+    )
