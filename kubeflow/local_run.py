@@ -14,6 +14,10 @@ a local pipeline root. What it proves is that every task's container command, wi
 the spec gives it, runs the real executor and hands valid artifacts to the next task; what it does
 not prove is the image itself (see `kubeflow/Dockerfile`) or the cluster's Beam runner.
 
+Resolver tasks (the two a `LatestBlessedModelStrategy` resolver compiles to) are ML Metadata
+queries the cluster answers; a local run has no earlier artifacts to find, so they resolve to
+nothing, as on a pipeline's first run: the tasks that read them get an empty artifact list.
+
 Two modes:
 - `subprocess`: each task is a fresh `python -m ...` process, exactly the container command
   (`python` is this interpreter). About 20-25 s per task here, mostly importing TFX.
@@ -118,6 +122,9 @@ def executor_input(
         output_key = source["taskOutputArtifact"]["outputArtifactKey"]
         produced = upstream_outputs[producer].get("artifacts", {}).get(output_key)
         if not produced or not produced.get("artifacts"):
+            if is_resolver(job, producer):
+                artifacts[key] = {"artifacts": []}
+                continue
             raise LocalRunError(
                 f"task {task_name!r} input {key!r}: {producer!r} produced no {output_key!r}"
             )
@@ -176,11 +183,31 @@ def _parameter_value(
     raise LocalRunError(f"task {task_name!r} parameter {key!r}: unsupported source {source}")
 
 
+def _component(job: Mapping[str, Any], task_name: str) -> Mapping[str, Any]:
+    spec = job["pipelineSpec"]
+    return spec["components"][spec["root"]["dag"]["tasks"][task_name]["componentRef"]["name"]]
+
+
+def _executor(job: Mapping[str, Any], task_name: str) -> Mapping[str, Any]:
+    label = _component(job, task_name)["executorLabel"]
+    return job["pipelineSpec"]["deploymentSpec"]["executors"][label]
+
+
+def is_resolver(job: Mapping[str, Any], task_name: str) -> bool:
+    """Whether `task_name` is an ML Metadata query (a resolver), not a container."""
+    return "resolver" in _executor(job, task_name)
+
+
+def resolved_nothing(job: Mapping[str, Any], task_name: str) -> dict[str, Any]:
+    """The output of resolver task `task_name` that found nothing: each of its output keys with
+    an empty artifact list."""
+    keys = _component(job, task_name).get("outputDefinitions", {}).get("artifacts", {})
+    return {"artifacts": {key: {"artifacts": []} for key in keys}}
+
+
 def container_command(job: Mapping[str, Any], task_name: str) -> list[str]:
     """The task's container `command + args`, as compiled (still holding the placeholder)."""
-    spec = job["pipelineSpec"]
-    component = spec["components"][spec["root"]["dag"]["tasks"][task_name]["componentRef"]["name"]]
-    executor = spec["deploymentSpec"]["executors"][component["executorLabel"]]
+    executor = _executor(job, task_name)
     if "container" not in executor:
         raise LocalRunError(f"task {task_name!r}: only container executors run locally")
     container = executor["container"]
@@ -226,14 +253,18 @@ def run_pipeline_job(
     run_id: str = "local-run",
     cwd: str | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Runs every task of a compiled job in order; returns each task's `ExecutorOutput` JSON.
+    """Runs every task of a compiled job in order; returns each task's `ExecutorOutput` JSON
+    (a resolver task's: `resolved_nothing`).
 
     Task `T` writes under `<pipeline_root>/<run_id>/T/`: one folder per output key, the
-    `executor_output.json` and (subprocess mode) `log.txt`.
+    `executor_output.json` and (subprocess mode) `log.txt`; a resolver task writes nothing.
     """
     job = load_pipeline_job(job_path)
     outputs: dict[str, dict[str, Any]] = {}
     for task_name in task_order(job["pipelineSpec"]):
+        if is_resolver(job, task_name):
+            outputs[task_name] = resolved_nothing(job, task_name)
+            continue
         task_root = os.path.join(pipeline_root, run_id, task_name)
         invocation = executor_input(job, task_name, task_root, outputs)
         try:

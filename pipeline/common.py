@@ -1,5 +1,5 @@
 """What both pipeline factories share: the materialize parameters set alike, and the rest of
-the pipeline after the materialize component.
+the pipeline after the materialize component, up to the blessed model's push.
 
 A factory builds its materialize component with `materialize_parameters(config, run)` and hands
 it, with its trainer's own arguments, to `training_pipeline`.
@@ -7,6 +7,7 @@ it, with its trainer's own arguments, to `training_pipeline`.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from tfx import v1 as tfx
@@ -14,9 +15,13 @@ from tfx.dsl.components.base import base_component
 from tfx.types import standard_component_specs
 
 from components import component_keys as keys
+from components.evaluator_component import ModelGate
 from components.trainer_component import ResampledTrainer
-from pipeline.config import CycleGanConfig, RunConfig, SpeakerConfig
+from pipeline.config import SERVING_DIR, CycleGanConfig, RunConfig, SpeakerConfig
 from pipeline.fingerprint import input_fingerprint
+
+# The node id of the latest-blessed-model resolver (Kubeflow names its two tasks after it).
+BASELINE_RESOLVER_ID = "latest_blessed_model_resolver"
 
 
 def materialize_parameters(
@@ -33,6 +38,12 @@ def materialize_parameters(
     }
 
 
+def serving_dir(config: CycleGanConfig | SpeakerConfig, run: RunConfig) -> str:
+    """Where Pusher pushes the blessed models of `config`'s pipeline (one folder per version):
+    `config.serving_dir`, else `<run.pipeline_root>/serving/<pipeline name>`."""
+    return config.serving_dir or os.path.join(run.pipeline_root, SERVING_DIR, config.pipeline_name)
+
+
 def training_pipeline(
     config: CycleGanConfig | SpeakerConfig,
     run: RunConfig,
@@ -41,13 +52,16 @@ def training_pipeline(
     **trainer_args: Any,
 ) -> tfx.dsl.Pipeline:
     """`materialize` -> StatisticsGen -> ImportSchemaGen -> ExampleValidator ->
-    ResampledTrainer, as the TFX pipeline `config.pipeline_name`, with `run`'s root, cache,
-    sqlite ML Metadata (where `run.metadata_path` is set) and Beam arguments.
+    ResampledTrainer -> ModelGate -> Pusher, as the TFX pipeline `config.pipeline_name`, with
+    `run`'s root, cache, sqlite ML Metadata (where `run.metadata_path` is set) and Beam
+    arguments.
 
     ExampleValidator checks `materialize`'s examples against `config.schema_file`. The trainer
     reads the examples, the offset index and the `index_key` output, refuses splits with
     anomalies, and runs `config.trainer_module` for `config.num_epochs` with `config.seed` and
-    `trainer_args`.
+    `trainer_args`. ModelGate blesses the model by the held-out `config.blessing_metric` the
+    trainer recorded, against the latest blessed model of this pipeline (the resolver's, none
+    on a first run); Pusher copies a blessed model to `serving_dir(config, run)/<version>`.
     """
     examples = materialize.outputs[keys.EXAMPLES_KEY]
     statistics_gen = tfx.components.StatisticsGen(examples=examples)
@@ -66,10 +80,40 @@ def training_pipeline(
         **{index_key: materialize.outputs[index_key]},
         **trainer_args,
     )
+    model = trainer.outputs[keys.MODEL_KEY]
+    baseline = tfx.dsl.Resolver(
+        strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
+        model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
+        model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
+    ).with_id(BASELINE_RESOLVER_ID)
+    gate = ModelGate(
+        model=model,
+        baseline_model=baseline.outputs[keys.MODEL_KEY],
+        metric=config.blessing_metric,
+        direction=config.blessing_direction,
+        threshold=config.blessing_threshold,
+        tolerance=config.blessing_tolerance,
+    )
+    pusher = tfx.components.Pusher(
+        model=model,
+        model_blessing=gate.outputs[keys.BLESSING_KEY],
+        push_destination=tfx.proto.PushDestination(
+            filesystem=tfx.proto.PushDestination.Filesystem(base_directory=serving_dir(config, run))
+        ),
+    )
     return tfx.dsl.Pipeline(
         pipeline_name=config.pipeline_name,
         pipeline_root=run.pipeline_root,
-        components=[materialize, statistics_gen, schema_gen, example_validator, trainer],
+        components=[
+            materialize,
+            statistics_gen,
+            schema_gen,
+            example_validator,
+            trainer,
+            baseline,
+            gate,
+            pusher,
+        ],
         enable_cache=run.enable_cache,
         metadata_connection_config=(
             tfx.orchestration.metadata.sqlite_metadata_connection_config(run.metadata_path)

@@ -5,6 +5,11 @@
 - `RunConfig`: where a run writes (pipeline root, sqlite ML Metadata) and its Beam arguments.
 - `KubeflowConfig`: the image and paths a compiled Kubeflow spec uses.
 
+Both end alike: `ModelGate` blesses the trained model when its held-out metric
+(`blessing_metric`) is within `blessing_threshold` and at most `blessing_tolerance` worse than
+the latest blessed model's, and the standard Pusher copies a blessed model to
+`<serving_dir>/<version>` (`serving_dir` None: `<pipeline root>/serving/<pipeline name>`).
+
 Defaults are the demo's (bundled sample data, small models, CPU-friendly); `TEST_OVERRIDES`
 shrink the training for the test suite. Nothing here imports TFX or TensorFlow.
 """
@@ -17,6 +22,8 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
+from components import component_keys as keys
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMAS_DIR = os.path.join(REPO_ROOT, "schemas")
 IMAGE_SCHEMA = "image_record.pbtxt"
@@ -25,12 +32,15 @@ SPEAKER_CORPUS_DIR = os.path.join(REPO_ROOT, "sample_data", "speakers")
 SPEAKER_MANIFEST = os.path.join(SPEAKER_CORPUS_DIR, "manifest.csv")
 # Where the image holds this repository (the Dockerfile's WORKDIR).
 IMAGE_REPO_ROOT = "/app"
+# Where Pusher pushes when a pipeline config gives no `serving_dir`: this folder under the
+# pipeline root, one folder per pipeline name below it.
+SERVING_DIR = "serving"
 
 
 @dataclasses.dataclass(frozen=True)
 class CycleGanConfig:
     """CycleGAN pipeline: MaterializePairs -> StatisticsGen -> ImportSchemaGen ->
-    ExampleValidator -> ResampledTrainer(dynamic_pairs).
+    ExampleValidator -> ResampledTrainer(dynamic_pairs) -> ModelGate -> Pusher.
 
     Images are stored as raw `image_size x image_size x channels` uint8 pixels (resized once by
     the Beam stage), so the trainer decodes a batch with one vectorized op.
@@ -56,6 +66,14 @@ class CycleGanConfig:
         default_factory=lambda: {"learning_rate": 2e-4}
     )
     schema_file: str = os.path.join(SCHEMAS_DIR, IMAGE_SCHEMA)
+    # The gate: the cycle loss on the held-out images, the sum of the x -> y -> x and
+    # y -> x -> y mean L1 distances of pixels in [0, 1] (0 to 2): the threshold refuses a model
+    # whose round trips lose half the intensity.
+    blessing_metric: str = "val_cycle_loss"
+    blessing_direction: str = keys.LOWER_IS_BETTER
+    blessing_threshold: float | None = 1.0
+    blessing_tolerance: float = 0.0
+    serving_dir: str | None = None
 
     def input_paths(self) -> list[str]:
         return [self.x_dir, self.y_dir, self.pairs]
@@ -64,7 +82,7 @@ class CycleGanConfig:
 @dataclasses.dataclass(frozen=True)
 class SpeakerConfig:
     """Speaker pipeline: MaterializeAudio -> StatisticsGen -> ImportSchemaGen ->
-    ExampleValidator -> ResampledTrainer(class_balanced).
+    ExampleValidator -> ResampledTrainer(class_balanced) -> ModelGate -> Pusher.
 
     `manifest` lists the audio files by paths relative to `audio_root`. The Beam stage holds out
     `eval_fraction` of the speakers (`split_mode="speaker"`): the trainer learns on `train` and
@@ -91,6 +109,12 @@ class SpeakerConfig:
         default_factory=lambda: {"learning_rate": 1e-3}
     )
     schema_file: str = os.path.join(SCHEMAS_DIR, AUDIO_SCHEMA)
+    # The gate: the equal error rate on the held-out speakers (chance: 0.5).
+    blessing_metric: str = "eer"
+    blessing_direction: str = keys.LOWER_IS_BETTER
+    blessing_threshold: float | None = 0.3
+    blessing_tolerance: float = 0.0
+    serving_dir: str | None = None
 
     def input_paths(self) -> list[str]:
         return [self.manifest, self.audio_root]

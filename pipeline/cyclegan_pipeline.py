@@ -1,6 +1,7 @@
 """The CycleGAN pipeline: image domains + valid-pair list -> CycleGAN trained on dynamic pairs.
 
 MaterializePairs -> StatisticsGen -> ImportSchemaGen -> ExampleValidator -> ResampledTrainer
+-> ModelGate (held-out cycle loss vs the latest blessed model) -> Pusher
 """
 
 from __future__ import annotations

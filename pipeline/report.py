@@ -3,8 +3,9 @@
 `describe` gives, for one run read back from ML Metadata: each node and whether it ran, was
 served from the cache, failed or never started; the URI of every output; the inputs the Beam
 stage rejected, by reason (the materialize component's offset index artifact carries the counts
-of its `summary.json` as custom properties, so cached runs report them too); and the trainer's
-metrics.
+of its `summary.json` as custom properties, so cached runs report them too); the trainer's
+metrics; and whether the model gate blessed the model (its metric against the latest blessed
+model's, and why) and where Pusher pushed it.
 """
 
 from __future__ import annotations
@@ -13,15 +14,23 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tfx.components.evaluator.constants import (
+    ARTIFACT_PROPERTY_BLESSING_MESSAGE_KEY as BLESSING_MESSAGE_PROPERTY,
+)
+from tfx.types import standard_component_specs
+
 from components import artifacts, layout
 from components import component_keys as keys
 from pipeline import config
 
 if TYPE_CHECKING:
-    from pipeline.run_local import NodeResult
+    from pipeline.run_local import NodeResult, OutputArtifact
 
 STATES = {"COMPLETE": "ran", "CACHED": "cached", "FAILED": "failed"}
 NOT_RUN = "not run"
+# Custom properties of the standard Pusher's PushedModel output (its executor's own names).
+PUSHED_PROPERTY = "pushed"
+PUSHED_DESTINATION_PROPERTY = "pushed_destination"
 
 
 def state(result: NodeResult | None) -> str:
@@ -72,6 +81,29 @@ def trainer_metrics(results: Mapping[str, NodeResult]) -> dict[str, float] | Non
         for model_run in result.outputs.get(keys.MODEL_RUN_KEY, []):
             return {k: v for k, v in model_run.properties.items() if isinstance(v, float)}
     return None
+
+
+def blessing_and_push(results: Mapping[str, NodeResult]) -> list[str]:
+    """The model gate's decision (with both metric values and the reason) and where Pusher put
+    the model: "pushed to <serving dir>/<version>" or "not pushed"; nothing when no gate
+    published a blessing."""
+    blessings = _outputs(results, keys.BLESSING_KEY)
+    if not blessings:
+        return []
+    lines = [f"  {blessing.properties[BLESSING_MESSAGE_PROPERTY]}" for blessing in blessings]
+    pushes = _outputs(results, standard_component_specs.PUSHED_MODEL_KEY)
+    if not pushes:
+        return [*lines, "  not pushed (Pusher did not finish)"]
+    return lines + [
+        f"  pushed to {pushed.properties[PUSHED_DESTINATION_PROPERTY]}"
+        if pushed.properties.get(PUSHED_PROPERTY) == 1
+        else "  not pushed"
+        for pushed in pushes
+    ]
+
+
+def _outputs(results: Mapping[str, NodeResult], key: str) -> list[OutputArtifact]:
+    return [artifact for result in results.values() for artifact in result.outputs.get(key, [])]
 
 
 def _epochs(count: int) -> str:
@@ -134,7 +166,8 @@ def describe(
     node_ids: Sequence[str],
     results: Mapping[str, NodeResult],
 ) -> str:
-    """The report of one run: nodes and artifact URIs, rejects by reason, metrics."""
+    """The report of one run: nodes and artifact URIs, rejects by reason, metrics, the blessing
+    and the push."""
     lines = [f"== {title}", *nodes(node_ids, results)]
     reject_lines = rejects(results)
     if reject_lines:
@@ -143,4 +176,7 @@ def describe(
     if values is not None:
         headline, *rest = metrics(pipeline_config, values)
         lines += [f"== {headline}", *rest]
+    gate_lines = blessing_and_push(results)
+    if gate_lines:
+        lines += ["== model gate and push", *gate_lines]
     return "\n".join(lines)

@@ -1,6 +1,7 @@
 """The speaker pipeline: manifest + audio -> speaker embedding on class-balanced batches.
 
 MaterializeAudio -> StatisticsGen -> ImportSchemaGen -> ExampleValidator -> ResampledTrainer
+-> ModelGate (held-out speakers' EER vs the latest blessed model) -> Pusher
 """
 
 from __future__ import annotations

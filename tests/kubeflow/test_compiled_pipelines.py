@@ -18,12 +18,24 @@ from tfx.utils import import_utils
 from components import component_keys as keys
 from components import layout
 from kubeflow import local_run, runner
-from pipeline import config
+from pipeline import common, config
 from pipeline.sample_data import X_DIR, write_digit_domains
 
 pytestmark = pytest.mark.slow
 
-TASKS = ["ImportSchemaGen", "StatisticsGen", "ExampleValidator", "ResampledTrainer"]
+TASKS = [
+    "ImportSchemaGen",
+    "StatisticsGen",
+    "ExampleValidator",
+    "ResampledTrainer",
+    "ModelGate",
+    "Pusher",
+]
+# The latest-blessed-model resolver compiles to two ML Metadata queries: the newest blessing
+# with blessed=1, then the model it names.
+BLESSING_RESOLVER = f"{common.BASELINE_RESOLVER_ID}-model-blessing-resolver"
+MODEL_RESOLVER = f"{common.BASELINE_RESOLVER_ID}-model-resolver"
+RESOLVERS = [BLESSING_RESOLVER, MODEL_RESOLVER]
 NUM_SPEAKERS = 10
 UTTERANCES_PER_SPEAKER = 5
 
@@ -59,13 +71,24 @@ def compiled(tmp_path_factory):
     cyclegan, speaker = runner.pipeline_configs(
         data_root,
         config.SCHEMAS_DIR,
-        cyclegan={"image_size": 8, "num_epochs": 1, "batch_size": 128},
+        # The pods' push destinations, here local folders. A held-out cycle loss is never 0:
+        # the CycleGAN model is refused and not pushed; the speaker model has no threshold and
+        # nothing blessed before it: it is blessed and pushed.
+        cyclegan={
+            "image_size": 8,
+            "num_epochs": 1,
+            "batch_size": 128,
+            "blessing_threshold": 0.0,
+            "serving_dir": str(root / "serving" / "cyclegan"),
+        },
         speaker={
             "num_epochs": 1,
             "n_classes_per_batch": 3,
             "n_samples_per_class": 2,
             "crop_seconds": 0.5,
             "num_mel_bins": 24,
+            "blessing_threshold": None,
+            "serving_dir": str(root / "serving" / "speaker"),
         },
     )
     kubeflow_config = config.KubeflowConfig(
@@ -126,23 +149,44 @@ def test_a_bad_config_key_stops_the_runner_with_one_line(tmp_path, capsys):
     ]
 
 
-def test_specs_parse_and_wire_the_five_tasks(compiled):
-    specs, _ = compiled
+def test_specs_parse_and_wire_the_tasks(compiled):
+    specs, root = compiled
     for name, path in specs.items():
         with open(path) as f:
             job = json.load(f)
         spec = json_format.ParseDict(job["pipelineSpec"], pipeline_spec_pb2.PipelineSpec())
         tasks = spec.root.dag.tasks
         materialize = "MaterializePairs" if "cyclegan" in name else "MaterializeAudio"
-        assert set(tasks) == {materialize, *TASKS}
+        assert set(tasks) == {materialize, *TASKS, *RESOLVERS}
         assert set(tasks["StatisticsGen"].dependent_tasks) == {materialize}
         assert set(tasks["ResampledTrainer"].dependent_tasks) == {materialize, "ExampleValidator"}
-        for executor in spec.deployment_spec["executors"].values():
+        blessings = tasks[MODEL_RESOLVER].inputs.artifacts["input"]
+        assert blessings.task_output_artifact.producer_task == BLESSING_RESOLVER
+        assert set(tasks["ModelGate"].dependent_tasks) == {"ResampledTrainer", MODEL_RESOLVER}
+        assert set(tasks["Pusher"].dependent_tasks) == {"ResampledTrainer", "ModelGate"}
+        baseline = tasks["ModelGate"].inputs.artifacts[keys.BASELINE_MODEL_KEY]
+        assert baseline.task_output_artifact.producer_task == MODEL_RESOLVER
+        destination = json.loads(
+            tasks["Pusher"]
+            .inputs.parameters["push_destination"]
+            .runtime_value.constant_value.string_value
+        )
+        serving = "cyclegan" if "cyclegan" in name else "speaker"
+        assert destination == {"filesystem": {"base_directory": str(root / "serving" / serving)}}
+        queries = {}
+        for label, executor in spec.deployment_spec["executors"].items():
+            if "resolver" in executor:
+                [query] = executor["resolver"]["outputArtifactQueries"].values()
+                queries[label] = query["filter"]
+                continue
             container = executor["container"]
             assert container["image"] == "tfx-dynamic-inputs:test"
             args = list(container["args"])
             # Every executor class is importable from the installed project.
             import_utils.import_class_by_path(args[args.index("--executor_class_path") + 1])
+        # The queries read the custom properties the gate writes on its blessing.
+        assert "metadata.blessed.number_value=1" in queries[f"{BLESSING_RESOLVER}_executor"]
+        assert "metadata['current_model_id']" in queries[f"{MODEL_RESOLVER}_executor"]
         index_types = {
             definition.artifact_type.instance_schema.splitlines()[0]
             for key, definition in spec.components[materialize].output_definitions.artifacts.items()
@@ -175,9 +219,10 @@ def test_tasks_ran_after_their_producers(compiled, local_runs):
                 assert order.index(producer) < order.index(task_name)
 
 
-def test_every_task_of_the_cyclegan_spec_runs_and_hands_on_its_outputs(local_runs):
+def test_every_task_of_the_cyclegan_spec_runs_and_hands_on_its_outputs(compiled, local_runs):
+    _, root = compiled
     outputs, run_root = local_runs["cyclegan-dynamic-pairs"]
-    assert set(outputs) == {"MaterializePairs", *TASKS}
+    assert set(outputs) == {"MaterializePairs", *TASKS, *RESOLVERS}
     examples = _output(outputs, "MaterializePairs", keys.EXAMPLES_KEY)
     assert examples["uri"] == os.path.join(run_root, "MaterializePairs", keys.EXAMPLES_KEY)
     assert json.loads(examples["metadata"]["split_names"]) == ["x", "y"]
@@ -195,11 +240,23 @@ def test_every_task_of_the_cyclegan_spec_runs_and_hands_on_its_outputs(local_run
     assert metrics["invalid_pairs"] == 0
     model = _output(outputs, "ResampledTrainer", keys.MODEL_KEY)
     assert tf.saved_model.load(os.path.join(model["uri"], "Format-Serving")).signatures
+    # Refused by its threshold (0) with nothing to compare with; so not pushed.
+    blessing = _output(outputs, "ModelGate", keys.BLESSING_KEY)
+    assert blessing["metadata"]["blessed"] == 0
+    assert blessing["metadata"]["blessing_message"] == (
+        f"not blessed (val_cycle_loss {metrics['val_cycle_loss']:.4g}, no baseline: above the "
+        "threshold 0)"
+    )
+    assert os.path.exists(os.path.join(blessing["uri"], "NOT_BLESSED"))
+    pushed = _output(outputs, "Pusher", standard_component_specs.PUSHED_MODEL_KEY)
+    assert pushed["metadata"]["pushed"] == 0
+    assert not os.path.exists(root / "serving" / "cyclegan")
 
 
-def test_every_task_of_the_speaker_spec_runs_and_hands_on_its_outputs(local_runs):
+def test_every_task_of_the_speaker_spec_runs_and_hands_on_its_outputs(compiled, local_runs):
+    _, root = compiled
     outputs, run_root = local_runs["speaker-class-balanced"]
-    assert set(outputs) == {"MaterializeAudio", *TASKS}
+    assert set(outputs) == {"MaterializeAudio", *TASKS, *RESOLVERS}
     examples = _output(outputs, "MaterializeAudio", keys.EXAMPLES_KEY)
     assert json.loads(examples["metadata"]["split_names"]) == ["eval", "train"]
     class_index = _output(outputs, "MaterializeAudio", keys.CLASS_INDEX_KEY)
@@ -209,5 +266,20 @@ def test_every_task_of_the_speaker_spec_runs_and_hands_on_its_outputs(local_runs
         metrics = json.load(f)
     assert 0.0 <= metrics["eer"] <= 1.0
     assert model_run["metadata"]["eer"] == pytest.approx(metrics["eer"])
+    # The resolvers found nothing (a first run): blessed without a threshold, and pushed.
+    assert outputs[MODEL_RESOLVER] == {"artifacts": {keys.MODEL_KEY: {"artifacts": []}}}
+    blessing = _output(outputs, "ModelGate", keys.BLESSING_KEY)
+    model = _output(outputs, "ResampledTrainer", keys.MODEL_KEY)
+    assert blessing["metadata"]["blessed"] == 1
+    assert blessing["metadata"]["current_model"] == model["uri"]
+    assert blessing["metadata"]["blessing_message"] == (
+        f"blessed (eer {metrics['eer']:.4g}, no baseline: the first blessed model; no threshold)"
+    )
+    pushed = _output(outputs, "Pusher", standard_component_specs.PUSHED_MODEL_KEY)
+    assert pushed["metadata"]["pushed"] == 1
+    destination = pushed["metadata"]["pushed_destination"]
+    assert os.path.dirname(destination) == str(root / "serving" / "speaker")
+    assert tf.saved_model.load(destination).signatures
     for task in outputs:
-        assert os.path.exists(os.path.join(run_root, task, local_run.EXECUTOR_OUTPUT_FILE))
+        written = os.path.exists(os.path.join(run_root, task, local_run.EXECUTOR_OUTPUT_FILE))
+        assert written == (task not in RESOLVERS)

@@ -22,6 +22,8 @@ SAMPLES: dict[Any, tuple[list[str], Any]] = {
     float: (["0.25"], 0.25),
     bool: (["false"], False),
     str: (["some/text"], "some/text"),
+    float | None: (["none"], None),
+    str | None: (["some/dir"], "some/dir"),
     Mapping[str, Any]: (
         ['{"learning_rate": 0.5, "layers": [1, 2]}'],
         {

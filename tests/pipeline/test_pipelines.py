@@ -1,5 +1,6 @@
 """Both pipelines end to end on LocalDagRunner (sqlite ML Metadata, Beam DirectRunner) on the
-bundled sample data; then a second run with unchanged inputs, served from the cache.
+bundled sample data, their models blessed and pushed; then a second run with unchanged inputs,
+served from the cache up to the trainer, whose gate compares the model with itself.
 
 The speaker pipeline's first run is the command `python -m pipeline.run_local speaker` (config
 file + data flags, one listed file missing), whose printed report is checked against ML
@@ -21,10 +22,13 @@ from tfx.types import standard_component_specs
 
 from components import component_keys as keys
 from components import layout
-from pipeline import config, cyclegan_pipeline, run_local, speaker_pipeline
+from pipeline import common, config, cyclegan_pipeline, run_local, speaker_pipeline
 from pipeline.fingerprint import input_fingerprint
 
-NODES = {"ImportSchemaGen", "StatisticsGen", "ExampleValidator", "ResampledTrainer"}
+# The nodes after the trainer, which run again on a second run (see the cache test).
+GATE_NODES = {common.BASELINE_RESOLVER_ID, "ModelGate", "Pusher"}
+NODES = {"ImportSchemaGen", "StatisticsGen", "ExampleValidator", "ResampledTrainer", *GATE_NODES}
+PUSHED_MODEL = standard_component_specs.PUSHED_MODEL_KEY
 MISSING = "spk01/not_recorded.wav"
 
 pytestmark = pytest.mark.slow
@@ -55,7 +59,7 @@ def cyclegan_runs(tmp_path_factory):
         os.path.join(work_dir, run_local.DIGITS_DIR),
         **config.TEST_OVERRIDES[config.CycleGanConfig],
     )
-    return _run_twice(cyclegan_pipeline, pipeline_config, work_dir)
+    return (*_run_twice(cyclegan_pipeline, pipeline_config, work_dir), pipeline_config, work_dir)
 
 
 @pytest.fixture(scope="module")
@@ -92,13 +96,14 @@ def speaker_command(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def speaker_runs(speaker_command):
-    """The command's run, then the same pipeline run again in this process."""
+    """The command's run, then the same pipeline run again in this process; their config and
+    work dir."""
     _, pipeline_config, work_dir = speaker_command
     run = run_local.run_config(work_dir)
     first = run_local.latest_run(run.metadata_path, pipeline_config.pipeline_name)
     run_local.run(speaker_pipeline.create_pipeline(pipeline_config, run))
     second = run_local.latest_run(run.metadata_path, pipeline_config.pipeline_name)
-    return first, second
+    return first, second, pipeline_config, work_dir
 
 
 def _metrics(results) -> dict:
@@ -108,7 +113,7 @@ def _metrics(results) -> dict:
         return json.load(f)
 
 
-def _check_first_run(results, materialize_node: str, splits: list[str]):
+def _check_first_run(results, pipeline_config, work_dir: str, materialize_node: str, splits):
     assert set(results) == NODES | {materialize_node}
     assert {r.state for r in results.values()} == {"COMPLETE"}
     [examples] = results[materialize_node].outputs[keys.EXAMPLES_KEY]
@@ -121,11 +126,27 @@ def _check_first_run(results, materialize_node: str, splits: list[str]):
     assert anomalies.properties["blessed"] == {split: 1 for split in splits}
     model_dir = os.path.join(results["ResampledTrainer"].uri(keys.MODEL_KEY), "Format-Serving")
     assert tf.saved_model.load(model_dir).signatures
+    # Nothing blessed before: the gate checks the threshold only, blesses, and Pusher pushes.
+    [blessing] = results["ModelGate"].outputs[keys.BLESSING_KEY]
+    assert blessing.properties["blessed"] == 1
+    assert blessing.properties["current_model"] == results["ResampledTrainer"].uri(keys.MODEL_KEY)
+    assert "baseline_model" not in blessing.properties
+    metric = pipeline_config.blessing_metric
+    # As ML Metadata holds it: its sqlite store keeps 6 significant digits of a double.
+    assert blessing.properties["metric_value"] == pytest.approx(_metrics(results)[metric], 1e-5)
+    assert os.path.exists(os.path.join(blessing.uri, "BLESSED"))
+    [pushed] = results["Pusher"].outputs[PUSHED_MODEL]
+    assert pushed.properties["pushed"] == 1
+    destination = pushed.properties["pushed_destination"]
+    serving_dir = common.serving_dir(pipeline_config, run_local.run_config(work_dir))
+    assert os.path.dirname(destination) == serving_dir
+    assert serving_dir.startswith(work_dir)
+    assert tf.saved_model.load(destination).signatures
 
 
 def test_cyclegan_pipeline_runs_and_the_cycle_loss_falls(cyclegan_runs):
-    first, _ = cyclegan_runs
-    _check_first_run(first, "MaterializePairs", ["x", "y"])
+    first, _, pipeline_config, work_dir = cyclegan_runs
+    _check_first_run(first, pipeline_config, work_dir, "MaterializePairs", ["x", "y"])
     metrics = _metrics(first)
     assert metrics["cycle_loss_last_epoch"] < metrics["cycle_loss_first_epoch"]
     assert 0 < metrics["pair_coverage_epoch"] <= metrics["pair_coverage_total"] <= 1
@@ -139,8 +160,8 @@ def test_cyclegan_pipeline_runs_and_the_cycle_loss_falls(cyclegan_runs):
 
 
 def test_speaker_pipeline_runs_and_beats_chance_on_held_out_speakers(speaker_runs):
-    first, _ = speaker_runs
-    _check_first_run(first, "MaterializeAudio", ["eval", "train"])
+    first, _, pipeline_config, work_dir = speaker_runs
+    _check_first_run(first, pipeline_config, work_dir, "MaterializeAudio", ["eval", "train"])
     metrics = _metrics(first)
     assert metrics["eer"] < 0.25 < metrics["eer_chance"]
     assert metrics["eer"] < metrics["eer_before_training"]
@@ -148,14 +169,59 @@ def test_speaker_pipeline_runs_and_beats_chance_on_held_out_speakers(speaker_run
 
 
 @pytest.mark.parametrize("runs", ["cyclegan_runs", "speaker_runs"])
-def test_second_run_with_unchanged_inputs_is_served_from_the_cache(runs, request):
-    first, second = request.getfixturevalue(runs)
+def test_second_run_with_unchanged_inputs_is_served_from_the_cache_up_to_the_trainer(runs, request):
+    first, second, _, _ = request.getfixturevalue(runs)
     assert set(second) == set(first)
-    assert {r.state for r in second.values()} == {"CACHED"}
-    for node_id, result in second.items():
-        assert {k: [a.uri for a in v] for k, v in result.outputs.items()} == {
+    cached = {node_id for node_id, result in second.items() if result.state == "CACHED"}
+    assert cached == set(first) - GATE_NODES
+    for node_id in cached:
+        assert {k: [a.uri for a in v] for k, v in second[node_id].outputs.items()} == {
             k: [a.uri for a in v] for k, v in first[node_id].outputs.items()
         }
+    # The resolver now finds the first run's model blessed: a new baseline input, so the gate
+    # runs again, and its baseline is the cached trainer's model itself. It blesses it again,
+    # and Pusher pushes the same model as a new version.
+    assert {second[node_id].state for node_id in GATE_NODES} == {"COMPLETE"}
+    model = first["ResampledTrainer"].uri(keys.MODEL_KEY)
+    [blessing] = second["ModelGate"].outputs[keys.BLESSING_KEY]
+    assert blessing.properties["current_model"] == blessing.properties["baseline_model"] == model
+    assert blessing.properties["blessed"] == 1
+    assert blessing.properties["blessing_message"].endswith(
+        ": the baseline is this same model (its trainer run was cached))"
+    )
+    [first_push] = first["Pusher"].outputs[PUSHED_MODEL]
+    [second_push] = second["Pusher"].outputs[PUSHED_MODEL]
+    assert second_push.properties["pushed"] == 1
+    versions = [p.properties["pushed_destination"] for p in (first_push, second_push)]
+    assert versions[0] != versions[1]
+    assert os.path.dirname(versions[0]) == os.path.dirname(versions[1])
+    for version in versions:
+        assert tf.saved_model.contains_saved_model(version)
+
+
+def test_the_gate_and_pusher_take_their_settings_from_the_config(tmp_path):
+    run = run_local.run_config(str(tmp_path))
+    speaker = config.SpeakerConfig(
+        blessing_threshold=0.2, blessing_tolerance=0.01, serving_dir=str(tmp_path / "models")
+    )
+    nodes = {c.id: c for c in speaker_pipeline.create_pipeline(speaker, run).components}
+    assert set(nodes) >= GATE_NODES
+    gate, pusher = nodes["ModelGate"], nodes["Pusher"]
+    baseline = gate.inputs[keys.BASELINE_MODEL_KEY]
+    assert baseline.producer_component_id == common.BASELINE_RESOLVER_ID
+    blessing = pusher.inputs[standard_component_specs.MODEL_BLESSING_KEY]
+    assert blessing.producer_component_id == "ModelGate"
+    assert dict(gate.exec_properties) == {
+        keys.METRIC_KEY: "eer",
+        keys.DIRECTION_KEY: keys.LOWER_IS_BETTER,
+        keys.THRESHOLD_KEY: 0.2,
+        keys.TOLERANCE_KEY: 0.01,
+    }
+    destination = json.loads(pusher.exec_properties[standard_component_specs.PUSH_DESTINATION_KEY])
+    assert destination == {"filesystem": {"base_directory": str(tmp_path / "models")}}
+    assert common.serving_dir(config.SpeakerConfig(), run) == os.path.join(
+        run.pipeline_root, config.SERVING_DIR, speaker.pipeline_name
+    )
 
 
 def test_materialize_gets_the_input_fingerprint(tmp_path):
@@ -196,11 +262,11 @@ def _printed_outputs(stdout: str) -> dict[str, dict[str, str]]:
     return outputs
 
 
-def test_run_local_prints_what_ran_where_the_artifacts_are_rejects_and_metrics(
+def test_run_local_prints_what_ran_where_the_artifacts_are_rejects_metrics_and_the_push(
     speaker_command, speaker_runs
 ):
     done, _, _ = speaker_command
-    first, _ = speaker_runs
+    first, *_ = speaker_runs
     lines = done.stdout.splitlines()
     for node in NODES | {"MaterializeAudio"}:
         assert f"  {node} [ran]" in lines
@@ -218,6 +284,14 @@ def test_run_local_prints_what_ran_where_the_artifacts_are_rejects_and_metrics(
         [reject] = [json.loads(line) for line in f]
     assert MISSING in reject["source"]
     assert any(line.startswith("  EER on ") for line in lines)
+    [blessing] = first["ModelGate"].outputs[keys.BLESSING_KEY]
+    [pushed] = first["Pusher"].outputs[PUSHED_MODEL]
+    start = lines.index("== model gate and push")
+    assert lines[start : start + 3] == [
+        "== model gate and push",
+        f"  {blessing.properties['blessing_message']}",
+        f"  pushed to {pushed.properties['pushed_destination']}",
+    ]
 
 
 def test_a_run_whose_beam_stage_rejects_too_much_ends_with_its_error(tmp_path):
@@ -250,3 +324,4 @@ def test_a_run_whose_beam_stage_rejects_too_much_ends_with_its_error(tmp_path):
     lines = done.stdout.splitlines()
     assert "  MaterializeAudio [failed]" in lines
     assert "  ResampledTrainer [not run]" in lines
+    assert "  Pusher [not run]" in lines
