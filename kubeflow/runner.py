@@ -15,6 +15,11 @@ time (the data need not be reachable from here); the cluster's own caching keys 
 `kubeflow` section sets `KubeflowConfig` fields (the flags above override them), its `cyclegan`
 and `speaker` sections replace fields of the compiled pipelines (data paths as the pods see
 them); its `run` section is for local runs and is not used here.
+
+The standard-TFX composition (`pipeline.standard_pipeline`) runs on the user's Examples, Transform
+`preprocessing_fn` and trainer module, none of which the image ships, so it is not compiled here:
+build it with `run_config(kubeflow_config)` and compile it with `compile_pipeline` for an image
+that holds those modules.
 """
 
 from __future__ import annotations
@@ -81,18 +86,24 @@ def pipeline_configs(
     return cyclegan, speaker
 
 
+def run_config(kubeflow_config: config.KubeflowConfig) -> config.RunConfig:
+    """The `RunConfig` a pipeline is built with for `kubeflow_config`'s specs: its pipeline
+    root and Beam arguments, the cluster's ML Metadata, no input fingerprints."""
+    return config.RunConfig(
+        pipeline_root=kubeflow_config.pipeline_root,
+        metadata_path=None,
+        beam_pipeline_args=kubeflow_config.beam_pipeline_args,
+        fingerprint_inputs=False,
+    )
+
+
 def compile_all(
     kubeflow_config: config.KubeflowConfig,
     cyclegan: config.CycleGanConfig,
     speaker: config.SpeakerConfig,
 ) -> list[str]:
     """Compiles both pipelines into `kubeflow_config.output_dir`; returns the spec paths."""
-    run = config.RunConfig(
-        pipeline_root=kubeflow_config.pipeline_root,
-        metadata_path=None,
-        beam_pipeline_args=kubeflow_config.beam_pipeline_args,
-        fingerprint_inputs=False,
-    )
+    run = run_config(kubeflow_config)
     return [
         compile_pipeline(
             module.create_pipeline(pipeline_config, run),

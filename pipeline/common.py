@@ -1,5 +1,7 @@
-"""What both pipeline factories share: the materialize parameters set alike, and the rest of
-the pipeline after the materialize component, up to the blessed model's push.
+"""What the pipeline factories share: the materialize parameters set alike and the rest of the
+pipeline after the materialize component (`training_pipeline`); and, with the standard-TFX
+pipeline too, the end of a pipeline from the trained model to the blessed model's push
+(`gate_and_push`) and the assembly with a run's settings (`assemble`).
 
 A factory builds its materialize component with `materialize_parameters(config, run)` and hands
 it, with its trainer's own arguments, to `training_pipeline`.
@@ -8,10 +10,11 @@ it, with its trainer's own arguments, to `training_pipeline`.
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from tfx import v1 as tfx
-from tfx.dsl.components.base import base_component
+from tfx.dsl.components.base import base_component, base_node
 from tfx.types import standard_component_specs
 
 from components import component_keys as keys
@@ -38,49 +41,45 @@ def materialize_parameters(
     }
 
 
-def serving_dir(config: CycleGanConfig | SpeakerConfig, run: RunConfig) -> str:
+class GatedConfig(Protocol):
+    """What the end of a pipeline (`gate_and_push`) reads of its config: `CycleGanConfig`,
+    `SpeakerConfig`, `standard_pipeline.StandardConfig`."""
+
+    @property
+    def pipeline_name(self) -> str: ...
+
+    @property
+    def blessing_metric(self) -> str: ...
+
+    @property
+    def blessing_direction(self) -> str: ...
+
+    @property
+    def blessing_threshold(self) -> float | None: ...
+
+    @property
+    def blessing_tolerance(self) -> float: ...
+
+    @property
+    def serving_dir(self) -> str | None: ...
+
+
+def serving_dir(config: GatedConfig, run: RunConfig) -> str:
     """Where Pusher pushes the blessed models of `config`'s pipeline (one folder per version):
     `config.serving_dir`, else `<run.pipeline_root>/serving/<pipeline name>`."""
     return config.serving_dir or os.path.join(run.pipeline_root, SERVING_DIR, config.pipeline_name)
 
 
-def training_pipeline(
-    config: CycleGanConfig | SpeakerConfig,
-    run: RunConfig,
-    materialize: base_component.BaseComponent,
-    index_key: str,
-    **trainer_args: Any,
-) -> tfx.dsl.Pipeline:
-    """`materialize` -> StatisticsGen -> ImportSchemaGen -> ExampleValidator ->
-    ResampledTrainer -> ModelGate -> Pusher, as the TFX pipeline `config.pipeline_name`, with
-    `run`'s root, cache, sqlite ML Metadata (where `run.metadata_path` is set) and Beam
-    arguments.
+def gate_and_push(
+    config: GatedConfig, run: RunConfig, model: tfx.types.BaseChannel
+) -> list[base_node.BaseNode]:
+    """The latest-blessed-model resolver, ModelGate and Pusher that end a pipeline training
+    `model`.
 
-    ExampleValidator checks `materialize`'s examples against `config.schema_file`. The trainer
-    reads the examples, the offset index and the `index_key` output, refuses splits with
-    anomalies, and runs `config.trainer_module` for `config.num_epochs` with `config.seed` and
-    `trainer_args`. ModelGate blesses the model by the held-out `config.blessing_metric` the
-    trainer recorded, against the latest blessed model of this pipeline (the resolver's, none
-    on a first run); Pusher copies a blessed model to `serving_dir(config, run)/<version>`.
+    ModelGate blesses the model by the held-out `config.blessing_metric` the trainer recorded,
+    against the latest blessed model of this pipeline (the resolver's, none on a first run);
+    Pusher copies a blessed model to `serving_dir(config, run)/<version>`.
     """
-    examples = materialize.outputs[keys.EXAMPLES_KEY]
-    statistics_gen = tfx.components.StatisticsGen(examples=examples)
-    schema_gen = tfx.components.ImportSchemaGen(schema_file=config.schema_file)
-    example_validator = tfx.components.ExampleValidator(
-        statistics=statistics_gen.outputs[standard_component_specs.STATISTICS_KEY],
-        schema=schema_gen.outputs[standard_component_specs.SCHEMA_KEY],
-    )
-    trainer = ResampledTrainer(
-        examples=examples,
-        offset_index=materialize.outputs[keys.OFFSET_INDEX_KEY],
-        anomalies=example_validator.outputs[standard_component_specs.ANOMALIES_KEY],
-        module_path=config.trainer_module,
-        num_epochs=config.num_epochs,
-        seed=config.seed,
-        **{index_key: materialize.outputs[index_key]},
-        **trainer_args,
-    )
-    model = trainer.outputs[keys.MODEL_KEY]
     baseline = tfx.dsl.Resolver(
         strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
         model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
@@ -101,19 +100,18 @@ def training_pipeline(
             filesystem=tfx.proto.PushDestination.Filesystem(base_directory=serving_dir(config, run))
         ),
     )
+    return [baseline, gate, pusher]
+
+
+def assemble(
+    pipeline_name: str, run: RunConfig, components: Sequence[base_node.BaseNode]
+) -> tfx.dsl.Pipeline:
+    """`components` as the TFX pipeline `pipeline_name`, with `run`'s root, cache, sqlite ML
+    Metadata (where `run.metadata_path` is set) and Beam arguments."""
     return tfx.dsl.Pipeline(
-        pipeline_name=config.pipeline_name,
+        pipeline_name=pipeline_name,
         pipeline_root=run.pipeline_root,
-        components=[
-            materialize,
-            statistics_gen,
-            schema_gen,
-            example_validator,
-            trainer,
-            baseline,
-            gate,
-            pusher,
-        ],
+        components=list(components),
         enable_cache=run.enable_cache,
         metadata_connection_config=(
             tfx.orchestration.metadata.sqlite_metadata_connection_config(run.metadata_path)
@@ -121,4 +119,51 @@ def training_pipeline(
             else None
         ),
         beam_pipeline_args=list(run.beam_pipeline_args),
+    )
+
+
+def training_pipeline(
+    config: CycleGanConfig | SpeakerConfig,
+    run: RunConfig,
+    materialize: base_component.BaseComponent,
+    index_key: str,
+    **trainer_args: Any,
+) -> tfx.dsl.Pipeline:
+    """`materialize` -> StatisticsGen -> ImportSchemaGen -> ExampleValidator ->
+    ResampledTrainer -> `gate_and_push`, assembled as the pipeline `config.pipeline_name`
+    (`assemble`).
+
+    ExampleValidator checks `materialize`'s examples against `config.schema_file`. The trainer
+    reads the examples, the offset index and the `index_key` output, refuses splits with
+    anomalies, and runs `config.trainer_module` for `config.num_epochs` with `config.seed` and
+    `trainer_args`.
+    """
+    examples = materialize.outputs[keys.EXAMPLES_KEY]
+    statistics_gen = tfx.components.StatisticsGen(examples=examples)
+    schema_gen = tfx.components.ImportSchemaGen(schema_file=config.schema_file)
+    example_validator = tfx.components.ExampleValidator(
+        statistics=statistics_gen.outputs[standard_component_specs.STATISTICS_KEY],
+        schema=schema_gen.outputs[standard_component_specs.SCHEMA_KEY],
+    )
+    trainer = ResampledTrainer(
+        examples=examples,
+        offset_index=materialize.outputs[keys.OFFSET_INDEX_KEY],
+        anomalies=example_validator.outputs[standard_component_specs.ANOMALIES_KEY],
+        module_path=config.trainer_module,
+        num_epochs=config.num_epochs,
+        seed=config.seed,
+        **{index_key: materialize.outputs[index_key]},
+        **trainer_args,
+    )
+    return assemble(
+        config.pipeline_name,
+        run,
+        [
+            materialize,
+            statistics_gen,
+            schema_gen,
+            example_validator,
+            trainer,
+            *gate_and_push(config, run, trainer.outputs[keys.MODEL_KEY]),
+        ],
     )

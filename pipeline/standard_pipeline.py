@@ -2,15 +2,17 @@
 
     ImportExampleGen -> StatisticsGen -> SchemaGen -> Transform -> IndexExamples
         -> ResampledTrainer (class_balanced over Transform's transformed_examples)
+        -> ModelGate -> Pusher (as the demo pipelines end: `common.gate_and_push`)
 
 Transform's GZIP-compressed `transformed_examples` cannot be read by record number; IndexExamples
 writes them as indexed shards with a class index from `label_feature`, and ResampledTrainer
 draws exact `n_classes_per_batch x n_samples_per_class` batches of them every epoch, parsed with
 Transform's `transformed_feature_spec()`, and hands `run_fn` the `tf_transform_output` and the
-schema (for a serving signature over raw Examples).
+schema (for a serving signature over raw Examples). ModelGate blesses the model by a held-out
+metric `run_fn` returns, against the latest blessed model; Pusher pushes a blessed one.
 
-`standard_components(config)` returns the components by role (`StandardComponents`), so a
-pipeline can wire more to them (an Evaluator on `trainer.outputs["model"]`, a Pusher);
+`standard_components(config, run)` returns the components by role (`StandardComponents`), so a
+pipeline can wire more to them (say a standard Evaluator on `trainer.outputs["model"]`);
 `create_pipeline(config, run, extra_components)` assembles the components and any others into
 one TFX pipeline with `run`'s root, cache, sqlite ML Metadata and Beam arguments.
 """
@@ -26,8 +28,10 @@ from tfx.dsl.components.base import base_node
 from tfx.types import standard_component_specs
 
 from components import component_keys as keys
+from components.evaluator_component import ModelGate
 from components.index_component import IndexExamples
 from components.trainer_component import ResampledTrainer, training_inputs
+from pipeline import common
 from pipeline.config import RunConfig
 
 
@@ -41,6 +45,11 @@ class StandardConfig:
     keep `label_feature` (an int64 class id or a bytes class name per example). `trainer_module`:
     the importable module of the trainer's `run_fn`. Records without a usable label are
     IndexExamples' rejects, at most `max_reject_fraction` of them (None: its default, 0.1).
+
+    The gate, as the demo configs': `blessing_metric` is a held-out metric `run_fn` returns
+    (which way is better: `blessing_direction`), within `blessing_threshold` (None: any) and at
+    most `blessing_tolerance` worse than the latest blessed model's; Pusher pushes to
+    `serving_dir` (None: `<pipeline root>/serving/<pipeline name>`).
     """
 
     input_base: str
@@ -49,6 +58,7 @@ class StandardConfig:
     label_feature: str
     n_classes_per_batch: int
     n_samples_per_class: int
+    blessing_metric: str
     pipeline_name: str = "standard-class-balanced"
     num_epochs: int = 5
     seed: int = 0
@@ -58,6 +68,10 @@ class StandardConfig:
     num_shards: int | None = None
     max_reject_fraction: float | None = None
     custom_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    blessing_direction: str = keys.LOWER_IS_BETTER
+    blessing_threshold: float | None = None
+    blessing_tolerance: float = 0.0
+    serving_dir: str | None = None
 
 
 class StandardComponents(NamedTuple):
@@ -69,10 +83,14 @@ class StandardComponents(NamedTuple):
     transform: base_node.BaseNode
     index_examples: IndexExamples
     trainer: ResampledTrainer
+    baseline_resolver: base_node.BaseNode
+    model_gate: ModelGate
+    pusher: base_node.BaseNode
 
 
-def standard_components(config: StandardConfig) -> StandardComponents:
-    """The components of `config`'s pipeline, wired to each other."""
+def standard_components(config: StandardConfig, run: RunConfig) -> StandardComponents:
+    """The components of `config`'s pipeline, wired to each other (`run`: where Pusher pushes
+    when `config.serving_dir` is None)."""
     example_gen = tfx.components.ImportExampleGen(input_base=config.input_base)
     examples = example_gen.outputs[standard_component_specs.EXAMPLES_KEY]
     statistics_gen = tfx.components.StatisticsGen(examples=examples)
@@ -110,7 +128,13 @@ def standard_components(config: StandardConfig) -> StandardComponents:
         custom_config=dict(config.custom_config),
     )
     return StandardComponents(
-        example_gen, statistics_gen, schema_gen, transform, index_examples, trainer
+        example_gen,
+        statistics_gen,
+        schema_gen,
+        transform,
+        index_examples,
+        trainer,
+        *common.gate_and_push(config, run, trainer.outputs[keys.MODEL_KEY]),
     )
 
 
@@ -121,18 +145,7 @@ def create_pipeline(
     components: StandardComponents | None = None,
 ) -> tfx.dsl.Pipeline:
     """The TFX pipeline `config.pipeline_name`: `components` (default
-    `standard_components(config)`; pass them when `extra_components` are wired to them), then
-    `extra_components`."""
-    components = components if components is not None else standard_components(config)
-    return tfx.dsl.Pipeline(
-        pipeline_name=config.pipeline_name,
-        pipeline_root=run.pipeline_root,
-        components=[*components, *extra_components],
-        enable_cache=run.enable_cache,
-        metadata_connection_config=(
-            tfx.orchestration.metadata.sqlite_metadata_connection_config(run.metadata_path)
-            if run.metadata_path
-            else None
-        ),
-        beam_pipeline_args=list(run.beam_pipeline_args),
-    )
+    `standard_components(config, run)`; pass them when `extra_components` are wired to them),
+    then `extra_components`."""
+    components = components if components is not None else standard_components(config, run)
+    return common.assemble(config.pipeline_name, run, [*components, *extra_components])

@@ -1,13 +1,15 @@
 """The standard-TFX composition end to end on LocalDagRunner (sqlite ML Metadata, Beam
 DirectRunner): ImportExampleGen -> StatisticsGen -> SchemaGen -> Transform -> IndexExamples ->
-ResampledTrainer, on tf.Examples written here (a 4-float vector, an int64 class label, some
-examples without one). One run serves every test of the module.
+ResampledTrainer -> ModelGate -> Pusher, on `standard_data`'s tf.Examples (a 4-float vector, an
+int64 class label, some examples without one). One run serves every test of the module; the
+second-run case of the gate (the resolver's baseline) is the demo pipelines' test's.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -21,78 +23,52 @@ from components import component_keys as keys
 from components.index_component import executor as index_executor
 from components.inputs import RecordStore
 from components.trainer_component import training_inputs
-from pipeline import run_local, standard_pipeline
+from pipeline import common, run_local, standard_pipeline
+from pipeline.config import RunConfig
 from tests.components.conftest import make_artifact
-from tests.pipeline import standard_modules
+from tests.pipeline import standard_data, standard_modules
+from tests.pipeline.standard_data import (
+    N_CLASSES_PER_BATCH,
+    N_SAMPLES_PER_CLASS,
+    NUM_CLASSES,
+    NUM_EXAMPLES,
+)
 
 pytestmark = pytest.mark.slow
 
-NUM_EXAMPLES = 300
-NUM_CLASSES = 4
-UNLABELLED_EVERY = 25  # examples 0, 25, 50, ... have no label: IndexExamples rejects them
-N_CLASSES_PER_BATCH = 3
-N_SAMPLES_PER_CLASS = 4
 NODES = ("ImportExampleGen", "StatisticsGen", "SchemaGen", "Transform", "IndexExamples")
 TRAINER = "ResampledTrainer"
+GATE_NODES = (common.BASELINE_RESOLVER_ID, "ModelGate", "Pusher")
 
 
-def _class_centers() -> np.ndarray:
-    return 4.0 * np.eye(NUM_CLASSES, dtype=np.float32) + 10.0
-
-
-def _write_examples(directory: str) -> list[int | None]:
-    """Writes the input TFRecord file; returns the label of each example (None: none)."""
-    rng = np.random.default_rng(0)
-    labels: list[int | None] = []
-    os.makedirs(directory)
-    with tf.io.TFRecordWriter(os.path.join(directory, "examples.tfrecord")) as writer:
-        for i in range(NUM_EXAMPLES):
-            label = i % NUM_CLASSES
-            vector = _class_centers()[label] + rng.normal(0.0, 0.3, NUM_CLASSES)
-            feature = {
-                standard_modules.VECTOR_KEY: tf.train.Feature(
-                    float_list=tf.train.FloatList(value=vector.tolist())
-                )
-            }
-            if i % UNLABELLED_EVERY:
-                feature[standard_modules.LABEL_KEY] = tf.train.Feature(
-                    int64_list=tf.train.Int64List(value=[label])
-                )
-            labels.append(label if i % UNLABELLED_EVERY else None)
-            writer.write(
-                tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
-            )
-    return labels
+class StandardRun(NamedTuple):
+    results: dict[str, run_local.NodeResult]
+    labels: list[int | None]  # of each input example (None: none)
+    config: standard_pipeline.StandardConfig
+    run: RunConfig
 
 
 @pytest.fixture(scope="module")
-def standard_run(tmp_path_factory):
+def standard_run(tmp_path_factory) -> StandardRun:
     work_dir = str(tmp_path_factory.mktemp("standard"))
-    labels = _write_examples(os.path.join(work_dir, "input"))
-    config = standard_pipeline.StandardConfig(
-        input_base=os.path.join(work_dir, "input"),
-        preprocessing_fn="tests.pipeline.standard_modules.preprocessing_fn",
-        trainer_module="tests.pipeline.standard_modules",
-        label_feature=standard_modules.LABEL_KEY,
-        n_classes_per_batch=N_CLASSES_PER_BATCH,
-        n_samples_per_class=N_SAMPLES_PER_CLASS,
-        num_epochs=3,
-        num_shards=2,
-    )
+    labels = standard_data.write_examples(os.path.join(work_dir, "input"))
+    config = standard_data.config(os.path.join(work_dir, "input"))
     run = run_local.run_config(work_dir, enable_cache=False)
     run_local.run(standard_pipeline.create_pipeline(config, run))
-    return run_local.latest_run(run.metadata_path, config.pipeline_name), labels
+    return StandardRun(
+        run_local.latest_run(run.metadata_path, config.pipeline_name), labels, config, run
+    )
 
 
 def test_every_node_ran(standard_run):
-    results, _ = standard_run
-    assert {node: results[node].state for node in (*NODES, TRAINER)} == dict.fromkeys(
-        (*NODES, TRAINER), "COMPLETE"
+    results = standard_run.results
+    assert {node: result.state for node, result in results.items()} == dict.fromkeys(
+        (*NODES, TRAINER, *GATE_NODES), "COMPLETE"
     )
 
 
 def test_index_examples_read_gzip_input_and_recorded_the_unlabelled_as_rejects(standard_run):
-    results, labels = standard_run
+    results, labels = standard_run.results, standard_run.labels
     index = results["IndexExamples"]
     with open(os.path.join(index.uri(keys.OFFSET_INDEX_KEY), layout.SUMMARY_FILE)) as f:
         summary = json.load(f)
@@ -110,7 +86,7 @@ def test_index_examples_read_gzip_input_and_recorded_the_unlabelled_as_rejects(s
 
 
 def test_class_index_classes_are_the_label_set(standard_run):
-    results, labels = standard_run
+    results, labels = standard_run.results, standard_run.labels
     class_index = results["IndexExamples"].uri(keys.CLASS_INDEX_KEY)
     label_set = sorted({str(label) for label in labels if label is not None})
     for split in ("train", "eval"):
@@ -121,7 +97,7 @@ def test_class_index_classes_are_the_label_set(standard_run):
 
 
 def test_trainer_saw_exact_class_balanced_batches(standard_run):
-    results, _ = standard_run
+    results = standard_run.results
     trainer = results[TRAINER]
     with open(
         os.path.join(trainer.uri(keys.MODEL_RUN_KEY), standard_modules.BATCH_LABELS_FILE)
@@ -146,11 +122,42 @@ def test_trainer_saw_exact_class_balanced_batches(standard_run):
     assert metrics["schema_file_found"] == 1.0  # FnArgs.schema_path: SchemaGen's schema
 
 
-def test_exported_model_serves_raw_examples_through_the_transform_graph(standard_run):
-    results, _ = standard_run
-    serving_dir = path_utils.serving_model_dir(results[TRAINER].uri(keys.MODEL_KEY))
-    serve = tf.saved_model.load(serving_dir).signatures["serving_default"]
-    centers = _class_centers()
+def test_the_gate_blessed_the_model_by_its_held_out_accuracy_and_pusher_pushed_it(standard_run):
+    results, config, run = standard_run.results, standard_run.config, standard_run.run
+    [model] = results[TRAINER].outputs[keys.MODEL_KEY]
+    # As ML Metadata holds it, which is what the gate read.
+    accuracy = model.properties[standard_data.BLESSING_METRIC]
+    # Nothing blessed before (the resolver found nothing): the threshold alone decides.
+    [blessing] = results["ModelGate"].outputs[keys.BLESSING_KEY]
+    assert blessing.properties["blessed"] == 1
+    assert blessing.properties["current_model"] == model.uri
+    assert "baseline_model" not in blessing.properties
+    assert blessing.properties["metric"] == standard_data.BLESSING_METRIC
+    assert blessing.properties["metric_value"] == pytest.approx(accuracy, 1e-5)
+    assert blessing.properties["blessing_message"] == (
+        f"blessed (eval_accuracy {accuracy:.4g}, no baseline: the first blessed model; within "
+        f"the threshold {standard_data.BLESSING_THRESHOLD})"
+    )
+    assert os.path.exists(os.path.join(blessing.uri, "BLESSED"))
+    [pushed] = results["Pusher"].outputs[standard_component_specs.PUSHED_MODEL_KEY]
+    assert pushed.properties["pushed"] == 1
+    destination = pushed.properties["pushed_destination"]
+    assert os.path.dirname(destination) == common.serving_dir(config, run)
+    assert common.serving_dir(config, run) == os.path.join(
+        run.pipeline_root, "serving", config.pipeline_name
+    )
+
+
+@pytest.mark.parametrize("copy", ["trained", "pushed"])
+def test_the_model_serves_raw_examples_through_the_transform_graph(standard_run, copy):
+    results = standard_run.results
+    if copy == "trained":
+        model_dir = path_utils.serving_model_dir(results[TRAINER].uri(keys.MODEL_KEY))
+    else:
+        # The copy in the serving folder, the transform graph's assets included.
+        [pushed] = results["Pusher"].outputs[standard_component_specs.PUSHED_MODEL_KEY]
+        model_dir = pushed.properties["pushed_destination"]
+    serve = tf.saved_model.load(model_dir).signatures["serving_default"]
     examples = [
         tf.train.Example(
             features=tf.train.Features(
@@ -161,7 +168,7 @@ def test_exported_model_serves_raw_examples_through_the_transform_graph(standard
                 }
             )
         ).SerializeToString()
-        for center in centers
+        for center in standard_data.class_centers()
     ]
     probabilities = serve(examples=tf.constant(examples))["probabilities"].numpy()
     assert probabilities.shape == (NUM_CLASSES, NUM_CLASSES)
@@ -179,7 +186,7 @@ def _vectors(files: list[str]) -> np.ndarray:
 def test_apply_transform_runs_transforms_graph_over_raw_records(standard_run, tmp_path):
     """The other way to train on Transform's features: index ExampleGen's raw Examples and let
     the input pipeline apply the transform graph (input option `apply_transform`)."""
-    results, _ = standard_run
+    results = standard_run.results
     raw_uri = results["ImportExampleGen"].uri(standard_component_specs.EXAMPLES_KEY)
     raw = make_artifact(standard_artifacts.Examples, raw_uri, ["train", "eval"])
     outputs = {
