@@ -2,8 +2,7 @@
 
     from components.index_component import IndexExamples
 
-The component resolves on first use: `group_index` (the group pair layout the trainer reads) and
-the Beam job's modules import without TFX.
+The component resolves on first use: the Beam job's modules import without TFX.
 """
 
 import importlib

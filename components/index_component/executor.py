@@ -1,53 +1,40 @@
 """Executor of `IndexExamples`: run the indexing job, then map the run onto the output artifacts.
 
-As the materialize executors do (`components.materialize_component.executor`): the job writes
-one run directory, the `offset_index` URI; its shards then move into
-`<indexed_examples>/Split-<record_set>/` (`shards.json` rewritten to point there), its class
-index parts into `<class_index>/index/<record_set>/`, its pair index into
-`<pair_index>/index/pairs/`, and each index URI gets a copy of `summary.json`, so the readers
-(`RecordStore.open`, `class_balanced`, `ValidPairs.load`, `open_pairs_run`,
-`group_index.load_group_pairs`) check that every part belongs to the run it commits.
+As the materialize executors do (`components.run_artifacts`): the job writes one run directory,
+the `offset_index` URI; its shards then move into `<indexed_examples>/Split-<record_set>/`
+(`shards.json` rewritten to point there), its class index parts into
+`<class_index>/index/<record_set>/`, its pair index into `<pair_index>/index/pairs/`, and each
+index URI gets a copy of `summary.json`, so the readers (`RecordStore.open`, `class_balanced`,
+`ValidPairs.load`, `open_pairs_run`, `layout.load_group_index`) check that every part belongs to
+the run it commits.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-import tensorflow as tf
 from tfx import types
 from tfx.components.util import examples_utils
-from tfx.dsl.components.base import base_beam_executor
 from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
 
-from components import artifacts, layout
+from components import artifacts, layout, run_artifacts
 from components import component_keys as keys
-from components.index_component import group_index
 from components.index_component.indexing import IndexConfig, run_index
-from components.materialize import common
 from components.materialize.config import ShardingConfig
-from components.materialize_component.executor import move_shards, move_tree, record_sets_of
 
 # Custom properties of the ClassIndex and PairIndex artifacts IndexExamples writes.
 LABEL_FEATURE_PROPERTY = "label_feature"  # the feature the classes come from
 LABEL_KIND_PROPERTY = "label_kind"  # "int64" (labels are class ids) or "bytes" (names)
-BY_GROUP_PROPERTY = "by_group"  # 1: valid pairs by group (group_index); 0: a pair list
-_CLASS_INDEX_PARTS = (layout.CLASSES_FILE, layout.CLASS_IDS_FILE, layout.CLASS_RECORDS_INDEX)
+BY_GROUP_PROPERTY = "by_group"  # 1: valid pairs by group (layout.has_group_index); 0: a pair list
 # The file format of Examples artifacts that do not say (what ExampleGen writes): TFRecord, with
 # any compression `ReadFromTFRecord` detects.
 _TFRECORD_FORMAT = "tfrecords_gzip"
 
 
-class Executor(base_beam_executor.BaseBeamExecutor):
+class Executor(run_artifacts.RunExecutor):
     """Indexes the input `examples` into `indexed_examples`, `offset_index` and the class and/or
     pair index."""
-
-    def _make_beam_pipeline(self):
-        # As the materialize executors: local multi_processing runs get the lean SDK workers.
-        if self._make_beam_pipeline_fn is not None:
-            return super()._make_beam_pipeline()
-        return common.make_default_pipeline(self._beam_pipeline_args)
 
     def Do(
         self,
@@ -62,11 +49,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         offset_index = artifact_utils.get_single_instance(output_dict[keys.OFFSET_INDEX_KEY])
         class_index = _optional_output(output_dict, keys.CLASS_INDEX_KEY)
         pair_index = _optional_output(output_dict, keys.PAIR_INDEX_KEY)
-        outputs = [a for a in (examples, offset_index, class_index, pair_index) if a is not None]
-        # A retried execution may reuse its output URIs: start from empty ones.
-        for artifact in outputs:
-            if tf.io.gfile.exists(artifact.uri):
-                tf.io.gfile.rmtree(artifact.uri)
+        run_artifacts.clear_outputs(
+            a for a in (examples, offset_index, class_index, pair_index) if a is not None
+        )
 
         run_dir = offset_index.uri
         config = IndexConfig(
@@ -99,15 +84,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             )
         summary = run_index(config, make_pipeline=self._make_beam_pipeline)
 
-        record_sets = record_sets_of(run_dir)
-        for record_set in record_sets:
-            move_shards(run_dir, record_set, examples.uri)
-        tf.io.gfile.rmtree(os.path.join(run_dir, layout.EXAMPLES_DIR))
-        examples.split_names = artifact_utils.encode_split_names(record_sets)
-        examples_utils.set_payload_format(examples, example_gen_pb2.PayloadFormat.FORMAT_TF_EXAMPLE)
-        _describe_offset_index(offset_index, summary, record_sets, examples.uri)
+        record_sets = run_artifacts.split_examples(run_dir, summary, examples, offset_index)
         if class_index is not None:
-            _move_class_index(run_dir, record_sets, class_index.uri)
+            run_artifacts.move_class_index(run_dir, record_sets, class_index.uri)
             labels = summary["labels"]
             class_index.set_string_custom_property(LABEL_FEATURE_PROPERTY, labels["feature"])
             class_index.set_string_custom_property(LABEL_KIND_PROPERTY, labels["kind"])
@@ -115,21 +94,17 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                 artifacts.NUM_CLASSES_PROPERTY, {rs: labels["num_classes"] for rs in record_sets}
             )
         if pair_index is not None:
-            move_tree(layout.pairs_index_dir(run_dir), layout.pairs_index_dir(pair_index.uri))
+            run_artifacts.move_pair_index(run_dir, pair_index.uri)
             pair_index.set_int_custom_property(
                 artifacts.NUM_PAIRS_PROPERTY, int(summary["pairs"]["num_pairs"])
             )
             pair_index.set_int_custom_property(
-                BY_GROUP_PROPERTY, int(group_index.has_group_index(pair_index.uri))
+                BY_GROUP_PROPERTY, int(layout.has_group_index(pair_index.uri))
             )
-        # Last: the copy commits the index there (`layout.check_part`).
+        # Last, once its parts are all there: the copy commits each index.
         for index in (class_index, pair_index):
             if index is not None:
-                tf.io.gfile.copy(
-                    os.path.join(run_dir, layout.SUMMARY_FILE),
-                    os.path.join(index.uri, layout.SUMMARY_FILE),
-                    overwrite=True,
-                )
+                run_artifacts.commit_index(run_dir, index.uri)
 
 
 def input_splits(source: types.Artifact, exec_properties: dict[str, Any]) -> dict[str, str]:
@@ -166,32 +141,3 @@ def _optional_output(
     output_dict: dict[str, list[types.Artifact]], key: str
 ) -> types.Artifact | None:
     return artifact_utils.get_single_instance(output_dict[key]) if output_dict.get(key) else None
-
-
-def _move_class_index(run_dir: str, record_sets: list[str], index_uri: str) -> None:
-    for record_set in record_sets:
-        source = layout.index_dir(run_dir, record_set)
-        target = layout.index_dir(index_uri, record_set)
-        tf.io.gfile.makedirs(target)
-        for part in _CLASS_INDEX_PARTS:
-            path = os.path.join(source, part)
-            if tf.io.gfile.isdir(path):
-                move_tree(path, os.path.join(target, part))
-            else:
-                tf.io.gfile.rename(path, os.path.join(target, part), overwrite=True)
-
-
-def _describe_offset_index(
-    offset_index: types.Artifact, summary: dict, record_sets: list[str], examples_uri: str
-) -> None:
-    offset_index.set_json_value_custom_property(artifacts.RECORD_SETS_PROPERTY, record_sets)
-    offset_index.set_json_value_custom_property(
-        artifacts.NUM_RECORDS_PROPERTY,
-        {rs: int(summary["record_sets"][rs]["num_records"]) for rs in record_sets},
-    )
-    rejects = summary["rejects"]
-    offset_index.set_int_custom_property(artifacts.NUM_REJECTS_PROPERTY, int(rejects["records"]))
-    offset_index.set_json_value_custom_property(
-        artifacts.REJECTS_BY_REASON_PROPERTY, dict(rejects["by_reason"])
-    )
-    offset_index.set_string_custom_property(artifacts.EXAMPLES_URI_PROPERTY, examples_uri)

@@ -8,8 +8,8 @@ shuffle instead), and only its ref travels on. Records are numbered by id: the `
 value, or `<file name>:<position>` without one (file order).
 From there the job is the materialize jobs' own: ids sorted into shard plans
 (`materialize.shards`), valid pairs resolved from a pair list (`materialize.pair_index`) or from
-groups (`group_index`), rejects judged against `max_reject_fraction`, the shards and indexes
-written only when the verdict is ok, and `summary.json` written last to commit the run.
+groups (`layout.save_group_index`), rejects judged against `max_reject_fraction`, the shards and
+indexes written only when the verdict is ok, and `summary.json` written last to commit the run.
 
 Record sets: with a pairing (`pairs` or `group_feature`), `x` and `y` (from the two input splits
 the config names); otherwise one per input split, of the same name. A `label_feature` gives
@@ -28,7 +28,7 @@ import apache_beam as beam
 import numpy as np
 
 from components import layout
-from components.index_component import group_index, records, screening
+from components.index_component import records, screening
 from components.materialize import (
     common,
     outcome,
@@ -236,37 +236,7 @@ class _Assign(beam.DoFn):
         )
 
 
-# ------------------------------------------------------------------------------ verdict, summary
-
-
-def decide(
-    reject_counts: dict[str, int],
-    num_inputs: int,
-    plans: dict[str, shards.ShardPlan],
-    max_reject_fraction: float,
-) -> Verdict:
-    """The run's verdict: every record set must keep a record, and the rejected records
-    (`screening.RECORD_REASONS`) must be at most `max_reject_fraction` of those read."""
-    record_rejects = sum(reject_counts.get(reason, 0) for reason in screening.RECORD_REASONS)
-    fraction = record_rejects / num_inputs if num_inputs else 0.0
-    counts = ", ".join(
-        f"{reason}={count}"
-        for reason, count in sorted(reject_counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    )
-    why = f" (rejects: {counts})" if counts else ""
-    empty = sorted(name for name, plan in plans.items() if not plan.num_records)
-    error = ""
-    if empty:
-        error = (
-            f"nothing left in record set {', '.join(map(repr, empty))}: {record_rejects} of "
-            f"{num_inputs} records rejected{why}"
-        )
-    elif fraction > max_reject_fraction:
-        error = (
-            f"{record_rejects} of {num_inputs} records rejected ({fraction:.1%}), more than "
-            f"max_reject_fraction={max_reject_fraction:g}{why}"
-        )
-    return Verdict(not error, error, record_rejects, round(fraction, 6))
+# ------------------------------------------------------------------------------------- summary
 
 
 def _inputs_section(files: list[tuple[str, str]], counts: dict[str, int]) -> dict:
@@ -308,7 +278,7 @@ def _write_groups(
     y_group = _group_of(groups, Y, plans[Y].ids.id_list())
     names = sorted(set(x_group.tolist()) | set(y_group.tolist()))
     lookup = np.asarray(names, dtype=object)
-    return group_index.save_group_index(
+    return layout.save_group_index(
         output_dir,
         np.searchsorted(lookup, x_group).astype(np.int64),
         np.searchsorted(lookup, y_group).astype(np.int64),
@@ -478,17 +448,17 @@ class IndexRecords(beam.PTransform):
             | "Counts" >> beam.Values()
             | "AllRecords" >> beam.CombineGlobally(sum)
         )
-        reject_counts = (
-            all_rejects
-            | "AllRejects" >> beam.Flatten()
-            | "Rejects" >> rejects.RecordRejects(output_dir)
+        # Every record set must keep a record.
+        judgement = tuple(all_rejects) | "Judge" >> outcome.Judge(
+            output_dir,
+            num_inputs=num_inputs,
+            plans=plans,
+            required_record_sets=record_sets,
+            max_reject_fraction=config.max_reject_fraction,
+            record_reasons=screening.RECORD_REASONS,
+            input_noun="records",
         )
-        verdict = reject_counts | "Verdict" >> beam.Map(
-            decide,
-            beam.pvalue.AsSingleton(num_inputs),
-            beam.pvalue.AsSingleton(plans),
-            config.max_reject_fraction,
-        )
+        verdict = judgement.verdict
         index_stats = assigned.shard_batches | "Write" >> shards.WriteRecordSets(
             output_dir,
             plans=beam.pvalue.AsSingleton(plans),
@@ -531,7 +501,7 @@ class IndexRecords(beam.PTransform):
                 ),
             )
         )
-        return outcome.Judgement(reject_counts, verdict) | "Summary" >> outcome.WriteSummary(
+        return judgement | "Summary" >> outcome.WriteSummary(
             output_dir,
             _static_summary(config),
             plans=plans,

@@ -254,12 +254,15 @@ def open_pairs_run(
     check_examples: bool = False,
     on_invalid: str = "fail",
     reader: str = "auto",
-) -> tuple[RecordStore, RecordStore, ValidPairs]:
+) -> tuple[RecordStore, RecordStore, ValidPairs | GroupPairs]:
     """Opens the `x` and `y` record sets and the valid-pair index of a materialized run.
 
-    `pair_index_dir`: the run directory holding `index/pairs` when it is not `output_dir` (the
-    TFX `PairIndex` artifact beside the `OffsetIndex` one); both must hold the same committed run
-    (`layout.RunCommitError` otherwise).
+    The valid pairs are a `GroupPairs` when the run paired by group (`layout.has_group_index`:
+    the pairs job's `--x_groups` / `--groups_from_subfolder`, `IndexExamples`' `group_feature`),
+    else a `ValidPairs`; the samplers take either. `pair_index_dir`: the run directory holding
+    `index/pairs` when it is not `output_dir` (the TFX `PairIndex` artifact beside the
+    `OffsetIndex` one); both must hold the same committed run (`layout.RunCommitError`
+    otherwise).
 
     `check_examples` also checks that each record is a parsable image Example (a damaged record
     otherwise); it costs a protobuf parse per record read on the disk backend. `reader`: the disk
@@ -281,13 +284,24 @@ def open_pairs_run(
         )
         for record_set in (layout.X_RECORD_SET, layout.Y_RECORD_SET)
     ]
-    valid_pairs = ValidPairs.load(
-        output_dir if pair_index_dir is None else pair_index_dir,
-        num_x=stores[0].num_records,
-        num_y=stores[1].num_records,
-        on_invalid=on_invalid,
-    )
+    pairs_dir = output_dir if pair_index_dir is None else pair_index_dir
+    sizes = {"num_x": stores[0].num_records, "num_y": stores[1].num_records}
+    if layout.has_group_index(pairs_dir):
+        valid_pairs = _load_group_pairs(pairs_dir, on_invalid=on_invalid, **sizes)
+    else:
+        valid_pairs = ValidPairs.load(pairs_dir, on_invalid=on_invalid, **sizes)
     return stores[0], stores[1], valid_pairs
+
+
+def _load_group_pairs(output_dir: str, **kwargs) -> GroupPairs:
+    """The group pairing of a run as `GroupPairs` (kwargs as in `GroupPairs.build`); whatever
+    contradicts the record stores is a damaged index."""
+    _, x_groups, y_groups = layout.load_group_index(output_dir)
+    try:
+        return ValidPairs.from_groups(x_groups, y_groups, **kwargs)
+    except ValueError as error:
+        directory = layout.pairs_index_dir(output_dir)
+        raise layout.IndexFileError(f"group pair index {directory}: {error}") from error
 
 
 def dynamic_pairs_from_run(

@@ -16,6 +16,7 @@ from apache_beam.options import pipeline_options
 
 from components.materialize.audio_pipeline import run_audio
 from components.materialize.config import (
+    GROUPS_FORMATS,
     IMAGE_STORAGE_MODES,
     MANIFEST_FORMATS,
     PAIRS_FORMATS,
@@ -41,11 +42,23 @@ def _parser() -> argparse.ArgumentParser:
     )
     jobs = parser.add_subparsers(dest="job", required=True)
 
-    pairs = jobs.add_parser("pairs", help="image domains X, Y and their valid-pair list")
+    pairs = jobs.add_parser(
+        "pairs", help="image domains X, Y and their valid-pair list, or the group of each image"
+    )
     pairs.add_argument("--x_dir", required=True, help="folder of X images; ids = relative paths")
     pairs.add_argument("--y_dir", required=True, help="folder of Y images")
-    pairs.add_argument("--pairs", required=True, help='JSON Lines {"x":..,"y":[..]} or CSV x,y')
+    pairs.add_argument("--pairs", help='JSON Lines {"x":..,"y":[..]} or CSV x,y')
     pairs.add_argument("--pairs_format", default="auto", choices=PAIRS_FORMATS)
+    # Instead of --pairs: x pairs with every y of its group.
+    pairs.add_argument("--x_groups", help='group of each x: JSON Lines {"id":..,"group":..} or CSV')
+    pairs.add_argument("--y_groups", help="group of each y, as --x_groups")
+    pairs.add_argument("--groups_format", default="auto", choices=GROUPS_FORMATS)
+    pairs.add_argument(
+        "--groups_from_subfolder",
+        action="store_true",
+        help="no groups files: each image's group is the first folder of its id "
+        "(x_dir/cat/001.png pairs with y_dir/cat/017.png)",
+    )
     pairs.add_argument("--image_storage", default="encoded", choices=IMAGE_STORAGE_MODES)
     pairs.add_argument("--raw_height", type=int, default=256)
     pairs.add_argument("--raw_width", type=int, default=256)
@@ -98,8 +111,9 @@ def _one_line(summary: dict) -> str:
     pair_text = ""
     if pairs and pairs.get("num_pairs"):
         degree = pairs["degree"]
+        groups = f" in {pairs['num_groups']} groups" if pairs.get("by_group") else ""
         pair_text = (
-            f"; {pairs['num_pairs']} valid pairs (degree {degree['min']}-{degree['max']}, "
+            f"; {pairs['num_pairs']} valid pairs{groups} (degree {degree['min']}-{degree['max']}, "
             f"mean {degree['mean']})"
         )
     reasons = ", ".join(f"{k}={v}" for k, v in summary["rejects"]["by_reason"].items())

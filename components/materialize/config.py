@@ -11,6 +11,7 @@ from components.materialize.errors import MaterializeError
 IMAGE_STORAGE_MODES = ("encoded", "raw")
 SPLIT_MODES = ("speaker", "utterance")
 PAIRS_FORMATS = ("auto", "jsonl", "csv")
+GROUPS_FORMATS = ("auto", "jsonl", "csv")
 MANIFEST_FORMATS = ("auto", "jsonl", "csv")
 # How payloads pass between the stages of a job (`spill`): "auto" spills them to files on the
 # local runners only, "files" always, "none" never (the runner's shuffle carries them).
@@ -35,22 +36,33 @@ class ShardingConfig:
             raise MaterializeError(f"num_shards must be >= 0, got {self.num_shards}")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class PairsConfig:
-    """Paired image domains X and Y plus their valid-pair list.
+    """Paired image domains X and Y plus which x may pair with which y.
 
-    Ids are paths relative to `x_dir` / `y_dir`. `pairs` is JSON Lines (`{"x": id, "y": [ids]}`)
-    or a CSV edge list (`x,y` per line, optional header), chosen by `pairs_format` or by the
-    file extension. `image_storage="raw"` stores uint8 pixels resized to
+    Ids are paths relative to `x_dir` / `y_dir`. Valid pairs come from one of:
+
+    * `pairs`, a pair list: JSON Lines (`{"x": id, "y": [ids]}`) or a CSV edge list (`x,y` per
+      line, optional header), chosen by `pairs_format` or by the file extension;
+    * `x_groups` and `y_groups`, the group of each image (x pairs with every y of its group):
+      JSON Lines (`{"id": id, "group": name}`) or CSV (`id,group`, optional header), chosen by
+      `groups_format` or by the extension;
+    * `groups_from_subfolder`: each image's group is the first folder of its id.
+
+    `image_storage="raw"` stores uint8 pixels resized to
     `raw_height x raw_width x raw_channels` instead of the encoded file bytes. `spill`
     (`SPILL_MODES`) is how decoded payloads reach the shard writers (`spill.resolve_spill_root`).
     """
 
     x_dir: str
     y_dir: str
-    pairs: str
     output_dir: str
+    pairs: str = ""
     pairs_format: str = "auto"
+    x_groups: str = ""
+    y_groups: str = ""
+    groups_from_subfolder: bool = False
+    groups_format: str = "auto"
     image_storage: str = "encoded"
     raw_height: int = 256
     raw_width: int = 256
@@ -63,10 +75,23 @@ class PairsConfig:
     beam_pipeline_args: tuple[str, ...] = ()
 
     def validate(self) -> None:
+        group_files = bool(self.x_groups or self.y_groups)
+        if [bool(self.pairs), group_files, bool(self.groups_from_subfolder)].count(True) != 1:
+            raise MaterializeError(
+                "give --pairs FILE, or --x_groups FILE and --y_groups FILE, or "
+                "--groups_from_subfolder (exactly one of them)"
+            )
+        if group_files and not (self.x_groups and self.y_groups):
+            raise MaterializeError("--x_groups and --y_groups go together: give both")
         _require_dir(self.x_dir, "x_dir")
         _require_dir(self.y_dir, "y_dir")
-        _require_file(self.pairs, "pairs")
+        if self.pairs:
+            _require_file(self.pairs, "pairs")
+        for path, flag in ((self.x_groups, "x_groups"), (self.y_groups, "y_groups")):
+            if path:
+                _require_file(path, flag)
         _require_choice(self.pairs_format, PAIRS_FORMATS, "pairs_format")
+        _require_choice(self.groups_format, GROUPS_FORMATS, "groups_format")
         _require_choice(self.image_storage, IMAGE_STORAGE_MODES, "image_storage")
         if min(self.raw_height, self.raw_width) <= 0 or self.raw_channels not in (1, 3, 4):
             raise MaterializeError(

@@ -30,6 +30,8 @@ def _decide(
     plans: dict[str, ShardPlan],
     required_record_sets: tuple[str, ...],
     max_reject_fraction: float,
+    record_reasons: tuple[str, ...],
+    input_noun: str,
 ) -> Verdict:
     return decide(
         num_inputs=num_inputs,
@@ -37,6 +39,8 @@ def _decide(
         record_counts={name: plan.num_records for name, plan in plans.items()},
         required_record_sets=required_record_sets,
         max_reject_fraction=max_reject_fraction,
+        record_reasons=record_reasons,
+        input_noun=input_noun,
     )
 
 
@@ -49,8 +53,11 @@ def Judge(
     plans: beam.PCollection,
     required_record_sets: tuple[str, ...],
     max_reject_fraction: float,
+    record_reasons: tuple[str, ...] = rejects.RECORD_REASONS,
+    input_noun: str = "inputs",
 ) -> Judgement:
-    """Records the rejects (`rejects.RecordRejects`) and decides the run's verdict.
+    """Records the rejects (`rejects.RecordRejects`) and decides the run's verdict (`decide`,
+    which `record_reasons` and `input_noun` go to).
 
     Input: a tuple of PCollection[Reject]. `num_inputs`: singleton PCollection, the number of
     input records; `plans`: singleton PCollection, dict record_set -> ShardPlan. Output: a
@@ -67,6 +74,8 @@ def Judge(
         beam.pvalue.AsSingleton(plans),
         required_record_sets,
         max_reject_fraction,
+        record_reasons,
+        input_noun,
     )
     return Judgement(reject_counts, verdict)
 

@@ -27,15 +27,15 @@ def resolve_format(path: str, pairs_format: str = "auto") -> str:
     return "csv" if path.lower().endswith(".csv") else "jsonl"
 
 
-def has_csv_header(path: str) -> bool:
-    """True when the first non-blank record of a CSV edge list is the `x,y` header."""
+def has_csv_header(path: str, header: tuple[str, ...] = CSV_HEADER) -> bool:
+    """True when the first non-blank record of a CSV file is `header` (an edge list's `x,y`)."""
     for record in paths.read_text_records(path, csv_records=True):
         if record.text.strip():
             try:
                 values = next(csv.reader([record.text]), [])
             except csv.Error:
                 return False
-            return tuple(v.strip() for v in values) == CSV_HEADER
+            return tuple(v.strip() for v in values) == header
     return False
 
 

@@ -1,11 +1,12 @@
-"""The pairs job: image folders X and Y plus a valid-pair list -> record sets `x`, `y` and the
-valid-pair CSR index `index/pairs` over x records.
+"""The pairs job: image folders X and Y plus a valid-pair list, or the group of each image ->
+record sets `x`, `y` and the valid-pair index `index/pairs` over x records (a CSR of edges, or
+the groups).
 
 Files are decoded in batches (one Beam element per `files_per_batch` files); each decoded
 Example is spilled to a file at once and only its ref travels on, grouped by shard, to the
 shard writer, or with `--spill none` the Example itself does (`spill`). Everything global
-(sorting, which x survive) runs on ids and record numbers only; the valid-pair side of the job
-is in `pair_index`.
+(sorting, which images survive) runs on ids and record numbers only; the valid-pair side of the
+job is in `pair_index` (a pair list) or `group_pairing` (groups).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 from components import layout
 from components.materialize import (
     common,
+    group_pairing,
     images,
     outcome,
     pair_index,
@@ -142,35 +144,34 @@ def _DecodeImageSets(
 
 
 class _AssignRecords(beam.DoFn):
-    """Decoded batches -> ((record_set, shard), [ShardRecord]); x without valid pairs rejected."""
+    """Decoded batches -> ((record_set, shard), [ShardRecord]); the images the pairing leaves
+    out rejected (x without valid pairs; by group, images without one group too)."""
 
     def __init__(self, roots: dict[str, str]):
         super().__init__()
         self._roots = roots
 
-    def process(self, decoded, plans, selection: pair_index.XSelection):
+    def process(
+        self, decoded, plans, selection: pair_index.XSelection | group_pairing.GroupSelection
+    ):
         record_set, ids, payloads = decoded
-        if record_set == X:
-            numbers = selection.candidate_record[selection.candidates.lookup(ids)]
-            for i in np.flatnonzero(numbers < 0).tolist():
-                candidate = selection.candidates.lookup([ids[i]])[0]
-                detail = (
-                    "every y listed for it is unknown or rejected, or none is listed"
-                    if selection.mentioned[candidate]
-                    else "not in the pair list"
-                )
-                yield beam.pvalue.TaggedOutput(
-                    REJECTED,
-                    rejects.Reject(
-                        posixpath.join(self._roots[X], ids[i]),
-                        rejects.NO_VALID_PAIRS,
-                        detail,
-                        X,
-                        ids[i],
-                    ),
-                )
+        if isinstance(selection, group_pairing.GroupSelection):
+            numbers, refused = selection.assign(record_set, ids)
+        elif record_set == X:
+            numbers, refused = _assign_listed_x(selection, ids)
         else:
-            numbers = plans[record_set].ids.lookup(ids)
+            numbers, refused = plans[record_set].ids.lookup(ids), []
+        for i, reason, detail in refused:
+            yield beam.pvalue.TaggedOutput(
+                REJECTED,
+                rejects.Reject(
+                    posixpath.join(self._roots[record_set], ids[i]),
+                    reason,
+                    detail,
+                    record_set,
+                    ids[i],
+                ),
+            )
         kept = np.flatnonzero(numbers >= 0)
         yield from shards.group_by_shard(
             plans[record_set],
@@ -180,22 +181,60 @@ class _AssignRecords(beam.DoFn):
         )
 
 
-def _input_counts(num_lines: int, file_counts: dict[str, int]) -> dict:
+def _assign_listed_x(
+    selection: pair_index.XSelection, ids: list[str]
+) -> tuple[np.ndarray, list[tuple]]:
+    """As `GroupSelection.assign`, for x images paired by a pair list."""
+    candidates = selection.candidates.lookup(ids)
+    numbers = selection.candidate_record[candidates]
+    refused = [
+        (
+            i,
+            rejects.NO_VALID_PAIRS,
+            "every y listed for it is unknown or rejected, or none is listed"
+            if selection.mentioned[candidates[i]]
+            else "not in the pair list",
+        )
+        for i in np.flatnonzero(numbers < 0).tolist()
+    ]
+    return numbers, refused
+
+
+def _input_counts(line_counts: dict[str, int], file_counts: dict[str, int]) -> dict:
+    return {"input_counts": {X: file_counts.get(X, 0), Y: file_counts.get(Y, 0), **line_counts}}
+
+
+def _group_files(config: PairsConfig) -> dict[str, tuple[str, str]]:
+    """record_set -> (groups file, its format); empty with `groups_from_subfolder`."""
+    if config.groups_from_subfolder:
+        return {}
     return {
-        "input_counts": {
-            X: file_counts.get(X, 0),
-            Y: file_counts.get(Y, 0),
-            "pair_lines": num_lines,
-        }
+        record_set: (path, pair_list.resolve_format(path, config.groups_format))
+        for record_set, path in ((X, config.x_groups), (Y, config.y_groups))
     }
 
 
-def _static_summary(config: PairsConfig, pairs_format: str) -> dict:
+def _pairing_summary(config: PairsConfig) -> tuple[dict, dict]:
+    """The inputs and the config entries of the summary that say how x pair with y."""
+    if config.pairs:
+        pairs_format = pair_list.resolve_format(config.pairs, config.pairs_format)
+        return {"pairs": config.pairs}, {"pairs_format": pairs_format}
+    if config.groups_from_subfolder:
+        return {"groups_from_subfolder": True}, {}
+    files = _group_files(config)
+    return (
+        {f"{record_set}_groups": path for record_set, (path, _) in files.items()},
+        {"groups_format": {record_set: fmt for record_set, (_, fmt) in files.items()}},
+    )
+
+
+def _static_summary(config: PairsConfig) -> dict:
+    inputs, pairing = _pairing_summary(config)
     return {
         "job": "pairs",
-        "inputs": {"x_dir": config.x_dir, "y_dir": config.y_dir, "pairs": config.pairs},
+        "inputs": {"x_dir": config.x_dir, "y_dir": config.y_dir, **inputs},
         "config": {
-            "pairs_format": pairs_format,
+            **pairing,
             "image_storage": config.image_storage,
             "raw_size": [config.raw_height, config.raw_width, config.raw_channels],
             "max_reject_fraction": config.max_reject_fraction,
@@ -221,49 +260,69 @@ class MaterializePairs(beam.PTransform):
         storage = images.ImageStorage(
             config.image_storage, config.raw_height, config.raw_width, config.raw_channels
         )
-        pairs_format = pair_list.resolve_format(config.pairs, config.pairs_format)
 
         spill_root = spill.resolve_spill_root(config.spill, begin.pipeline, output_dir)
         decoded = begin | "Images" >> _DecodeImageSets(
             roots, storage, config.files_per_batch, spill_root
         )
-        pairs = begin | "PairList" >> pair_index.ResolvePairList(
-            config.pairs, pairs_format, decoded.tables, decoded.rejected_tables
-        )
-        selected = pairs.edges | "Select" >> pair_index.SelectRecords(
-            decoded.tables, config.sharding
-        )
+        if config.pairs:
+            pairs = begin | "PairList" >> pair_index.ResolvePairList(
+                config.pairs,
+                pair_list.resolve_format(config.pairs, config.pairs_format),
+                decoded.tables,
+                decoded.rejected_tables,
+            )
+            selected = pairs.edges | "Select" >> pair_index.SelectRecords(
+                decoded.tables, config.sharding
+            )
+            selection, plans, pairing_rejects = selected.selection, selected.plans, pairs.rejects
+            line_counts = pairs.num_lines | "PairLines" >> beam.Map(lambda n: {"pair_lines": n})
+        else:
+            grouping = begin | "Groups" >> group_pairing.SelectByGroup(
+                _group_files(config), decoded.tables, decoded.rejected_tables, config.sharding
+            )
+            selection, plans, pairing_rejects = grouping.selection, grouping.plans, grouping.rejects
+            line_counts = grouping.line_counts
         assigned = decoded.records | "Assign" >> beam.ParDo(
             _AssignRecords(roots),
-            beam.pvalue.AsSingleton(selected.plans),
-            beam.pvalue.AsSingleton(selected.selection),
+            beam.pvalue.AsSingleton(plans),
+            beam.pvalue.AsSingleton(selection),
         ).with_outputs(REJECTED, main="shard_batches")
 
         num_files = (
             decoded.file_counts | "Files" >> beam.Values() | "AllFiles" >> beam.CombineGlobally(sum)
         )
-        judgement = (decoded.rejects, pairs.rejects, assigned[REJECTED]) | "Judge" >> outcome.Judge(
+        judgement = (
+            decoded.rejects,
+            pairing_rejects,
+            assigned[REJECTED],
+        ) | "Judge" >> outcome.Judge(
             output_dir,
             num_inputs=num_files,
-            plans=selected.plans,
+            plans=plans,
             required_record_sets=(X, Y),
             max_reject_fraction=config.max_reject_fraction,
         )
         index_stats = assigned.shard_batches | "Write" >> shards.WriteRecordSets(
             output_dir,
-            plans=beam.pvalue.AsSingleton(selected.plans),
+            plans=beam.pvalue.AsSingleton(plans),
             verdict=beam.pvalue.AsSingleton(judgement.verdict),
         )
-        pair_stats = pairs.edges | "PairIndex" >> pair_index.WritePairIndex(
-            output_dir, selected.selection, decoded.tables, judgement.verdict
-        )
-        input_counts = pairs.num_lines | "InputCounts" >> beam.Map(
+        if config.pairs:
+            pair_stats = pairs.edges | "PairIndex" >> pair_index.WritePairIndex(
+                output_dir, selection, decoded.tables, judgement.verdict
+            )
+        else:
+            pair_stats = judgement.verdict | "GroupIndex" >> group_pairing.WriteGroupIndex(
+                output_dir, selection
+            )
+        input_counts = line_counts | "InputCounts" >> beam.Map(
             _input_counts, beam.pvalue.AsDict(decoded.file_counts)
         )
         return judgement | "Summary" >> outcome.WriteSummary(
             output_dir,
-            _static_summary(config, pairs_format),
-            plans=selected.plans,
+            _static_summary(config),
+            plans=plans,
             index_stats=index_stats,
             sections=(pair_stats, input_counts) | "Sections" >> beam.Flatten(),
         )

@@ -5,8 +5,9 @@
 under the tag and a bar chart image under `<tag>_chart`:
 
 - pairs job: `pairs/degree`, the number of valid y of each x record. Read from the pair index
-  (`index/pairs/row_splits.npy`), since `summary.json` keeps only the degrees' min, max, mean
-  and median: call it before the materialize component moves the index away.
+  (`index/pairs/row_splits.npy`, or the groups of a group index), since `summary.json` keeps
+  only statistics of the degrees: call it before the materialize component moves the index
+  away.
 - audio job: `utterances_per_speaker/<record set>`, the number of utterances of each speaker of
   each labelled record set, from the summary's `class_counts`.
 
@@ -126,14 +127,18 @@ def tensorboard_hint(log_dirs: Mapping[str, str]) -> str:
 
 
 def _degree_picture(output_dir: str, summary: dict) -> _Picture:
-    row_splits, _ = layout.load_csr(layout.pairs_index_dir(output_dir))
-    degrees = np.diff(row_splits)
+    if layout.has_group_index(output_dir):
+        # Its edge CSR is not written past `layout.MAX_GROUP_EDGES` pairs; the groups always are.
+        names, x_groups, y_groups = layout.load_group_index(output_dir)
+        degrees = layout.group_degrees(x_groups, y_groups, len(names))
+    else:
+        degrees = np.diff(layout.load_csr(layout.pairs_index_dir(output_dir))[0])
     num_x = summary["record_sets"][layout.X_RECORD_SET]["num_records"]
     num_pairs = summary["pairs"]["num_pairs"]
-    if len(degrees) != num_x or int(row_splits[-1]) != num_pairs:
+    if len(degrees) != num_x or int(degrees.sum()) != num_pairs:
         raise ValueError(
             f"the pair index in {output_dir} holds {len(degrees)} x records and "
-            f"{int(row_splits[-1])} pairs, the summary {num_x} and {num_pairs}: not this run's"
+            f"{int(degrees.sum())} pairs, the summary {num_x} and {num_pairs}: not this run's"
         )
     edges, counts = charts.integer_bins(degrees)
     description = (

@@ -35,6 +35,10 @@ MISSING_LABEL = "missing_label"
 INVALID_SPLIT = "invalid_split"  # a split that is not a safe record set name
 INCONSISTENT_SPLIT = "inconsistent_split"  # rows must all have a split, or none may
 NO_VALID_PAIRS = "no_valid_pairs"  # an x image whose valid-pair list is (or became) empty
+# Pairing by group: an image without a group (not in its groups file; with
+# --groups_from_subfolder, directly under its root), or listed there with two different groups.
+MISSING_GROUP = "missing_group"
+CONFLICTING_GROUP = "conflicting_group"
 
 # Reasons a valid-pair entry (one x -> y edge) is dropped. They are not input records, so they
 # do not count towards the reject fraction.
@@ -45,6 +49,11 @@ PAIR_UNKNOWN_X = "pair_unknown_x"
 PAIR_UNKNOWN_Y = "pair_unknown_y"
 PAIR_REJECTED_X = "pair_rejected_x"
 PAIR_REJECTED_Y = "pair_rejected_y"
+# Reasons a line of a groups file (--x_groups, --y_groups) is dropped; not input records either.
+MALFORMED_GROUP_ENTRY = "malformed_group_entry"
+GROUP_BAD_ENCODING = "group_bad_encoding"  # a groups-file line that is not valid UTF-8
+UNSAFE_GROUP_PATH = "unsafe_group_path"
+GROUP_UNKNOWN_ID = "group_unknown_id"  # an id that is not among the listed images
 
 RECORD_REASONS = (
     MISSING_FILE,
@@ -66,6 +75,8 @@ RECORD_REASONS = (
     INVALID_SPLIT,
     INCONSISTENT_SPLIT,
     NO_VALID_PAIRS,
+    MISSING_GROUP,
+    CONFLICTING_GROUP,
 )
 PAIR_ENTRY_REASONS = (
     MALFORMED_PAIR_ENTRY,
@@ -76,7 +87,13 @@ PAIR_ENTRY_REASONS = (
     PAIR_REJECTED_X,
     PAIR_REJECTED_Y,
 )
-ALL_REASONS = RECORD_REASONS + PAIR_ENTRY_REASONS
+GROUP_ENTRY_REASONS = (
+    MALFORMED_GROUP_ENTRY,
+    GROUP_BAD_ENCODING,
+    UNSAFE_GROUP_PATH,
+    GROUP_UNKNOWN_ID,
+)
+ALL_REASONS = RECORD_REASONS + PAIR_ENTRY_REASONS + GROUP_ENTRY_REASONS
 
 
 class Reject(NamedTuple):

@@ -22,14 +22,17 @@ def decide(
     record_counts: dict[str, int],
     required_record_sets: tuple[str, ...],
     max_reject_fraction: float,
+    record_reasons: tuple[str, ...] = rejects.RECORD_REASONS,
+    input_noun: str = "inputs",
 ) -> Verdict:
     """Judges a run from its counts.
 
-    The reject fraction counts rejected input records (files, manifest rows; not pair-list
-    entries) over all input records. Fails when every record set is empty, when a required one
-    is, or when the fraction exceeds `max_reject_fraction`.
+    The reject fraction counts rejected input records (those of `record_reasons`: files,
+    manifest rows, Examples records; not pair-list entries) over all input records. Fails when
+    every record set is empty, when a required one is, or when the fraction exceeds
+    `max_reject_fraction`. `input_noun`: what the failure line calls the input records.
     """
-    record_rejects = sum(reject_counts.get(reason, 0) for reason in rejects.RECORD_REASONS)
+    record_rejects = sum(reject_counts.get(reason, 0) for reason in record_reasons)
     fraction = record_rejects / num_inputs if num_inputs else 0.0
     # Every reason, most frequent first: the line is all a failed run prints.
     counts = ", ".join(
@@ -41,13 +44,14 @@ def decide(
     empty = [name for name in required_record_sets if not record_counts.get(name)]
     if not any(record_counts.values()):
         error = (
-            f"nothing left to materialize: {record_rejects} of {num_inputs} inputs rejected{why}"
+            f"nothing left to materialize: {record_rejects} of {num_inputs} {input_noun} "
+            f"rejected{why}"
         )
     elif empty:
         error = f"nothing left in record set {', '.join(map(repr, empty))}{why}"
     elif fraction > max_reject_fraction:
         error = (
-            f"{record_rejects} of {num_inputs} inputs rejected ({fraction:.1%}), more than "
+            f"{record_rejects} of {num_inputs} {input_noun} rejected ({fraction:.1%}), more than "
             f"max_reject_fraction={max_reject_fraction:g}{why}"
         )
     return Verdict(not error, error, record_rejects, round(fraction, 6))

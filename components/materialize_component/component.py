@@ -3,7 +3,8 @@
 Each outputs a standard `Examples` artifact, which StatisticsGen, SchemaGen, ExampleValidator
 and Trainer read, plus the custom index artifacts of `components.artifacts`:
 
-- `MaterializePairs`: image domains X and Y and their valid-pair list ->
+- `MaterializePairs`: image domains X and Y and their valid-pair list (`pairs`), or the group
+  of each image (`x_groups` and `y_groups`, or `groups_from_subfolder`) ->
   `examples` (splits `x`, `y`), `offset_index`, `pair_index`.
 - `MaterializeAudio`: labelled utterances listed in a manifest ->
   `examples` (splits `train`, `eval`, or the manifest's own), `offset_index`, `class_index`.
@@ -65,8 +66,12 @@ class MaterializePairsSpec(types.ComponentSpec):
     PARAMETERS = {
         keys.X_DIR_KEY: ExecutionParameter(type=str),
         keys.Y_DIR_KEY: ExecutionParameter(type=str),
-        keys.PAIRS_KEY: ExecutionParameter(type=str),
+        keys.PAIRS_KEY: ExecutionParameter(type=str, optional=True),
         keys.PAIRS_FORMAT_KEY: ExecutionParameter(type=str, optional=True),
+        keys.X_GROUPS_KEY: ExecutionParameter(type=str, optional=True),
+        keys.Y_GROUPS_KEY: ExecutionParameter(type=str, optional=True),
+        keys.GROUPS_FORMAT_KEY: ExecutionParameter(type=str, optional=True),
+        keys.GROUPS_FROM_SUBFOLDER_KEY: ExecutionParameter(type=bool, optional=True),
         keys.IMAGE_STORAGE_KEY: ExecutionParameter(type=str, optional=True),
         keys.RAW_HEIGHT_KEY: ExecutionParameter(type=int, optional=True),
         keys.RAW_WIDTH_KEY: ExecutionParameter(type=int, optional=True),
@@ -124,7 +129,8 @@ class _MaterializeComponent(base_beam_component.BaseBeamComponent):
 
 
 class MaterializePairs(_MaterializeComponent):
-    """Beam job: image domains X, Y + valid-pair list -> Examples, OffsetIndex, PairIndex."""
+    """Beam job: image domains X, Y + valid-pair list or groups -> Examples, OffsetIndex,
+    PairIndex. Give `pairs`, or `x_groups` and `y_groups`, or `groups_from_subfolder=True`."""
 
     SPEC_CLASS = MaterializePairsSpec
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.PairsExecutor)
@@ -133,9 +139,13 @@ class MaterializePairs(_MaterializeComponent):
         self,
         x_dir: str,
         y_dir: str,
-        pairs: str,
+        pairs: str | None = None,
         *,
         pairs_format: str | None = None,
+        x_groups: str | None = None,
+        y_groups: str | None = None,
+        groups_format: str | None = None,
+        groups_from_subfolder: bool | None = None,
         image_storage: str | None = None,
         raw_height: int | None = None,
         raw_width: int | None = None,
@@ -148,6 +158,10 @@ class MaterializePairs(_MaterializeComponent):
                 keys.Y_DIR_KEY: y_dir,
                 keys.PAIRS_KEY: pairs,
                 keys.PAIRS_FORMAT_KEY: pairs_format,
+                keys.X_GROUPS_KEY: x_groups,
+                keys.Y_GROUPS_KEY: y_groups,
+                keys.GROUPS_FORMAT_KEY: groups_format,
+                keys.GROUPS_FROM_SUBFOLDER_KEY: groups_from_subfolder,
                 keys.IMAGE_STORAGE_KEY: image_storage,
                 keys.RAW_HEIGHT_KEY: raw_height,
                 keys.RAW_WIDTH_KEY: raw_width,

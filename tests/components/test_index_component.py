@@ -1,7 +1,7 @@
 """IndexExamples' executor on Examples artifacts written here (GZIP and uncompressed TFRecord
 files, several splits, int64 and bytes labels, pair lists and groups), its outputs read back with
 the project's own readers: `RecordStore.open`, the class index, `ValidPairs.load`,
-`open_pairs_run`, `group_index.load_group_pairs` and the trainer's input builders."""
+`open_pairs_run` (which reads a group index as `GroupPairs`) and the trainer's input builders."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from tfx.types import channel, standard_artifacts
 
 from components import artifacts, layout
 from components import component_keys as keys
-from components.index_component import IndexExamples, group_index
+from components.index_component import IndexExamples
 from components.index_component import executor as index_executor
-from components.inputs import RecordStore, ValidPairs, open_pairs_run
+from components.inputs import GroupPairs, RecordStore, ValidPairs, open_pairs_run
 from components.inputs.class_balanced import record_parser
 from components.materialize.errors import MaterializeError
 from components.trainer_component import training_inputs
@@ -492,8 +492,9 @@ def test_group_pairs_are_stored_as_groups_and_as_edges(group_run):
         for x in range(4)
     }
     assert edges == expected
-    assert group_index.has_group_index(pair_index)
-    groups = group_index.load_group_pairs(pair_index, num_x=4, num_y=4)
+    assert layout.has_group_index(pair_index)
+    groups = open_pairs_run(offset_index, pair_index_dir=pair_index)[2]
+    assert isinstance(groups, GroupPairs) and (groups.num_x, groups.num_y) == (4, 4)
     row_splits, values = groups.edges()
     np.testing.assert_array_equal(row_splits, valid.row_splits)
     np.testing.assert_array_equal(values, valid.values)
@@ -514,7 +515,9 @@ def test_trainer_draws_dynamic_pairs_within_groups(group_run):
         seed=0,
         options={"image": {"height": IMAGE_SIZE, "width": IMAGE_SIZE, "channels": 1}},
     )
-    groups = group_index.load_group_pairs(group_run[keys.PAIR_INDEX_KEY].uri)
+    groups = open_pairs_run(
+        group_run[keys.OFFSET_INDEX_KEY].uri, pair_index_dir=group_run[keys.PAIR_INDEX_KEY].uri
+    )[2]
     seen_x = []
     for batch in dataset:
         for x, y in zip(batch["x_index"].numpy(), batch["y_index"].numpy(), strict=True):
