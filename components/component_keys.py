@@ -25,6 +25,11 @@ IMAGE_STORAGE_KEY = "image_storage"
 RAW_HEIGHT_KEY = "raw_height"
 RAW_WIDTH_KEY = "raw_width"
 RAW_CHANNELS_KEY = "raw_channels"
+# Instead of PAIRS_KEY: pair by group.
+X_GROUPS_KEY = "x_groups"
+Y_GROUPS_KEY = "y_groups"
+GROUPS_FORMAT_KEY = "groups_format"
+GROUPS_FROM_SUBFOLDER_KEY = "groups_from_subfolder"
 
 # Parameters of MaterializeAudio.
 MANIFEST_KEY = "manifest"
@@ -55,6 +60,7 @@ TRAIN_SPLIT_KEY = "train_split"
 EVAL_SPLIT_KEY = "eval_split"
 INPUT_OPTIONS_KEY = "input_options"
 CUSTOM_CONFIG_KEY = "custom_config"
+CHECKPOINT_EVERY_STEPS_KEY = "checkpoint_every_steps"
 
 # Values of INPUT_KIND_KEY.
 DYNAMIC_PAIRS = "dynamic_pairs"

@@ -25,6 +25,7 @@ that holds those modules.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from typing import Any
 
@@ -34,14 +35,28 @@ from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 from pipeline import cli, config, cyclegan_pipeline, speaker_pipeline
 from pipeline.sample_data import PAIRS_FILE, X_DIR, Y_DIR
 
+# The ResampledTrainer executor as a compiled task names it (`--executor_class_path`).
+TRAINER_EXECUTOR = "components.trainer_component.executor.Executor"
 DIGITS_DIR = "digits"
 SPEAKERS_DIR = "speakers"
 
 
 def compile_pipeline(
-    pipeline: tfx.dsl.Pipeline, output_dir: str, image: str, filename: str | None = None
+    pipeline: tfx.dsl.Pipeline,
+    output_dir: str,
+    image: str,
+    filename: str | None = None,
+    trainer_retries: int = config.KubeflowConfig.trainer_retries,
 ) -> str:
-    """Compiles `pipeline` to `<output_dir>/<filename or pipeline name>.json`; returns the path."""
+    """Compiles `pipeline` to `<output_dir>/<filename or pipeline name>.json`; returns the path.
+
+    Every `ResampledTrainer` task gets a KFP `retryPolicy` of `trainer_retries` retries (0: none):
+    a preempted or killed trainer pod is started again with the same executor input, and resumes
+    from its checkpoints (`components.trainer_component.checkpoints`). TFX's compiler sets no
+    retry policy, so it is added to the compiled spec.
+    """
+    if trainer_retries < 0:
+        raise ValueError(f"trainer_retries must be >= 0, got {trainer_retries}")
     filename = filename or f"{pipeline.pipeline_info.pipeline_name}.json"
     runner = kubeflow_v2_dag_runner.KubeflowV2DagRunner(
         config=kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(default_image=image),
@@ -53,7 +68,27 @@ def compile_pipeline(
         # The runner refuses to overwrite; a re-compile replaces the spec.
         os.remove(path)
     runner.run(pipeline)
+    if trainer_retries:
+        with open(path) as f:
+            job = json.load(f)
+        for task in trainer_tasks(job):
+            task["retryPolicy"] = {"maxRetryCount": trainer_retries}
+        with open(path, "w") as f:
+            json.dump(job, f, sort_keys=True)
     return path
+
+
+def trainer_tasks(job: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tasks of compiled `job` (a `PipelineJob` JSON) that run the ResampledTrainer executor."""
+    spec = job["pipelineSpec"]
+    executors = spec["deploymentSpec"]["executors"]
+    found = []
+    for task in spec["root"]["dag"]["tasks"].values():
+        label = spec["components"][task["componentRef"]["name"]]["executorLabel"]
+        args = executors[label].get("container", {}).get("args", [])
+        if TRAINER_EXECUTOR in args:
+            found.append(task)
+    return found
 
 
 def pipeline_configs(
@@ -109,6 +144,7 @@ def compile_all(
             module.create_pipeline(pipeline_config, run),
             kubeflow_config.output_dir,
             kubeflow_config.image,
+            trainer_retries=kubeflow_config.trainer_retries,
         )
         for module, pipeline_config in (
             (cyclegan_pipeline, cyclegan),
@@ -141,6 +177,13 @@ def parse_args(
         dest="schemas_dir",
         help=f"folder holding the record schemas as seen from the pods; "
         f"default: {defaults.schemas_dir}",
+    )
+    parser.add_argument(
+        "--trainer-retries",
+        dest="trainer_retries",
+        type=int,
+        help=f"retries of a failed trainer pod (it resumes from its checkpoints); "
+        f"default: {defaults.trainer_retries}",
     )
     parser.add_argument(
         "--beam-arg",

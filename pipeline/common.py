@@ -152,6 +152,7 @@ def training_pipeline(
         module_path=config.trainer_module,
         num_epochs=config.num_epochs,
         seed=config.seed,
+        checkpoint_every_steps=config.checkpoint_every_steps,
         **{index_key: materialize.outputs[index_key]},
         **trainer_args,
     )

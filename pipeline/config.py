@@ -61,6 +61,9 @@ class CycleGanConfig:
     # held-out cycle loss (`val_cycle_loss`).
     held_out: int = 4
     seed: int = 0
+    # The trainer's mid-epoch checkpoints, every so many batches (0: at epoch ends only); a
+    # retried trainer resumes from the latest.
+    checkpoint_every_steps: int = 1000
     trainer_module: str = "components.trainer_modules.cyclegan_trainer"
     custom_config: Mapping[str, Any] = dataclasses.field(
         default_factory=lambda: {"learning_rate": 2e-4}
@@ -104,6 +107,9 @@ class SpeakerConfig:
     num_mel_bins: int = 40
     num_epochs: int = 12
     seed: int = 0
+    # The trainer's mid-epoch checkpoints, every so many batches (0: at epoch ends only); a
+    # retried trainer resumes from the latest.
+    checkpoint_every_steps: int = 1000
     trainer_module: str = "components.trainer_modules.speaker_trainer"
     custom_config: Mapping[str, Any] = dataclasses.field(
         default_factory=lambda: {"learning_rate": 1e-3}
@@ -163,6 +169,9 @@ class KubeflowConfig:
     data_root: str = posixpath.join(IMAGE_REPO_ROOT, "sample_data")
     schemas_dir: str = posixpath.join(IMAGE_REPO_ROOT, os.path.basename(SCHEMAS_DIR))
     beam_pipeline_args: tuple[str, ...] = ()
+    # KFP retries of a failed trainer pod (preempted nodes); a retry resumes from the trainer's
+    # checkpoints.
+    trainer_retries: int = 3
 
 
 # Smaller training for the test suite: same data, same components, fewer epochs.

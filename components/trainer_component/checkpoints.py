@@ -1,8 +1,11 @@
 """Durable training checkpoints of one trainer execution, so that a retried execution resumes.
 
-Kubeflow retries a trainer pod that was preempted or killed; LocalDagRunner re-runs a failed
-node. Either way the retry gets the same output artifacts, so `<model_run>/checkpoints/` is a
-folder that survives the attempt. Every `save_every_steps` batches and at each epoch's end it
+Kubeflow retries a trainer pod that was preempted or killed (the task's `retryPolicy`, which
+`kubeflow.runner` sets on the trainer), and the retry gets the same executor input, so the same
+output artifacts: `<model_run>/checkpoints/` is a folder that survives the attempt. (A new
+LocalDagRunner run is a new execution with new output folders: it starts afresh; and TFX's
+launcher removes the outputs of an executor that raised, so only a process that died keeps
+them.) Every `save_every_steps` batches and at each epoch's end it
 receives one `tf.train.Checkpoint` of
 
 * `trained_steps`: batches trained so far, over all epochs;
@@ -210,9 +213,9 @@ class _CheckpointCallback(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         if self._iterations_at_end:
-            # The partial epoch's dataset has no known length, so Keras ends it on a step whose
-            # `get_next` fails; the optimizers' iteration counts (Adam's bias correction) are
-            # still advanced by that step, and are set back to the batches really trained.
+            # Keras ends the short, resumed epoch on a step whose `get_next` finds nothing; the
+            # optimizers' iteration counts (Adam's bias correction) are still advanced by that
+            # step, and are set back to the batches really trained.
             for optimizer, iterations in self._iterations_at_end:
                 optimizer.iterations.assign(iterations)
             self._iterations_at_end = []

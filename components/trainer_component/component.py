@@ -18,6 +18,19 @@ feature spec instead of the audio front end: input option `feature_spec` `"schem
 spec) or `"transformed"` (the records are Transform's `transformed_examples`), or
 `apply_transform: true` (raw records parsed with Transform's raw spec, then its transform layer
 in the input pipeline).
+
+Preemption: the trainer checkpoints the model, its optimizers and the sampler state (with the
+pair coverage) to `<model_run>/checkpoints/` at each epoch's end and, with
+`checkpoint_every_steps=N`, every N trained batches within an epoch (None or 0, the default:
+at epoch ends only, as Keras' `BackupAndRestore` does). A retried execution (a preempted
+Kubeflow pod, a re-run node) gets the same output folders and resumes from the latest
+checkpoint: at the epoch and batch it had reached, on exactly the batches an uninterrupted run
+would have trained on next; the batches trained after that checkpoint are trained again.
+`run_fn` gets `fn_args.initial_epoch` and `fn_args.trained_history` and must pass the first to
+`fit` and build its model before `fit` (see `FnArgs`). The resumed epoch's logged means (loss,
+`pair_coverage_epoch`) cover the batches it trained after the resume. The checkpoints stay in
+the ModelRun artifact when training ends: an execution that dies after `run_fn` resumes at the
+end and only exports.
 """
 
 from __future__ import annotations
@@ -50,6 +63,7 @@ class ResampledTrainerSpec(types.ComponentSpec):
         keys.EVAL_SPLIT_KEY: ExecutionParameter(type=str, optional=True),
         keys.INPUT_OPTIONS_KEY: ExecutionParameter(type=str, optional=True),
         keys.CUSTOM_CONFIG_KEY: ExecutionParameter(type=str, optional=True),
+        keys.CHECKPOINT_EVERY_STEPS_KEY: ExecutionParameter(type=int, optional=True),
     }
     INPUTS = {
         keys.EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples),
@@ -98,6 +112,7 @@ class ResampledTrainer(base_component.BaseComponent):
         eval_split: str | None = None,
         input_options: Mapping[str, Any] | None = None,
         custom_config: Mapping[str, Any] | None = None,
+        checkpoint_every_steps: int | None = None,
     ):
         if input_kind not in keys.INPUT_KINDS:
             raise ValueError(f"input_kind must be one of {keys.INPUT_KINDS}, got {input_kind!r}")
@@ -111,6 +126,11 @@ class ResampledTrainer(base_component.BaseComponent):
             raise ValueError(
                 "input_kind='class_balanced' needs class_index, n_classes_per_batch and "
                 "n_samples_per_class"
+            )
+        if checkpoint_every_steps is not None and checkpoint_every_steps < 0:
+            raise ValueError(
+                f"checkpoint_every_steps must be >= 0 (0: at epoch ends only), got "
+                f"{checkpoint_every_steps}"
             )
         # What the executor would refuse (`training_inputs.example_parser`), refused here first.
         options = dict(input_options or {})
@@ -147,6 +167,7 @@ class ResampledTrainer(base_component.BaseComponent):
                 custom_config=json.dumps(dict(custom_config), sort_keys=True)
                 if custom_config
                 else None,
+                checkpoint_every_steps=checkpoint_every_steps,
                 model=types.Channel(type=standard_artifacts.Model),
                 model_run=types.Channel(type=standard_artifacts.ModelRun),
             )

@@ -20,6 +20,7 @@ from components import layout
 from components.index_component.executor import LABEL_FEATURE_PROPERTY
 from components.inputs import PairCoverage, PairCoverageCallback
 from components.trainer_component import training_inputs
+from components.trainer_component.checkpoints import TrainingCheckpoints, checkpoint_dir
 from components.trainer_component.fn_args import FnArgs
 
 if TYPE_CHECKING:
@@ -62,17 +63,28 @@ class Executor(base_executor.BaseExecutor):
 
         model = artifact_utils.get_single_instance(output_dict[keys.MODEL_KEY])
         model_run = artifact_utils.get_single_instance(output_dict[keys.MODEL_RUN_KEY])
+        serving_model_dir = path_utils.serving_model_dir(model.uri)
+        # A retried execution gets the same output folders. An export an earlier attempt left
+        # may be partial, and would hide a run_fn that exports nothing; the checkpoints under
+        # model_run are what the retry resumes from, and stay.
+        if tf.io.gfile.exists(serving_model_dir):
+            tf.io.gfile.rmtree(serving_model_dir)
         # The Kubeflow v2 entrypoint does not create output folders; LocalDagRunner does.
         tf.io.gfile.makedirs(model.uri)
         tf.io.gfile.makedirs(model_run.uri)
 
+        checkpoints = TrainingCheckpoints(
+            checkpoint_dir(model_run.uri),
+            save_every_steps=int(exec_properties.get(keys.CHECKPOINT_EVERY_STEPS_KEY) or 0),
+        )
         fn_args, coverage = self._fn_args(
             input_dict,
             exec_properties,
             input_kind,
             train_split,
             eval_split,
-            serving_model_dir=path_utils.serving_model_dir(model.uri),
+            checkpoints,
+            serving_model_dir=serving_model_dir,
             model_run_dir=model_run.uri,
         )
         metrics = checked_metrics(run_fn(fn_args))
@@ -97,11 +109,13 @@ class Executor(base_executor.BaseExecutor):
         input_kind: str,
         train_split: str,
         eval_split: str | None,
+        checkpoints: TrainingCheckpoints,
         *,
         serving_model_dir: str,
         model_run_dir: str,
     ) -> tuple[FnArgs, PairCoverage | None]:
-        """`run_fn`'s arguments, and the pair coverage tracker for dynamic pairs."""
+        """`run_fn`'s arguments, resumed from `checkpoints`, and the pair coverage tracker for
+        dynamic pairs."""
         offset_index = artifact_utils.get_single_uri(input_dict[keys.OFFSET_INDEX_KEY])
         schema_path = (
             io_utils.get_only_uri_in_dir(artifact_utils.get_single_uri(input_dict[keys.SCHEMA_KEY]))
@@ -120,7 +134,7 @@ class Executor(base_executor.BaseExecutor):
             n_c = _required_int(exec_properties, keys.N_CLASSES_PER_BATCH_KEY)
             n_p = _required_int(exec_properties, keys.N_SAMPLES_PER_CLASS_KEY)
             eval_batch_size = int(options.pop("eval_batch_size", n_c * n_p))
-            parse_fn = training_inputs.example_parser(
+            parser = training_inputs.example_parser(
                 options,
                 schema_path=schema_path,
                 tf_transform_output=tf_transform_output,
@@ -128,50 +142,31 @@ class Executor(base_executor.BaseExecutor):
                     input_dict[keys.CLASS_INDEX_KEY]
                 ).get_string_custom_property(LABEL_FEATURE_PROPERTY),
             )
-            if parse_fn is None:
-                features = training_inputs.audio_feature_config(options.pop("features", None))
-                train_dataset = training_inputs.speaker_train_dataset(
-                    offset_index,
-                    class_index,
-                    train_split,
-                    n_classes_per_batch=n_c,
-                    n_samples_per_class=n_p,
-                    seed=seed,
-                    features=features,
-                    options=options,
-                )
-                if eval_split:
-                    eval_dataset = training_inputs.speaker_eval_dataset(
-                        offset_index,
-                        class_index,
-                        eval_split,
-                        batch_size=eval_batch_size,
-                        features=features,
-                        backend=options.get("backend", "auto"),
-                    )
+            if parser is None:
+                parser = training_inputs.audio_feature_config(options.pop("features", None))
                 custom_config.update(
-                    num_mel_bins=features.num_mel_bins, sample_rate=features.sample_rate
+                    num_mel_bins=parser.num_mel_bins, sample_rate=parser.sample_rate
                 )
-            else:
-                train_dataset = training_inputs.records_train_dataset(
+            train_dataset = training_inputs.class_balanced_train_dataset(
+                offset_index,
+                class_index,
+                train_split,
+                n_classes_per_batch=n_c,
+                n_samples_per_class=n_p,
+                seed=seed,
+                parser=parser,
+                options=options,
+                resume=checkpoints.resume,
+            )
+            if eval_split:
+                eval_dataset = training_inputs.class_balanced_eval_dataset(
                     offset_index,
                     class_index,
-                    train_split,
-                    n_classes_per_batch=n_c,
-                    n_samples_per_class=n_p,
-                    seed=seed,
-                    parse_fn=parse_fn,
-                    options=options,
+                    eval_split,
+                    batch_size=eval_batch_size,
+                    parser=parser,
+                    backend=options.get("backend", "auto"),
                 )
-                if eval_split:
-                    eval_dataset = training_inputs.records_eval_dataset(
-                        offset_index,
-                        class_index,
-                        eval_split,
-                        batch_size=eval_batch_size,
-                        parse_fn=parse_fn,
-                        backend=options.get("backend", "auto"),
-                    )
             custom_config.update(
                 n_classes_per_batch=n_c,
                 n_samples_per_class=n_p,
@@ -181,10 +176,17 @@ class Executor(base_executor.BaseExecutor):
             pair_index = _required_uri(input_dict, keys.PAIR_INDEX_KEY, input_kind)
             batch_size = _required_int(exec_properties, keys.BATCH_SIZE_KEY)
             train_dataset, coverage, eval_dataset = training_inputs.pairs_train_dataset(
-                offset_index, pair_index, batch_size=batch_size, seed=seed, options=options
+                offset_index,
+                pair_index,
+                batch_size=batch_size,
+                seed=seed,
+                options=options,
+                resume=checkpoints.resume,
             )
             callbacks.append(PairCoverageCallback(coverage, log_dir=model_run_dir))
             custom_config.update(batch_size=batch_size, num_valid_pairs=coverage.num_pairs)
+        # Last, so that the epoch logs it records hold what the other callbacks added.
+        callbacks.append(checkpoints.callback())
         custom_config["seed"] = seed
         fn_args = FnArgs(
             train_dataset=train_dataset,
@@ -194,6 +196,8 @@ class Executor(base_executor.BaseExecutor):
             serving_model_dir=serving_model_dir,
             model_run_dir=model_run_dir,
             custom_config=custom_config,
+            initial_epoch=checkpoints.resume_point().epoch,
+            trained_history=checkpoints.history(),
             schema_path=schema_path,
             tf_transform_output=tf_transform_output,
         )

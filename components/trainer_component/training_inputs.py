@@ -3,7 +3,7 @@ components' artifacts.
 
 Every artifact URI is a run directory for its part of the `components.layout` contract: records
 and shard lists under the `OffsetIndex` URI, the valid-pair CSR (or the groups,
-`index_component.group_index`) under the `PairIndex` URI, the class ids under the `ClassIndex`
+`layout.load_group_index`) under the `PairIndex` URI, the class ids under the `ClassIndex`
 URI. Class-balanced batches are of audio records (log-mel features in the graph), or of records
 of any kind parsed with a feature spec: the schema's, Transform's output spec, or Transform's
 raw spec followed by its transform layer (`example_parser`). Nothing here imports TFX.
@@ -20,7 +20,6 @@ import numpy as np
 import tensorflow as tf
 
 from components import layout
-from components.index_component import group_index
 from components.inputs import (
     AudioFeatureConfig,
     ClassBalancedSampler,
@@ -85,32 +84,14 @@ def pairs_train_dataset(
     num_held_out = int(options.pop("held_out", 0))
     backend = options.pop("backend", "auto")
     memory_budget_bytes = options.pop("memory_budget_bytes", 1 << 30)
-    if group_index.has_group_index(pair_index_uri):
-        # Pairs by group (IndexExamples' group_feature): O(N) whatever the number of pairs.
-        layout.check_same_run(offset_index_uri, pair_index_uri)
-        x_store, y_store = (
-            RecordStore.open(
-                offset_index_uri,
-                record_set,
-                backend=backend,
-                memory_budget_bytes=memory_budget_bytes // 2,
-            )
-            for record_set in (layout.X_RECORD_SET, layout.Y_RECORD_SET)
-        )
-        valid_pairs = group_index.load_group_pairs(
-            pair_index_uri,
-            num_x=x_store.num_records,
-            num_y=y_store.num_records,
-            on_invalid=options.get("on_invalid", "fail"),
-        )
-    else:
-        x_store, y_store, valid_pairs = open_pairs_run(
-            offset_index_uri,
-            pair_index_dir=pair_index_uri,
-            backend=backend,
-            memory_budget_bytes=memory_budget_bytes,
-            on_invalid=options.get("on_invalid", "fail"),
-        )
+    # A pair list's edges, or groups (O(N) whatever the number of pairs): open_pairs_run tells.
+    x_store, y_store, valid_pairs = open_pairs_run(
+        offset_index_uri,
+        pair_index_dir=pair_index_uri,
+        backend=backend,
+        memory_budget_bytes=memory_budget_bytes,
+        on_invalid=options.get("on_invalid", "fail"),
+    )
     image_spec = ImageSpec(**image, dtype=tf.float32)
     held_out = None
     if num_held_out:
@@ -136,8 +117,8 @@ def pairs_train_dataset(
         **options,
     )
     coverage = PairCoverage(valid_pairs)
-    initial_step = resume(sampler, {"coverage": coverage}) if resume else 0
-    return coverage.observe(sampler.dataset(initial_step=initial_step)), coverage, held_out
+    batches = _training_batches(sampler, resume, {"coverage": coverage})
+    return coverage.observe(batches), coverage, held_out
 
 
 def hold_out_pairs(
@@ -192,7 +173,12 @@ def class_ids(class_index_uri: str, record_set: str) -> np.ndarray:
     return layout.load_npy(path, mmap=True, shape=(None,), dtype=layout.INTEGER)
 
 
-def speaker_train_dataset(
+# How class-balanced records become batches: the audio front end's settings (log-mel features
+# with the `SPEAKER_KEYS`), or a batched parser of records of any kind (`example_parser`).
+ClassBalancedParser = AudioFeatureConfig | ParseFn
+
+
+def class_balanced_train_dataset(
     offset_index_uri: str,
     class_index_uri: str,
     record_set: str,
@@ -200,76 +186,29 @@ def speaker_train_dataset(
     n_classes_per_batch: int,
     n_samples_per_class: int,
     seed: int,
-    features: AudioFeatureConfig,
+    parser: ClassBalancedParser,
     options: Mapping[str, Any] | None = None,
     resume: Resume | None = None,
 ) -> tf.data.Dataset:
     """Class-balanced batches of `record_set` with the `FnArgs` keys, re-planned every epoch.
 
+    With an `AudioFeatureConfig` as `parser`, the batches are log-mel features with the
+    `SPEAKER_KEYS`; with a `ParseFn` (records of any kind: tabular, embedding, transformed
+    Examples), dicts of what it returns, beside ``label`` (int64 [B] class ids) and ``index``
+    (int64 [B] record numbers).
+
     `options` go to `components.inputs.class_balanced` (`epoch_mode`, `small_classes`,
     `backend`, `memory_budget_bytes`). `resume`: see `Resume`.
     """
-    batches = _class_balanced_batches(
-        offset_index_uri,
-        class_index_uri,
-        record_set,
-        n_classes_per_batch=n_classes_per_batch,
-        n_samples_per_class=n_samples_per_class,
-        seed=seed,
-        options={**(options or {}), "features": features},
-        resume=resume,
-    )
-    return batches.map(_speaker_batch)
-
-
-def records_train_dataset(
-    offset_index_uri: str,
-    class_index_uri: str,
-    record_set: str,
-    *,
-    n_classes_per_batch: int,
-    n_samples_per_class: int,
-    seed: int,
-    parse_fn: ParseFn,
-    options: Mapping[str, Any] | None = None,
-    resume: Resume | None = None,
-) -> tf.data.Dataset:
-    """Class-balanced batches of records of any kind (tabular, embedding, transformed
-    Examples), re-planned every epoch: dicts of what `parse_fn` (see `example_parser`) returns,
-    beside ``label`` (int64 [B] class ids) and ``index`` (int64 [B] record numbers).
-
-    `options` as in `speaker_train_dataset`.
-    """
-    return _class_balanced_batches(
-        offset_index_uri,
-        class_index_uri,
-        record_set,
-        n_classes_per_batch=n_classes_per_batch,
-        n_samples_per_class=n_samples_per_class,
-        seed=seed,
-        options={**(options or {}), "parse_fn": parse_fn},
-        resume=resume,
-    )
-
-
-def _class_balanced_batches(
-    offset_index_uri: str,
-    class_index_uri: str,
-    record_set: str,
-    *,
-    n_classes_per_batch: int,
-    n_samples_per_class: int,
-    seed: int,
-    options: Mapping[str, Any],
-    resume: Resume | None,
-) -> tf.data.Dataset:
-    options = dict(options)
+    options = dict(options or {})
     store = RecordStore.open(
         offset_index_uri,
         record_set,
         backend=options.pop("backend", "auto"),
         memory_budget_bytes=options.pop("memory_budget_bytes", 1 << 30),
     )
+    audio = isinstance(parser, AudioFeatureConfig)
+    options["features" if audio else "parse_fn"] = parser
     sampler = ClassBalancedSampler(
         store,
         class_ids(class_index_uri, record_set),
@@ -278,7 +217,102 @@ def _class_balanced_batches(
         seed=seed,
         **options,
     )
-    return sampler.dataset(initial_step=resume(sampler, {}) if resume else 0)
+    batches = _training_batches(sampler, resume, {})
+    return batches.map(_speaker_batch) if audio else batches
+
+
+def _training_batches(
+    sampler: EpochSampler, resume: Resume | None, other_inputs: Mapping[str, tf.Module]
+) -> tf.data.Dataset:
+    """`sampler`'s dataset from the resume point `resume` finds (if any), whose cardinality is
+    one epoch's steps either way."""
+    initial_step = resume(sampler, other_inputs) if resume else 0
+    batches = sampler.dataset(initial_step=initial_step)
+    if not initial_step:
+        return batches
+    # Resumed mid-epoch, the first iteration is short and the dataset's length unknown; Keras
+    # then takes the first epoch's length (plus the step that found it over) for every later
+    # epoch, cutting them short. An endless tail that yields nothing, cut at one epoch, gives
+    # the dataset a whole epoch's length without asserting it: the short first iteration ends
+    # early, which Keras takes as the end of that epoch.
+    spec = batches.element_spec
+
+    def never(_: tf.Tensor) -> bool:
+        return False
+
+    def like_a_batch(_: tf.Tensor) -> object:
+        return tf.nest.map_structure(_never_read, spec, expand_composites=True)
+
+    nothing = tf.data.Dataset.range(1).filter(never).repeat().map(like_a_batch)
+    return batches.concatenate(nothing).take(sampler.steps_per_epoch)
+
+
+def _never_read(spec: tf.TensorSpec) -> tf.Tensor:
+    # Never made (the tail yields nothing), only traced: `Empty` has no static value, which a
+    # composite's (sparse, ragged) static shape would be checked against, as zeros' would.
+    return tf.raw_ops.Empty(
+        shape=[0 if size is None else size for size in spec.shape], dtype=spec.dtype
+    )
+
+
+def class_balanced_eval_dataset(
+    offset_index_uri: str,
+    class_index_uri: str,
+    record_set: str,
+    *,
+    batch_size: int,
+    parser: ClassBalancedParser,
+    backend: str = "auto",
+    memory_budget_bytes: int = 1 << 30,
+) -> tf.data.Dataset:
+    """Every record of `record_set` once, in record order, in batches of `batch_size`, with the
+    keys of `class_balanced_train_dataset`: the same batches every iteration.
+
+    Audio features are computed in ``"pad"`` mode (whole utterances) without SpecAugment
+    (nothing random), so the evaluation set stays fixed across epochs.
+    """
+    if isinstance(parser, AudioFeatureConfig):
+        eval_features = dataclasses.replace(parser, mode="pad", spec_augment=None)
+
+        def load(records: tf.Tensor, index: tf.Tensor) -> dict[str, tf.Tensor]:
+            parsed = parse_audio_examples(records, eval_features.sample_rate)
+            return audio_features(
+                parsed["audio"], eval_features, index=index, sample_rate=parsed["sample_rate"]
+            )
+
+        batches = _in_record_order(
+            offset_index_uri,
+            class_index_uri,
+            record_set,
+            batch_size,
+            load,
+            backend,
+            memory_budget_bytes,
+        )
+        return batches.map(_speaker_batch)
+    return _in_record_order(
+        offset_index_uri,
+        class_index_uri,
+        record_set,
+        batch_size,
+        lambda records, index: parser(records),
+        backend,
+        memory_budget_bytes,
+    )
+
+
+def records_train_dataset(
+    offset_index_uri: str,
+    class_index_uri: str,
+    record_set: str,
+    *,
+    parse_fn: ParseFn,
+    **kwargs: Any,
+) -> tf.data.Dataset:
+    """`class_balanced_train_dataset` of records parsed by `parse_fn` (see `example_parser`)."""
+    return class_balanced_train_dataset(
+        offset_index_uri, class_index_uri, record_set, parser=parse_fn, **kwargs
+    )
 
 
 def speaker_eval_dataset(
@@ -286,56 +320,12 @@ def speaker_eval_dataset(
     class_index_uri: str,
     record_set: str,
     *,
-    batch_size: int,
     features: AudioFeatureConfig,
-    backend: str = "auto",
-    memory_budget_bytes: int = 1 << 30,
+    **kwargs: Any,
 ) -> tf.data.Dataset:
-    """Every record of `record_set` once, in record order, in batches of whole utterances.
-
-    Features are computed in ``"pad"`` mode without SpecAugment (nothing random), so every
-    iteration yields the same batches: the evaluation set stays fixed across epochs.
-    """
-    eval_features = dataclasses.replace(features, mode="pad", spec_augment=None)
-
-    def load(records: tf.Tensor, index: tf.Tensor) -> dict[str, tf.Tensor]:
-        parsed = parse_audio_examples(records, eval_features.sample_rate)
-        return audio_features(
-            parsed["audio"], eval_features, index=index, sample_rate=parsed["sample_rate"]
-        )
-
-    batches = _in_record_order(
-        offset_index_uri,
-        class_index_uri,
-        record_set,
-        batch_size,
-        load,
-        backend,
-        memory_budget_bytes,
-    )
-    return batches.map(_speaker_batch)
-
-
-def records_eval_dataset(
-    offset_index_uri: str,
-    class_index_uri: str,
-    record_set: str,
-    *,
-    batch_size: int,
-    parse_fn: ParseFn,
-    backend: str = "auto",
-    memory_budget_bytes: int = 1 << 30,
-) -> tf.data.Dataset:
-    """Every record of `record_set` once, in record order, in batches of `batch_size`, with the
-    keys of `records_train_dataset`: the same batches every iteration."""
-    return _in_record_order(
-        offset_index_uri,
-        class_index_uri,
-        record_set,
-        batch_size,
-        lambda records, index: parse_fn(records),
-        backend,
-        memory_budget_bytes,
+    """`class_balanced_eval_dataset` of audio records: whole utterances in record order."""
+    return class_balanced_eval_dataset(
+        offset_index_uri, class_index_uri, record_set, parser=features, **kwargs
     )
 
 

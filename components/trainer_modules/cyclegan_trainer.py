@@ -78,6 +78,7 @@ def run_fn(fn_args) -> dict[str, float]:
     config = dict(fn_args.custom_config or {})
     image_shape = _image_shape(fn_args, config)
     keras.utils.set_random_seed(int(config.get("seed", 0)))
+    # Built here, both optimizers in `compile`: a resumed `fit` restores into them at its start.
     model = CycleGAN(image_shape, **{k: config[k] for k in _MODEL_ARGS if k in config})
     learning_rate = float(config.get("learning_rate", 2e-4))
     model.compile(

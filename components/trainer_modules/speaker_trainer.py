@@ -111,6 +111,7 @@ def run_fn(fn_args) -> dict[str, float]:
     audio_formats = tuple(config.get("serving_audio_formats", ("wav",)))
     serving.check_audio_formats(audio_formats)
     keras.utils.set_random_seed(int(config.get("seed", 0)))
+    # Built here: a resumed `fit` restores into it (and its optimizer) at its start.
     model = speaker.SpeakerEmbeddingModel(
         n_mels,
         n_samples_per_class=n_samples_per_class,

@@ -23,14 +23,19 @@ def fit_and_log(
     callbacks: Sequence[keras.callbacks.Callback] = (),
 ) -> tuple[dict[str, list[float]], dict[str, float]]:
     """`model.fit` on `train_dataset` (by default `fn_args.train_dataset`) with the executor's
-    callbacks, the module's own `callbacks` and the logging callbacks.
+    callbacks, the module's own `callbacks` and the logging callbacks, from
+    `fn_args.initial_epoch` (a resumed execution, see `checkpoints`).
 
     Writes `history.json` to `fn_args.model_run_dir` and returns `(history, last-epoch
-    metrics)`; raises RuntimeError if a loss in `loss_names` ended non-finite.
+    metrics)`, the history covering every epoch: `fn_args.trained_history` (the epochs earlier
+    attempts trained) before this `fit`'s. Raises RuntimeError if a loss in `loss_names` ended
+    non-finite.
     """
+    # `fn_args` is duck-typed, and callers other than the trainer component may not resume.
     history = model.fit(
         fn_args.train_dataset if train_dataset is None else train_dataset,
         epochs=int(fn_args.num_epochs),
+        initial_epoch=int(getattr(fn_args, "initial_epoch", 0)),
         validation_data=validation_data,
         callbacks=[
             *(fn_args.callbacks or []),
@@ -39,10 +44,18 @@ def fit_and_log(
         ],
         verbose=2,
     ).history
+    history = merge_history(getattr(fn_args, "trained_history", None) or {}, history)
     write_history(fn_args.model_run_dir, history)
     metrics = last_epoch_metrics(history)
     require_finite(metrics, loss_names)
     return history, metrics
+
+
+def merge_history(
+    earlier: Mapping[str, Sequence[float]], later: Mapping[str, Sequence[float]]
+) -> dict[str, list[float]]:
+    """Per-epoch logs of the epochs in `earlier` followed by those in `later`, by name."""
+    return {name: [*earlier.get(name, ()), *later.get(name, ())] for name in {**earlier, **later}}
 
 
 def logging_callbacks(model_run_dir: str) -> list[keras.callbacks.Callback]:

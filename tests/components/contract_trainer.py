@@ -25,6 +25,12 @@ def run_fn(fn_args) -> dict[str, float]:
             tf.reduce_mean(batch[key], axis=list(range(1, len(spec[key].shape)))),
         )
     )
-    history = model.fit(pairs, epochs=fn_args.num_epochs, callbacks=fn_args.callbacks, verbose=0)
+    history = model.fit(
+        pairs,
+        epochs=fn_args.num_epochs,
+        initial_epoch=fn_args.initial_epoch,
+        callbacks=fn_args.callbacks,
+        verbose=0,
+    )
     model.export(fn_args.serving_model_dir, verbose=False)
     return {"loss": history.history["loss"][-1], "epochs_run": len(history.history["loss"])}

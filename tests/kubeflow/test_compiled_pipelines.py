@@ -130,6 +130,7 @@ def test_the_runner_takes_the_config_file_and_its_flags_win(tmp_path):
         data_root="gs://b/data",
         beam_pipeline_args=("--project=p",),
     )
+    assert runner.parse_args(["--trainer-retries", "0"])[0].trainer_retries == 0
     assert (speaker.manifest, speaker.audio_root, speaker.num_epochs) == (
         "gs://b/voices/m.csv",
         "gs://b/voices",
@@ -160,6 +161,12 @@ def test_specs_parse_and_wire_the_tasks(compiled):
         assert set(tasks) == {materialize, *TASKS, *RESOLVERS}
         assert set(tasks["StatisticsGen"].dependent_tasks) == {materialize}
         assert set(tasks["ResampledTrainer"].dependent_tasks) == {materialize, "ExampleValidator"}
+        # A preempted trainer pod is retried (and resumes from its checkpoints); nothing else is.
+        retried = {task for task, value in tasks.items() if value.HasField("retry_policy")}
+        assert retried == {"ResampledTrainer"}
+        assert tasks["ResampledTrainer"].retry_policy.max_retry_count == (
+            config.KubeflowConfig.trainer_retries
+        )
         blessings = tasks[MODEL_RESOLVER].inputs.artifacts["input"]
         assert blessings.task_output_artifact.producer_task == BLESSING_RESOLVER
         assert set(tasks["ModelGate"].dependent_tasks) == {"ResampledTrainer", MODEL_RESOLVER}

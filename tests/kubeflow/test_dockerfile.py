@@ -38,10 +38,19 @@ def _stages() -> list[list[tuple[str, str]]]:
     return stages
 
 
+def _runtime_stage() -> list[tuple[str, str]]:
+    """The Kubeflow task image's stage: the one named `runtime`, which a plain `docker build`
+    (the last stage, `FROM runtime`) builds."""
+    stages = _stages()
+    assert stages[-1] == [("FROM", "runtime")], "a plain build must build the runtime stage"
+    [runtime] = [stage for stage in stages if stage[0][1].split()[-2:] == ["AS", "runtime"]]
+    return runtime
+
+
 def test_the_image_is_built_in_two_stages_and_the_runtime_has_no_compiler():
     stages = _stages()
     assert len(stages) >= 2
-    builder, runtime = stages[0], stages[-1]
+    builder, runtime = stages[0], _runtime_stage()
     assert any("g++" in args for kind, args in builder if kind == "RUN")
     runtime_runs = " ".join(args for kind, args in runtime if kind == "RUN")
     assert "g++" not in runtime_runs and "apt-get install" not in runtime_runs
@@ -50,7 +59,7 @@ def test_the_image_is_built_in_two_stages_and_the_runtime_has_no_compiler():
 
 
 def test_the_runtime_stage_runs_as_an_unprivileged_user():
-    runtime = _stages()[-1]
+    runtime = _runtime_stage()
     users = [args.strip() for kind, args in runtime if kind == "USER"]
     assert users, "the runtime stage sets no USER (it would run as root)"
     assert users[-1] not in {"root", "0", "0:0"}

@@ -50,7 +50,9 @@ def run_fn(fn_args) -> dict[str, float]:
     model = keras.Model(vector, probabilities)
     model.compile(optimizer=keras.optimizers.Adam(0.05), loss="sparse_categorical_crossentropy")
     pairs = fn_args.train_dataset.map(lambda b: (b[TRANSFORMED_VECTOR_KEY], b["label"]))
-    history = model.fit(pairs, epochs=fn_args.num_epochs, verbose=0)
+    history = model.fit(
+        pairs, epochs=fn_args.num_epochs, initial_epoch=fn_args.initial_epoch, verbose=0
+    )
     eval_pairs = fn_args.eval_dataset.map(lambda b: (b[TRANSFORMED_VECTOR_KEY], b["label"]))
     correct = total = 0
     for features, labels in eval_pairs:
