@@ -7,6 +7,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_ARGS ?= --quick
 PYTEST_ARGS ?=
+# Test processes (pytest-xdist; whole files per process, so module fixtures are built once). Two
+# keep both cores busy: one process leaves one idle most of the time.
+PYTEST_WORKERS ?= 2
 
 # python3.10: $(PYTHON310) if given, else the first interpreter that really runs (a pyenv shim
 # may exist without a 3.10 selected).
@@ -47,7 +50,7 @@ demo: setup
 	$(PY) -m pipeline.demo
 
 test: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .
