@@ -33,6 +33,8 @@ GROUPS_FROM_SUBFOLDER_KEY = "groups_from_subfolder"
 
 # Parameters of MaterializeAudio.
 MANIFEST_KEY = "manifest"
+# Instead of MANIFEST_KEY: every audio file below ROOT_KEY, its speaker its first folder.
+SPEAKER_FROM_PATH_KEY = "speaker_from_path"
 ROOT_KEY = "root"
 MANIFEST_FORMAT_KEY = "manifest_format"
 SAMPLE_RATE_KEY = "sample_rate"

@@ -47,6 +47,8 @@ DATA_FIELDS = {
     "cyclegan": ("x_dir", "y_dir", "pairs"),
     "speaker": ("manifest", "audio_root"),
 }
+# SpeakerConfig's field that replaces its manifest by the speaker folders under audio_root.
+SPEAKER_FROM_PATH = "speaker_from_path"
 RUN_SECTION = "run"
 KUBEFLOW_SECTION = "kubeflow"
 WORK_DIR = "work_dir"
@@ -334,8 +336,16 @@ def parse_local_args(argv: Sequence[str] | None = None) -> LocalArgs:
         where = f"--{name}"
         given[section_name][name] = convert(SECTIONS[section_name].types[name], value, where)
     settings = {**sections.get(pipeline, {}), **given[pipeline]}
-    missing = [field for field in DATA_FIELDS[pipeline] if field not in settings]
-    if 0 < len(missing) < len(DATA_FIELDS[pipeline]):
+    data_fields = DATA_FIELDS[pipeline]
+    if settings.get(SPEAKER_FROM_PATH):
+        # Speakers from the folders under --audio_root: no manifest to give.
+        if "manifest" in settings:
+            raise ConfigError(
+                f"{pipeline}: give --manifest or --{SPEAKER_FROM_PATH} true, not both"
+            )
+        data_fields = ("audio_root",)
+    missing = [field for field in data_fields if field not in settings]
+    if 0 < len(missing) < len(data_fields) or (missing and settings.get(SPEAKER_FROM_PATH)):
         raise ConfigError(
             f"{pipeline}: give {_data_flags(pipeline)} together, or none of them for the "
             f"bundled sample data (missing: {', '.join(f'--{field}' for field in missing)})"

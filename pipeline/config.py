@@ -87,13 +87,16 @@ class SpeakerConfig:
     """Speaker pipeline: MaterializeAudio -> StatisticsGen -> ImportSchemaGen ->
     ExampleValidator -> ResampledTrainer(class_balanced) -> ModelGate -> Pusher.
 
-    `manifest` lists the audio files by paths relative to `audio_root`. The Beam stage holds out
+    `manifest` lists the audio files by paths relative to `audio_root`; with `speaker_from_path`
+    the manifest is not read: every audio file below `audio_root` is an utterance of the speaker
+    its first folder names (VoxCeleb's layout). The Beam stage holds out
     `eval_fraction` of the speakers (`split_mode="speaker"`): the trainer learns on `train` and
     reports the equal error rate on the unseen `eval` speakers.
     """
 
     manifest: str = SPEAKER_MANIFEST
     audio_root: str = SPEAKER_CORPUS_DIR
+    speaker_from_path: bool = False
     pipeline_name: str = "speaker-class-balanced"
     sample_rate: int = 16000
     eval_fraction: float = 0.3
@@ -123,7 +126,7 @@ class SpeakerConfig:
     serving_dir: str | None = None
 
     def input_paths(self) -> list[str]:
-        return [self.manifest, self.audio_root]
+        return [self.audio_root] if self.speaker_from_path else [self.manifest, self.audio_root]
 
     def feature_options(self) -> dict[str, Any]:
         """`components.inputs.AudioFeatureConfig` fields, as the trainer takes them."""

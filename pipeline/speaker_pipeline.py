@@ -1,4 +1,5 @@
-"""The speaker pipeline: manifest + audio -> speaker embedding on class-balanced batches.
+"""The speaker pipeline: manifest (or speaker folders) + audio -> speaker embedding on
+class-balanced batches.
 
 MaterializeAudio -> StatisticsGen -> ImportSchemaGen -> ExampleValidator -> ResampledTrainer
 -> ModelGate (held-out speakers' EER vs the latest blessed model) -> Pusher
@@ -20,8 +21,9 @@ EVAL_SPLIT = "eval"
 def create_pipeline(config: SpeakerConfig, run: RunConfig) -> tfx.dsl.Pipeline:
     """The TFX pipeline of `config`, writing under `run.pipeline_root`."""
     materialize = MaterializeAudio(
-        manifest=config.manifest,
+        manifest=None if config.speaker_from_path else config.manifest,
         root=config.audio_root,
+        speaker_from_path=config.speaker_from_path or None,
         sample_rate=config.sample_rate,
         split_mode="speaker",
         eval_fraction=config.eval_fraction,

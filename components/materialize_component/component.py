@@ -6,7 +6,8 @@ and Trainer read, plus the custom index artifacts of `components.artifacts`:
 - `MaterializePairs`: image domains X and Y and their valid-pair list (`pairs`), or the group
   of each image (`x_groups` and `y_groups`, or `groups_from_subfolder`) ->
   `examples` (splits `x`, `y`), `offset_index`, `pair_index`.
-- `MaterializeAudio`: labelled utterances listed in a manifest ->
+- `MaterializeAudio`: labelled utterances listed in a manifest (or found below a root, the
+  speaker their first folder) ->
   `examples` (splits `train`, `eval`, or the manifest's own), `offset_index`, `class_index`.
 
 Parameters mirror the Beam job's flags (`components.materialize.PairsConfig` / `AudioConfig`);
@@ -84,7 +85,8 @@ class MaterializePairsSpec(types.ComponentSpec):
 
 class MaterializeAudioSpec(types.ComponentSpec):
     PARAMETERS = {
-        keys.MANIFEST_KEY: ExecutionParameter(type=str),
+        keys.MANIFEST_KEY: ExecutionParameter(type=str, optional=True),
+        keys.SPEAKER_FROM_PATH_KEY: ExecutionParameter(type=bool, optional=True),
         keys.ROOT_KEY: ExecutionParameter(type=str),
         keys.MANIFEST_FORMAT_KEY: ExecutionParameter(type=str, optional=True),
         keys.SAMPLE_RATE_KEY: ExecutionParameter(type=int, optional=True),
@@ -172,16 +174,21 @@ class MaterializePairs(_MaterializeComponent):
 
 
 class MaterializeAudio(_MaterializeComponent):
-    """Beam job: speaker manifest + audio files -> Examples, OffsetIndex, ClassIndex."""
+    """Beam job: speaker manifest + audio files -> Examples, OffsetIndex, ClassIndex.
+
+    Give `manifest`, or `manifest=None` and `speaker_from_path=True`: every audio file below
+    `root`, its speaker the first folder of its path (VoxCeleb's `id10001/<video>/00001.wav`).
+    """
 
     SPEC_CLASS = MaterializeAudioSpec
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.AudioExecutor)
 
     def __init__(
         self,
-        manifest: str,
+        manifest: str | None,
         root: str,
         *,
+        speaker_from_path: bool | None = None,
         manifest_format: str | None = None,
         sample_rate: int | None = None,
         split_mode: str | None = None,
@@ -189,9 +196,14 @@ class MaterializeAudio(_MaterializeComponent):
         split_seed: int | None = None,
         **common: Unpack[_CommonArgs],
     ):
+        if bool(manifest) == bool(speaker_from_path):
+            raise ValueError(
+                "MaterializeAudio needs manifest, or manifest=None and speaker_from_path=True"
+            )
         super().__init__(
             {
                 keys.MANIFEST_KEY: manifest,
+                keys.SPEAKER_FROM_PATH_KEY: speaker_from_path,
                 keys.ROOT_KEY: root,
                 keys.MANIFEST_FORMAT_KEY: manifest_format,
                 keys.SAMPLE_RATE_KEY: sample_rate,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from components.inputs.record_store import RecordStore
 from components.materialize import MaterializeError
 from components.materialize_component import MaterializeAudio, MaterializePairs
 from components.materialize_component import executor as materialize_executor
+from pipeline import config
 from tests.components.conftest import make_artifact, materialize, pairs_properties, png_bytes
 from tests.materialize import readback
 
@@ -258,3 +260,48 @@ def test_a_retry_into_the_same_uris_leaves_no_stale_shards(domains_with_a_corrup
     ]
     store = RecordStore.open(outputs[keys.OFFSET_INDEX_KEY].uri, layout.Y_RECORD_SET)
     assert store.num_records == 12
+
+
+def test_speaker_from_path_materializes_what_the_manifest_does(
+    audio_run, speaker_manifest, tmp_path
+):
+    """The manifest run's files copied to a folder of their own (speaker folders, nothing
+    else): taking each speaker from the path gives the same records, splits and classes."""
+    with open(speaker_manifest) as f:
+        paths = [line.split(",")[0] for line in f.read().splitlines()[1:]]
+    root = tmp_path / "corpus"
+    for path in paths:
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes((pathlib.Path(config.SPEAKER_CORPUS_DIR) / path).read_bytes())
+    by_path = materialize(
+        MaterializeAudio,
+        str(tmp_path / "run"),
+        {
+            keys.SPEAKER_FROM_PATH_KEY: True,
+            keys.ROOT_KEY: str(root),
+            keys.SAMPLE_RATE_KEY: 16000,
+            keys.SPLIT_MODE_KEY: "speaker",
+            keys.EVAL_FRACTION_KEY: 0.3,
+            keys.NUM_SHARDS_KEY: 2,
+        },
+    )
+    for split in ("train", "eval"):
+        got = _split_records(by_path[keys.EXAMPLES_KEY].uri, split)
+        assert got and got == _split_records(audio_run[keys.EXAMPLES_KEY].uri, split)
+        classes = [
+            layout.load_lines(
+                os.path.join(
+                    layout.index_dir(run[keys.CLASS_INDEX_KEY].uri, split), layout.CLASSES_FILE
+                )
+            )
+            for run in (by_path, audio_run)
+        ]
+        assert classes[0] == classes[1]
+
+
+def test_audio_component_takes_a_manifest_or_speaker_folders_not_both():
+    component = MaterializeAudio(manifest=None, root="r", speaker_from_path=True)
+    assert component.exec_properties["speaker_from_path"] is True
+    for manifest, from_path in (("m", True), (None, None), (None, False)):
+        with pytest.raises(ValueError, match="manifest=None and speaker_from_path=True"):
+            MaterializeAudio(manifest=manifest, root="r", speaker_from_path=from_path)

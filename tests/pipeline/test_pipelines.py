@@ -22,7 +22,7 @@ from tfx.types import standard_component_specs
 
 from components import component_keys as keys
 from components import layout
-from pipeline import common, config, cyclegan_pipeline, run_local, speaker_pipeline
+from pipeline import cli, common, config, cyclegan_pipeline, run_local, speaker_pipeline
 from pipeline.fingerprint import input_fingerprint
 
 # The nodes after the trainer, which run again on a second run (see the cache test).
@@ -325,3 +325,26 @@ def test_a_run_whose_beam_stage_rejects_too_much_ends_with_its_error(tmp_path):
     assert "  MaterializeAudio [failed]" in lines
     assert "  ResampledTrainer [not run]" in lines
     assert "  Pusher [not run]" in lines
+
+
+def test_speaker_folders_instead_of_a_manifest_reach_the_beam_stage(tmp_path):
+    run = run_local.run_config(str(tmp_path))
+    args = cli.parse_local_args(
+        ["speaker", "--audio_root", str(tmp_path), "--speaker_from_path", "true"]
+    )
+    speaker, _ = run_local.local_configs(args)
+    assert speaker.speaker_from_path and speaker.input_paths() == [str(tmp_path)]
+    [materialize] = [
+        c
+        for c in speaker_pipeline.create_pipeline(speaker, run).components
+        if c.id == "MaterializeAudio"
+    ]
+    assert materialize.exec_properties[keys.SPEAKER_FROM_PATH_KEY] is True
+    assert materialize.exec_properties[keys.MANIFEST_KEY] is None
+    assert materialize.exec_properties[keys.ROOT_KEY] == str(tmp_path)
+    for argv, message in (
+        (["--speaker_from_path", "true"], "missing: --audio_root"),
+        (["--speaker_from_path", "true", "--audio_root", "a", "--manifest", "m"], "not both"),
+    ):
+        with pytest.raises(cli.ConfigError, match=message):
+            cli.parse_local_args(["speaker", *argv])
