@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -246,6 +247,40 @@ def test_in_memory_records_and_group_least_sampled_from_a_later_epoch(service):
             assert (x_groups[batch["x_index"]] == y_groups[batch["y_index"]]).all()
         names = ("x_index", "y_index")
         assert keys(batches, *names) == keys(expected[epoch], *names)
+
+
+class _SeenBatches(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.per_epoch: list[int] = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.per_epoch.append(0)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.per_epoch[-1] += 1
+
+
+def test_keras_fits_on_the_service_dataset_with_steps_per_epoch(service):
+    """As the README shows it: the service dataset spans the epochs, Keras counts them."""
+    rng = np.random.default_rng(4)
+    x = rng.random([NUM_X, 3]).astype(np.float32)
+    y = rng.random([NUM_Y, 2]).astype(np.float32)
+    valid = [[i % NUM_Y, (i + 1) % NUM_Y] for i in range(NUM_X)]
+    sampler = DynamicPairsSampler(x, y, valid, batch_size=BATCH, seed=1)
+    dataset = sampler.distributed_dataset(service, processing_mode="distributed_epoch")
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer="sgd", loss="mse")
+    seen = _SeenBatches()
+    history = model.fit(
+        dataset.map(lambda batch: (batch["x"], batch["y"])),
+        epochs=2,
+        steps_per_epoch=sampler.steps_per_epoch,
+        callbacks=[seen],
+        verbose=0,
+    )
+    assert seen.per_epoch == [sampler.steps_per_epoch] * 2 == [NUM_X // BATCH] * 2
+    assert np.isfinite(history.history["loss"]).all()
 
 
 def test_a_damaged_record_fails_the_read_naming_it(service, tmp_path):
