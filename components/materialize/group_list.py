@@ -3,9 +3,7 @@ each image when the pairs job pairs by group (`--x_groups`, `--y_groups`)."""
 
 from __future__ import annotations
 
-import csv
 import functools
-import json
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -30,12 +28,7 @@ def parse_entry(line: str, groups_format: str) -> tuple[str, str]:
     `RejectedInput(UNSAFE_GROUP_PATH)` when the id leaves its root.
     """
     if groups_format == "jsonl":
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise rejects.RejectedInput(
-                rejects.MALFORMED_GROUP_ENTRY, f"invalid JSON: {error}"
-            ) from error
+        entry = pair_list.json_line(line, rejects.MALFORMED_GROUP_ENTRY)
         if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
             raise rejects.RejectedInput(
                 rejects.MALFORMED_GROUP_ENTRY, 'expected {"id": "<id>", "group": "<group>"}'
@@ -50,17 +43,7 @@ def parse_entry(line: str, groups_format: str) -> tuple[str, str]:
             )
         raw_id = entry["id"]
     else:
-        try:
-            values = next(csv.reader([line]), [])
-        except csv.Error as error:
-            raise rejects.RejectedInput(
-                rejects.MALFORMED_GROUP_ENTRY, f"invalid CSV: {error}"
-            ) from error
-        if len(values) != 2:
-            raise rejects.RejectedInput(
-                rejects.MALFORMED_GROUP_ENTRY, f"expected 2 fields id,group; got {len(values)}"
-            )
-        raw_id, group = values
+        raw_id, group = pair_list.two_csv_fields(line, rejects.MALFORMED_GROUP_ENTRY, "id,group")
     group = group.strip()
     if not group or not group.isprintable():
         raise rejects.RejectedInput(

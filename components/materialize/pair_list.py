@@ -39,6 +39,25 @@ def has_csv_header(path: str, header: tuple[str, ...] = CSV_HEADER) -> bool:
     return False
 
 
+def json_line(line: str, reason: str) -> object:
+    """The JSON value of one JSON Lines line; a `reason` reject when it is not JSON."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as error:
+        raise rejects.RejectedInput(reason, f"invalid JSON: {error}") from error
+
+
+def two_csv_fields(line: str, reason: str, names: str) -> tuple[str, str]:
+    """The two fields (`names`, as "x,y") of one CSV line; a `reason` reject otherwise."""
+    try:
+        values = next(csv.reader([line]), [])
+    except csv.Error as error:
+        raise rejects.RejectedInput(reason, f"invalid CSV: {error}") from error
+    if len(values) != 2:
+        raise rejects.RejectedInput(reason, f"expected 2 fields {names}; got {len(values)}")
+    return values[0], values[1]
+
+
 def parse_entry(line: str, pairs_format: str) -> PairEntry:
     """Parses one line; a JSON line may list no y at all.
 
@@ -47,12 +66,7 @@ def parse_entry(line: str, pairs_format: str) -> PairEntry:
     in `unsafe_y` so the line's other entries survive.
     """
     if pairs_format == "jsonl":
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise rejects.RejectedInput(
-                rejects.MALFORMED_PAIR_ENTRY, f"invalid JSON: {error}"
-            ) from error
+        entry = json_line(line, rejects.MALFORMED_PAIR_ENTRY)
         if not isinstance(entry, dict) or not isinstance(entry.get("x"), str):
             raise rejects.RejectedInput(
                 rejects.MALFORMED_PAIR_ENTRY, 'expected {"x": "<id>", "y": ["<id>", ...]}'
@@ -64,17 +78,8 @@ def parse_entry(line: str, pairs_format: str) -> PairEntry:
             )
         x_id = entry["x"]
     else:
-        try:
-            values = next(csv.reader([line]), [])
-        except csv.Error as error:
-            raise rejects.RejectedInput(
-                rejects.MALFORMED_PAIR_ENTRY, f"invalid CSV: {error}"
-            ) from error
-        if len(values) != 2:
-            raise rejects.RejectedInput(
-                rejects.MALFORMED_PAIR_ENTRY, f"expected 2 fields x,y; got {len(values)}"
-            )
-        x_id, y_ids = values[0], [values[1]]
+        x_id, y_id = two_csv_fields(line, rejects.MALFORMED_PAIR_ENTRY, "x,y")
+        y_ids = [y_id]
     try:
         x_id = paths.normalize_id(x_id.strip())
     except rejects.RejectedInput as error:
