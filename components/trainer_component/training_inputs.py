@@ -301,34 +301,6 @@ def class_balanced_eval_dataset(
     )
 
 
-def records_train_dataset(
-    offset_index_uri: str,
-    class_index_uri: str,
-    record_set: str,
-    *,
-    parse_fn: ParseFn,
-    **kwargs: Any,
-) -> tf.data.Dataset:
-    """`class_balanced_train_dataset` of records parsed by `parse_fn` (see `example_parser`)."""
-    return class_balanced_train_dataset(
-        offset_index_uri, class_index_uri, record_set, parser=parse_fn, **kwargs
-    )
-
-
-def speaker_eval_dataset(
-    offset_index_uri: str,
-    class_index_uri: str,
-    record_set: str,
-    *,
-    features: AudioFeatureConfig,
-    **kwargs: Any,
-) -> tf.data.Dataset:
-    """`class_balanced_eval_dataset` of audio records: whole utterances in record order."""
-    return class_balanced_eval_dataset(
-        offset_index_uri, class_index_uri, record_set, parser=features, **kwargs
-    )
-
-
 def _in_record_order(
     offset_index_uri: str,
     class_index_uri: str,

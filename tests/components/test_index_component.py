@@ -228,14 +228,14 @@ def test_bad_records_are_counted_rejects(int_labels):
 def test_class_balanced_batches_of_tabular_records(int_labels):
     outputs, _ = int_labels
     parse = record_parser(None, {VECTOR: tf.io.FixedLenFeature([2], tf.float32)})
-    dataset = training_inputs.records_train_dataset(
+    dataset = training_inputs.class_balanced_train_dataset(
         outputs[keys.OFFSET_INDEX_KEY].uri,
         outputs[keys.CLASS_INDEX_KEY].uri,
         "train",
         n_classes_per_batch=2,
         n_samples_per_class=3,
         seed=0,
-        parse_fn=parse,
+        parser=parse,
     )
     class_ids = _class_ids(outputs[keys.CLASS_INDEX_KEY].uri, "train")
     for batch in dataset:

@@ -21,7 +21,7 @@ from components.materialize.audio import decode_audio, to_int16
 from components.materialize.images import ImageStorage
 from components.materialize.images import image_example as encoded_image_example
 from components.models import cyclegan, serving, speaker
-from components.trainer_component.training_inputs import speaker_eval_dataset
+from components.trainer_component.training_inputs import class_balanced_eval_dataset
 from tests.class_balanced.runs import write_audio_run
 from tests.inputs.runs import image_example as raw_image_example
 
@@ -74,8 +74,8 @@ def _op_types(export_dir: str) -> set[str]:
 @pytest.fixture(scope="module")
 def speaker_export(tmp_path_factory):
     """A tiny net exported with WAV and FLAC decoding, and the embeddings the trainer's
-    evaluation path (records of a materialized run -> `speaker_eval_dataset` -> the net) gives
-    each record, one record a batch (no padding)."""
+    evaluation path (records of a materialized run -> `class_balanced_eval_dataset` -> the net)
+    gives each record, one record a batch (no padding)."""
     root = tmp_path_factory.mktemp("speaker_serving")
     run_dir = str(root / "run")
     # Six utterances of 0.05 s to 0.4 s; records as the audio job writes them.
@@ -84,7 +84,9 @@ def speaker_export(tmp_path_factory):
     net = speaker.build_embedding_model(N_MELS, channels=8, embedding_dim=EMBEDDING_DIM)
     export_dir = str(root / "serving")
     serving.export_speaker_model(net, export_dir, FEATURES, audio_formats=("wav", "flac"))
-    training_path = speaker_eval_dataset(run_dir, run_dir, "train", batch_size=1, features=FEATURES)
+    training_path = class_balanced_eval_dataset(
+        run_dir, run_dir, "train", batch_size=1, parser=FEATURES
+    )
     expected = np.concatenate(
         [
             _normalized(net([batch["features"], batch["lengths"]], training=False).numpy())
@@ -156,7 +158,7 @@ def test_wav_and_flac_files_give_the_training_path_embeddings(speaker_export):
 def test_the_log_mel_signature_takes_the_training_features(speaker_export):
     loaded, _, expected, run_dir = speaker_export
     # The same records' training features, all in one batch padded to the longest.
-    (batch,) = speaker_eval_dataset(run_dir, run_dir, "train", batch_size=6, features=FEATURES)
+    (batch,) = class_balanced_eval_dataset(run_dir, run_dir, "train", batch_size=6, parser=FEATURES)
     assert len(set(batch["lengths"].numpy())) == 6
     embeddings = loaded.signatures["embed_log_mel"](
         features=batch["features"], lengths=batch["lengths"]

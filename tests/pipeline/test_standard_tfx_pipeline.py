@@ -215,14 +215,14 @@ def test_apply_transform_runs_transforms_graph_over_raw_records(standard_run, tm
     offset_index = outputs[keys.OFFSET_INDEX_KEY][0].uri
     batch = next(
         iter(
-            training_inputs.records_train_dataset(
+            training_inputs.class_balanced_train_dataset(
                 offset_index,
                 outputs[keys.CLASS_INDEX_KEY][0].uri,
                 "train",
                 n_classes_per_batch=N_CLASSES_PER_BATCH,
                 n_samples_per_class=N_SAMPLES_PER_CLASS,
                 seed=0,
-                parse_fn=parse,
+                parser=parse,
             )
         )
     )
