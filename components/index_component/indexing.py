@@ -125,6 +125,7 @@ def run_index(
         config.overwrite,
         config.beam_pipeline_args,
         make_pipeline,
+        {f"the {record_set} split": split for record_set, split in config.inputs.items()},
     )
 
 

@@ -52,7 +52,9 @@ def run_audio(
     """
     config.validate()
     manifest_format = _inspect_manifest(config)
-    return common.run_materialize(MaterializeAudio(config, manifest_format), config, make_pipeline)
+    return common.run_materialize(
+        MaterializeAudio(config, manifest_format), config, make_pipeline, {"--root": config.root}
+    )
 
 
 class Utterance(NamedTuple):

@@ -40,12 +40,15 @@ def run_job(
     overwrite: bool,
     beam_pipeline_args: Iterable[str],
     make_pipeline: Callable[[], beam.Pipeline] | None,
+    input_dirs: dict[str, str] | None = None,
 ) -> dict:
     """Claims and prepares `output_dir`, runs the pipeline `build` adds to, and returns the
     summary.
 
     The job gets a new run id, held in the folder's claim (`run_dir.claim_output_dir`), where
-    the writers read it while `build` runs; its `summary.json` commits that run.
+    the writers read it while `build` runs; its `summary.json` commits that run. `input_dirs`
+    (flag -> folder) are the job's input folders, which `output_dir` must stay apart from
+    (`run_dir.check_apart`).
 
     Raises MaterializeError when a shard writer finds its records differ from the plan: the
     runner lost or repeated elements between stages. Beam 2.59's DirectRunner does that with
@@ -54,17 +57,22 @@ def run_job(
     project's code); on the DirectRunner the jobs send only spill refs through the runner
     (`--spill auto`), far below that; `--spill none` there brings it back.
 
+    A pipeline that fails leaves a `summary.json` that says so (`"ok": false`, naming this run):
+    readers refuse the folder, and a later `--overwrite` can prove the parts are this run's.
     The spill files (in the folder, or below `--temp_location`: `spill.remove_spill_dir`) and
     the claim are removed when the pipeline ends, whether it succeeded or not. On
     KeyboardInterrupt the job is cancelled first (`_cancel`): a portable or remote runner's job
     outlives its launcher, and its shard writers still read the spill files. A job not seen to
     stop keeps both; the next run on the folder takes the claim over as stale and removes them.
     """
+    run_dir.check_apart(output_dir, input_dirs or {})
     run_id = layout.new_run_id()
-    run_dir.claim_output_dir(output_dir, run_id)
+    stale_run_ids = run_dir.claim_output_dir(output_dir, run_id)
     job_stopped = True
+    started = False
     try:
-        run_dir.prepare_output_dir(output_dir, overwrite)
+        run_dir.prepare_output_dir(output_dir, overwrite, stale_run_ids)
+        started = True
         pipeline = make_pipeline() if make_pipeline else make_default_pipeline(beam_pipeline_args)
         build(pipeline)
         # Not `with pipeline:`, which hides the running job's result from an interrupt.
@@ -74,20 +82,24 @@ def run_job(
         except KeyboardInterrupt:
             job_stopped = _cancel(result, output_dir)
             raise
-    except Exception as error:
+    except BaseException as error:
+        if started and job_stopped:
+            run_dir.record_failure(output_dir, run_id, error)
+        if not isinstance(error, Exception):
+            raise
         lost = next((line for line in str(error).splitlines() if LOST_RECORDS in line), None)
         if lost is None:
             raise
         detail = lost.split("RuntimeError: ")[-1].split(" [while running")[0].strip()
         raise MaterializeError(
             f"the Beam runner did not deliver every record to its shard writer ({detail}); "
-            f"{output_dir} is incomplete (no summary.json). Known with the DirectRunner and "
-            "--direct_num_workers > 1 on large inputs: use --direct_running_mode=in_memory "
-            "locally, or a distributed runner"
+            f"{output_dir} is incomplete (its summary.json says the run failed). Known with the "
+            "DirectRunner and --direct_num_workers > 1 on large inputs: use "
+            "--direct_running_mode=in_memory locally, or a distributed runner"
         ) from None
     finally:
         if job_stopped:
-            spill.remove_spill_dir(output_dir)
+            spill.remove_spill_dir(output_dir, run_id)
             layout.release_claim(output_dir, run_id)
     return run_dir.read_summary(output_dir, run_id)
 
@@ -96,16 +108,18 @@ def run_materialize(
     transform: beam.PTransform,
     config,
     make_pipeline: Callable[[], beam.Pipeline] | None,
+    input_dirs: dict[str, str],
 ) -> dict:
     """Runs a materialize job (`transform` applied to the pipeline's root) under `run_job` with
-    `config`'s output folder and Beam arguments, then draws the run's pictures; returns its
-    summary."""
+    `config`'s output folder and Beam arguments, reading `input_dirs` (flag -> folder), then
+    draws the run's pictures; returns its summary."""
     summary = run_job(
         lambda pipeline: pipeline | transform,
         config.output_dir,
         config.overwrite,
         config.beam_pipeline_args,
         make_pipeline,
+        input_dirs,
     )
     # In the launcher, after the commit: the pictures need TensorFlow, which workers never load.
     pictures.write_run_pictures(config.output_dir, summary)

@@ -11,43 +11,51 @@ import os
 import socket
 
 from components import layout
+from components.materialize import owned_files
 from components.materialize.errors import MaterializeError
 from components.materialize.pictures import PICTURES_DIR
-from components.materialize.spill import SPILL_DIR, remove_spill_dir
+from components.materialize.spill import remove_spill_dir, spill_dir
 
 _log = logging.getLogger(__name__)
 
+# What a run writes in its folder (and its spill folder, named by its run id: `spill_dir`).
 _RUN_ENTRIES = (
     layout.EXAMPLES_DIR,
     layout.INDEX_DIR,
     layout.SUMMARY_FILE,
     layout.REJECTS_FILE,
-    SPILL_DIR,
     PICTURES_DIR,
 )
 # A holder may release its claim, or another job take over a stale one, between our tries.
 _CLAIM_ATTEMPTS = 3
 
 
-def claim_output_dir(output_dir: str, run_id: str) -> None:
-    """Creates `output_dir` and claims it for run `run_id` (`layout.try_claim`).
+def claim_output_dir(output_dir: str, run_id: str) -> list[str]:
+    """Creates `output_dir` and claims it for run `run_id` (`layout.try_claim`); returns the run
+    ids of the stale claims taken over (see below), which `prepare_output_dir` may overwrite.
 
     A claim held by a live job (or by a process on another host, which cannot be checked) raises
     MaterializeError naming that job. A claim left by a process of this host that is gone is
-    stale: it is taken over, with a warning, and the dead run's orphan spill files are removed.
+    stale: it is taken over, with a warning, and the dead run's orphan spill files are removed
+    (`spill.remove_spill_dir`: only the folder named by that run's id).
     """
     gfile = layout.gfile()
+    if owned_files.is_link(output_dir) and not os.path.exists(output_dir):
+        raise MaterializeError(
+            f"--output_dir {output_dir} is a symbolic link to {os.readlink(output_dir)!r}, "
+            "which does not exist"
+        )
     if gfile.exists(output_dir) and not gfile.isdir(output_dir):
         raise MaterializeError(f"--output_dir is a file: {output_dir}")
     gfile.makedirs(output_dir)
     claim = layout.Claim.of_this_process(run_id)
     path = layout.claim_path(output_dir)
-    took_over = False
+    stale_run_ids = []
     for _ in range(_CLAIM_ATTEMPTS):
         if layout.try_claim(output_dir, claim):
-            if took_over:
-                remove_spill_dir(output_dir)
-            return
+            for stale_run_id in stale_run_ids:
+                remove_spill_dir(output_dir, stale_run_id)
+            return stale_run_ids
         try:
             holder = layout.load_claim(output_dir)
         except layout.IndexFileError as error:
@@ -68,7 +76,7 @@ def claim_output_dir(output_dir: str, run_id: str) -> None:
             holder.describe(),
         )
         layout.release_claim(output_dir, holder.run_id)
-        took_over = True
+        stale_run_ids.append(holder.run_id)
     raise MaterializeError(f"--output_dir {output_dir}: could not claim {path}; other jobs keep it")
 
 
@@ -85,23 +93,118 @@ def _is_stale(claim: layout.Claim) -> bool:
     return False
 
 
-def prepare_output_dir(output_dir: str, overwrite: bool) -> None:
+def prepare_output_dir(
+    output_dir: str, overwrite: bool, stale_run_ids: list[str] | tuple[str, ...] = ()
+) -> None:
     """Readies `output_dir`, which `claim_output_dir` made and claimed: refuses it when it holds
-    more than the claim unless `overwrite`, which then removes the files of a previous run (so no
-    stale shard survives next to new ones)."""
+    more than the claim unless `overwrite`, which then removes the parts of the previous run
+    (so no stale shard survives next to new ones).
+
+    Only a run can be overwritten, and only what it wrote: the previous run must be named by
+    its `summary.json` or, for a job killed before its summary, by an index part
+    (`previous_run_id`) or the stale claim it left (`stale_run_ids`); what is removed is
+    `_RUN_ENTRIES` and that run's spill folder. Other files stay. Nothing is removed when any
+    of those entries is a symbolic link (a run never writes one): MaterializeError names it,
+    before anything is deleted.
+    """
     gfile = layout.gfile()
-    in_use = [name for name in gfile.listdir(output_dir) if name.rstrip("/") != layout.CLAIM_FILE]
-    if in_use:
-        if not overwrite:
+    in_use = sorted(
+        name.rstrip("/")
+        for name in gfile.listdir(output_dir)
+        if name.rstrip("/") != layout.CLAIM_FILE
+    )
+    if not in_use:
+        return
+    if not overwrite:
+        raise MaterializeError(
+            f"--output_dir {output_dir} is not empty (pass --overwrite to replace a run)"
+        )
+    previous = previous_run_id(output_dir) or next(iter(stale_run_ids), None)
+    if previous is None:
+        raise MaterializeError(
+            f"--overwrite: {output_dir} holds {', '.join(in_use[:5])}"
+            f"{', ...' if len(in_use) > 5 else ''} but no run of this job (no "
+            f"{layout.SUMMARY_FILE} or index naming a run id): nothing deleted; choose an empty "
+            "--output_dir"
+        )
+    entries = [os.path.join(output_dir, entry) for entry in _RUN_ENTRIES]
+    entries.append(spill_dir(output_dir, previous))
+    links = [path for path in entries if owned_files.is_link(path)]
+    if links:
+        raise MaterializeError(
+            f"--overwrite: {links[0]} is a symbolic link, which a run never writes: nothing "
+            f"deleted (neither it nor what it points to); remove it yourself to reuse {output_dir}"
+        )
+    _log.info("%s: --overwrite removes the parts of run %s", output_dir, previous)
+    for path in entries[:-1]:
+        owned_files.remove_path(path)
+    remove_spill_dir(output_dir, previous)
+
+
+def previous_run_id(output_dir: str) -> str | None:
+    """The run id of the run in `output_dir`: the one `summary.json` commits, else (a job killed
+    before its summary) the one its index parts name; None when nothing there names a run."""
+    gfile = layout.gfile()
+    summary_path = os.path.join(output_dir, layout.SUMMARY_FILE)
+    if gfile.exists(summary_path):
+        return _named_run(summary_path)
+    index_root = os.path.join(output_dir, layout.INDEX_DIR)
+    if not gfile.isdir(index_root) or owned_files.is_link(index_root):
+        return None
+    for record_set in sorted(gfile.listdir(index_root)):
+        directory = os.path.join(index_root, record_set.rstrip("/"))
+        for name in (layout.SHARDS_FILE, layout.RUN_FILE):
+            path = os.path.join(directory, name)
+            if gfile.exists(path) and (run_id := _named_run(path)) is not None:
+                return run_id
+    return None
+
+
+def _named_run(path: str) -> str | None:
+    """The `"run_id"` string of the JSON object in `path`, or None (not JSON, or none there)."""
+    try:
+        value = layout.load_json(path)
+    except layout.IndexFileError:
+        return None
+    run_id = value.get(layout.RUN_ID_KEY) if isinstance(value, dict) else None
+    return run_id if isinstance(run_id, str) and run_id else None
+
+
+def check_apart(output_dir: str, input_dirs: dict[str, str]) -> None:
+    """Refuses an `output_dir` that is, holds or lies inside one of `input_dirs` (flag -> folder):
+    the job would read its own files as inputs, and `--overwrite` could delete inputs."""
+    if not owned_files.is_local(output_dir):
+        return
+    output = os.path.realpath(output_dir)
+    for flag, input_dir in input_dirs.items():
+        if not input_dir or not owned_files.is_local(input_dir):
+            continue
+        source = os.path.realpath(input_dir)
+        common = os.path.commonpath([output, source])
+        if common in (output, source):
+            relation = "is" if output == source else "lies inside" if common == source else "holds"
             raise MaterializeError(
-                f"--output_dir {output_dir} is not empty (pass --overwrite to replace a run)"
+                f"--output_dir {output_dir} {relation} {flag} {input_dir}: the job would read "
+                f"its own output as input; choose an --output_dir outside the inputs"
             )
-        for entry in _RUN_ENTRIES:
-            path = os.path.join(output_dir, entry)
-            if gfile.isdir(path):
-                gfile.rmtree(path)
-            elif gfile.exists(path):
-                gfile.remove(path)
+
+
+def record_failure(output_dir: str, run_id: str, error: BaseException) -> None:
+    """Writes a `summary.json` saying run `run_id` failed with `error` (or was interrupted),
+    unless the job wrote its own: readers then refuse the folder naming the run, and
+    `--overwrite` can prove its parts are a run's. Never raises (the job's own error is what the
+    caller reports)."""
+    path = os.path.join(output_dir, layout.SUMMARY_FILE)
+    if isinstance(error, KeyboardInterrupt):
+        what = "the job was interrupted"
+    else:
+        first_line = next(iter(str(error).strip().splitlines()), "")[:300]
+        what = f"the job failed: {type(error).__name__}" + (f": {first_line}" if first_line else "")
+    try:
+        if not layout.gfile().exists(path):
+            layout.commit_run(output_dir, run_id, {"ok": False, "error": what})
+    except Exception as write_error:  # the folder may be gone or read-only
+        _log.warning("%s: could not record that run %s failed: %r", output_dir, run_id, write_error)
 
 
 def read_summary(output_dir: str, run_id: str) -> dict:

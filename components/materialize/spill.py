@@ -1,7 +1,7 @@
 """Hand payloads from one Beam stage to a later one: through files, or through the runner.
 
 With spill files (`--spill files`), a decode worker appends each payload as a TFRecord frame
-to a spill file of its bundle under `<spill root>/.spill/` and passes on only a `SpillRef`
+to a spill file of its bundle in the run's spill folder and passes on only a `SpillRef`
 (path, frame offset, length); the stage that needs the bytes reads them back by offset.
 Runners move every element between stages through their own channels (the DirectRunner's gRPC
 data plane or in-memory lists, Dataflow's shuffle), so a payload emitted by a decoder and
@@ -16,10 +16,13 @@ for that; `--spill auto` (the default) spills on the local runners only (`resolv
 Either way a stage gets a `Payload` for each record, the bytes or their ref, and
 `read_frames` / `read_payloads` resolve both, so the jobs have one code path.
 
-The spill root is the output folder, or with `--temp_location` a folder of the run below it
-(Beam's place for a job's temporary files, e.g. a bucket the workers share); the output folder
-then holds a pointer file `.spill` naming that folder, so the launcher, or the next run on the
-folder when it takes a stale claim over (`run_dir.claim_output_dir`), finds what to remove.
+The spill folder is `<output folder>/.spill-<run id>`, or with `--temp_location` the folder
+`<temp location>/materialize-spill-<run id>` (Beam's place for a job's temporary files, e.g. a
+bucket the workers share); the output folder then holds a pointer file `.spill-<run id>`
+naming it, so the launcher, or the next run on the folder when it takes a stale claim over
+(`run_dir.claim_output_dir`), finds what to remove. Both names carry the run id: what
+`remove_spill_dir` deletes is provably this run's (a pointer naming any other folder is left
+alone, and a link is never followed), never a user's `.spill` folder.
 
 Spill file names are random: a retried bundle writes a new file and its refs, while the failed
 attempt's file is never referenced. A ref may only be read by a later stage (one behind a
@@ -32,6 +35,7 @@ folder, which takes over its stale claim.
 from __future__ import annotations
 
 import itertools
+import logging
 import posixpath
 import uuid
 from collections.abc import Sequence
@@ -41,16 +45,20 @@ import apache_beam as beam
 import numpy as np
 
 from components import layout
+from components.materialize import owned_files
 from components.materialize.config import SPILL_MODES
 from components.materialize.errors import MaterializeError
 
 if TYPE_CHECKING:
     from apache_beam.runners.runner import PipelineRunner
 
-SPILL_DIR = ".spill"
+# The spill folder (or pointer file) of one run in its output folder: `<prefix><run id>`.
+SPILL_PREFIX = ".spill-"
 # The folder of one run's spill files below --temp_location: `<prefix><run id>`.
 TEMP_ROOT_PREFIX = "materialize-spill-"
 _MAX_GAP_BYTES = 1 << 16  # read through a gap this small rather than seek past it
+
+_log = logging.getLogger(__name__)
 
 
 class SpillRef(NamedTuple):
@@ -66,20 +74,21 @@ class SpillRef(NamedTuple):
 Payload = bytes | SpillRef
 
 
-def spill_dir(spill_root: str) -> str:
-    """The folder of the spill files below `spill_root` (a run's output folder, by default)."""
-    return layout.resolve(spill_root, SPILL_DIR)
+def spill_dir(output_dir: str, run_id: str) -> str:
+    """The spill folder, or the pointer file to it, of run `run_id` in its `output_dir`."""
+    return layout.resolve(output_dir, SPILL_PREFIX + run_id)
 
 
 def resolve_spill_root(mode: str, pipeline: beam.Pipeline, output_dir: str) -> str | None:
-    """Where the job on `pipeline` spills payloads under `--spill mode`: the spill root for
+    """Where the job on `pipeline` spills payloads under `--spill mode`: the spill folder for
     `SpillingDoFn`, or None when the payloads go through the runner.
 
     `auto` spills on the runners of this machine (the DirectRunner and Beam's FnApiRunner, in
     memory or in worker processes), whose workers all see its files; any other runner gets
-    the payloads. The root is `output_dir`, or a folder of this run below the pipeline's
-    `--temp_location` when it has one; for the latter a pointer file is written first (so the
-    launcher calls this while it builds the pipeline, under `common.run_job`'s claim).
+    the payloads. The folder is `spill_dir(output_dir, run id)`, or a folder of this run below
+    the pipeline's `--temp_location` when it has one; for the latter a pointer file is written
+    first (so the launcher calls this while it builds the pipeline, under `common.run_job`'s
+    claim, which holds the run id).
     """
     from apache_beam.options.pipeline_options import GoogleCloudOptions
 
@@ -87,11 +96,12 @@ def resolve_spill_root(mode: str, pipeline: beam.Pipeline, output_dir: str) -> s
         raise MaterializeError(f"--spill must be one of {', '.join(SPILL_MODES)}; got {mode!r}")
     if mode == "none" or (mode == "auto" and not is_local_runner(pipeline.runner)):
         return None
+    run_id = layout.claimed_run_id(output_dir)
     temp_location = pipeline.options.view_as(GoogleCloudOptions).temp_location
     if not temp_location:
-        return output_dir
-    root = posixpath.join(temp_location, TEMP_ROOT_PREFIX + layout.claimed_run_id(output_dir))
-    with layout.gfile().GFile(spill_dir(output_dir), "w") as pointer:
+        return spill_dir(output_dir, run_id)
+    root = posixpath.join(temp_location, TEMP_ROOT_PREFIX + run_id)
+    with layout.gfile().GFile(spill_dir(output_dir, run_id), "w") as pointer:
         pointer.write(root)
     return root
 
@@ -108,11 +118,11 @@ def is_local_runner(runner: PipelineRunner) -> bool:
 
 
 class SpillWriter:
-    """Spills payloads to one spill file below `spill_root`, opened on the first write; with
-    no root, hands the payloads back as they are, for the runner to carry."""
+    """Spills payloads to one new spill file in the folder `spill_root`, opened on the first
+    write; with no folder, hands the payloads back as they are, for the runner to carry."""
 
     def __init__(self, spill_root: str | None):
-        self._directory = None if spill_root is None else spill_dir(spill_root)
+        self._directory = spill_root
         self._file = None
         self._path = ""
         self._size = 0
@@ -206,16 +216,33 @@ def _resolve(payloads: Sequence[Payload], frames: bool) -> list[bytes]:
     return resolved
 
 
-def remove_spill_dir(output_dir: str) -> None:
-    """Deletes the spill files of the run in `output_dir`, wherever they are, and its pointer
-    (launcher side, after the pipeline has finished)."""
+def remove_spill_dir(output_dir: str, run_id: str) -> None:
+    """Deletes the spill files of run `run_id` in `output_dir`, wherever they are, and its
+    pointer (launcher side, after the pipeline has finished).
+
+    Only `spill_dir(output_dir, run_id)` is considered, so nothing of another run or of the
+    user's is. It is not followed when it is a link (left, with a warning); a pointer file is
+    followed only to a folder named `<TEMP_ROOT_PREFIX><run_id>`, the name this run gave it.
+    """
     gfile = layout.gfile()
-    local = spill_dir(output_dir)
+    local = spill_dir(output_dir, run_id)
+    if owned_files.is_link(local):
+        _log.warning("%s is a symbolic link, not this run's spill folder: left as it is", local)
+        return
     if gfile.isdir(local):
-        gfile.rmtree(local)
+        owned_files.remove_tree(local)
     elif gfile.exists(local):
         with gfile.GFile(local, "r") as pointer:
             root = pointer.read().strip()
-        if root and gfile.exists(root):
-            gfile.rmtree(root)
+        if posixpath.basename(root.rstrip("/")) != TEMP_ROOT_PREFIX + run_id:
+            _log.warning(
+                "%s names %r, not a spill folder of run %s: that folder is left as it is",
+                local,
+                root,
+                run_id,
+            )
+        elif owned_files.is_link(root):
+            _log.warning("%s is a symbolic link, not a spill folder: left as it is", root)
+        elif gfile.exists(root):
+            owned_files.remove_tree(root)
         gfile.remove(local)

@@ -18,6 +18,11 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 RUN_ID = b"<run id>"
 
 
+def spill_entries(output_dir: str) -> list[str]:
+    """The spill folders and pointer files (`.spill-<run id>`) left in `output_dir`."""
+    return sorted(name for name in os.listdir(output_dir) if name.startswith(".spill-"))
+
+
 def shard_paths(output_dir: str, record_set: str) -> list[str]:
     shards = layout.load_json(os.path.join(layout.index_dir(output_dir, record_set), "shards.json"))
     return [os.path.join(output_dir, path) for path in shards["shards"]]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from components import layout
-from components.materialize import AudioConfig, MaterializeError, rejects, run_audio, spill, splits
+from components.materialize import AudioConfig, MaterializeError, rejects, run_audio, splits
 from components.materialize import __main__ as materialize_cli
 from tests.materialize import generate, readback
 
@@ -107,7 +107,7 @@ def test_splits_match_the_reference_model(tmp_path, split_mode, seed):
         assert not train_speakers & eval_speakers
     else:
         assert eval_speakers <= train_speakers
-    assert not os.path.exists(spill.spill_dir(str(tmp_path / "out")))
+    assert readback.spill_entries(str(tmp_path / "out")) == []
     assert summary["ok"] and summary["config"]["split_mode"] == split_mode
     assert summary["record_sets"]["eval"]["num_records"] == len(eval_rows)
     assert summary["record_sets"]["train"]["class_counts"] == {

@@ -17,7 +17,6 @@ from components.materialize import (
     ShardingConfig,
     rejects,
     run_pairs,
-    spill,
 )
 from components.materialize import __main__ as materialize_cli
 from tests.materialize import generate, readback
@@ -98,7 +97,7 @@ def test_random_inputs_match_the_reference_model(tmp_path, seed):
         )
     )
     x_ids, y_ids, rows = check_run(output_dir, x_files, y_files, pairs)
-    assert not os.path.exists(spill.spill_dir(output_dir))
+    assert readback.spill_entries(output_dir) == []
     assert summary["ok"] and summary["record_sets"]["x"]["num_records"] == len(x_ids)
     assert summary["pairs"]["num_pairs"] == sum(map(len, rows))
     assert summary["rejects"]["by_reason"].get(rejects.NO_VALID_PAIRS, 0) == len(x_files) - len(

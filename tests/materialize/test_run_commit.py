@@ -62,7 +62,7 @@ def _never_built(pipeline: beam.Pipeline) -> None:
 
 
 def _spill_something(output_dir: str) -> str:
-    writer = spill.SpillWriter(output_dir)
+    writer = spill.SpillWriter(spill.spill_dir(output_dir, layout.claimed_run_id(output_dir)))
     [ref] = writer.write([b"payload of a run" * 64])
     writer.close()
     return ref.path
@@ -128,7 +128,6 @@ def test_a_claim_left_by_a_killed_launcher_is_taken_over_and_its_spill_files_rem
         summary = common.run_job(_committing(output_dir), output_dir, overwrite, (), None)
     assert f"taking over the stale claim of run {claim.run_id} (pid {launcher.pid}" in caplog.text
     assert summary["ok"] and summary[layout.RUN_ID_KEY] != claim.run_id
-    assert not os.path.exists(spill.spill_dir(output_dir))
     assert os.listdir(output_dir) == [layout.SUMMARY_FILE]
 
 
@@ -322,9 +321,9 @@ def _interrupted_job(tmp_path, monkeypatch, stops: bool):
     result = _InterruptedResult(events, stops)
     remove_spill_dir, release_claim = spill.remove_spill_dir, layout.release_claim
 
-    def removing_spill(directory: str) -> None:
+    def removing_spill(directory: str, run_id: str) -> None:
         events.append(f"remove spill files ({result.state})")
-        remove_spill_dir(directory)
+        remove_spill_dir(directory, run_id)
 
     def releasing(directory: str, run_id: str) -> None:
         events.append("release claim")
@@ -349,7 +348,10 @@ def test_ctrl_c_cancels_the_job_before_removing_its_spill_files(tmp_path, monkey
     output_dir, events, spilled = _interrupted_job(tmp_path, monkeypatch, stops=True)
     assert events == ["cancel", "remove spill files (CANCELLED)", "release claim"]
     assert not os.path.exists(spilled)
-    assert os.listdir(output_dir) == []
+    # Left: the summary of the run that did not finish, so readers refuse the folder by name.
+    assert os.listdir(output_dir) == [layout.SUMMARY_FILE]
+    summary = layout.load_json(os.path.join(output_dir, layout.SUMMARY_FILE))
+    assert summary["ok"] is False and summary["error"] == "the job was interrupted"
 
 
 def test_a_job_that_does_not_stop_keeps_its_spill_files_for_the_next_run(

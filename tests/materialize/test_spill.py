@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from components import layout
 from components.materialize import common, run_dir, spill
+from tests.materialize import readback
 
 
 @settings(max_examples=30, deadline=None)
@@ -80,7 +81,7 @@ def test_run_job_removes_the_spill_files_whether_or_not_the_job_fails(tmp_path, 
         read_back = (
             pipeline
             | beam.Create([b"p0", b"p1"])
-            | beam.ParDo(_SpillThenMaybeFail(output_dir, fail))
+            | beam.ParDo(_SpillThenMaybeFail(spill.spill_dir(output_dir, run_id), fail))
             | beam.Reshuffle()  # a later stage reads the refs, as in the jobs
             | beam.Map(lambda ref: spill.read_payloads([ref])[0].decode())
         )
@@ -99,20 +100,24 @@ def test_run_job_removes_the_spill_files_whether_or_not_the_job_fails(tmp_path, 
     if fail:
         with pytest.raises(ValueError, match="a worker failed after spilling"):
             common.run_job(build, output_dir, False, (), None)
-        assert not os.path.exists(os.path.join(output_dir, layout.SUMMARY_FILE))
+        # Not committed: the summary says the run failed, and why.
+        summary = layout.load_json(os.path.join(output_dir, layout.SUMMARY_FILE))
+        assert summary["ok"] is False
+        assert "a worker failed after spilling" in summary["error"]
     else:
         summary = common.run_job(build, output_dir, False, (), None)
         assert summary.pop(layout.RUN_ID_KEY)
         assert summary == {"ok": True, "read": ["p0", "p1"]}
-    assert not os.path.exists(spill.spill_dir(output_dir))
+    assert readback.spill_entries(output_dir) == []
 
 
 def test_overwrite_removes_the_spill_files_of_a_crashed_run(tmp_path):
     output_dir = str(tmp_path / "out")
-    writer = spill.SpillWriter(output_dir)
+    writer = spill.SpillWriter(spill.spill_dir(output_dir, "killedrun"))
     writer.write([b"left by a run that was killed"])
     writer.close()
-    run_dir.prepare_output_dir(output_dir, overwrite=True)
+    # The killed run is known by the stale claim it left.
+    run_dir.prepare_output_dir(output_dir, overwrite=True, stale_run_ids=["killedrun"])
     assert os.listdir(output_dir) == []
 
 
@@ -123,7 +128,7 @@ def test_without_a_spill_root_payloads_are_handed_on_as_they_are(tmp_path):
     handed = inline.write(payloads)
     inline.close()
     assert handed == payloads
-    writer = spill.SpillWriter(str(tmp_path))
+    writer = spill.SpillWriter(str(tmp_path / "spill"))
     refs = writer.write([b"spilled", b""])
     writer.close()
     mixed = [refs[0], handed[1], refs[1], handed[2]]
@@ -131,4 +136,4 @@ def test_without_a_spill_root_payloads_are_handed_on_as_they_are(tmp_path):
     assert spill.read_payloads(mixed) == expected
     assert spill.read_frames(mixed) == [layout.tfrecord_frame(p) for p in expected]
     assert [spill.payload_length(p) for p in mixed] == [len(p) for p in expected]
-    assert os.listdir(tmp_path) == [spill.SPILL_DIR]  # only the writer with a root wrote
+    assert os.listdir(tmp_path) == ["spill"]  # only the writer with a folder wrote

@@ -114,7 +114,11 @@ def test_every_spill_mode_writes_the_same_run_and_leaves_no_spill_file(tmp_path,
         else:
             values = materialize_cli._parser().parse_args(job_flags)
             run(from_flat(config_class, vars(values)))
-        spilled = [path for path in created if f"/{spill.SPILL_DIR}/" in path]
+        spilled = [
+            path
+            for path in created
+            if f"/{spill.SPILL_PREFIX}" in path or f"/{spill.TEMP_ROOT_PREFIX}" in path
+        ]
         if mode == "none":
             assert spilled == []
         else:
@@ -123,7 +127,7 @@ def test_every_spill_mode_writes_the_same_run_and_leaves_no_spill_file(tmp_path,
                 os.path.join(temp_location, spill.TEMP_ROOT_PREFIX) if with_temp else output_dir
             )
             assert spilled and all(path.startswith(spill_root) for path in spilled), spilled
-        assert not os.path.exists(spill.spill_dir(output_dir))
+        assert readback.spill_entries(output_dir) == []
         assert os.listdir(temp_location) == []
         runs[name] = readback.run_files(output_dir)
 
@@ -153,13 +157,16 @@ def _pipeline(runner, *args: str) -> beam.Pipeline:
 
 def test_auto_spills_on_local_runners_only(tmp_path):
     output_dir = str(tmp_path / "out")
+    _claimed(output_dir, "b2" * 16, os.getpid())
+    # The spill folder is named by the run id of the claim: only this run's is ever removed.
+    folder = os.path.join(output_dir, spill.SPILL_PREFIX + "b2" * 16)
     for runner in ("DirectRunner", FnApiRunner(), "BundleBasedDirectRunner"):
-        assert spill.resolve_spill_root("auto", _pipeline(runner), output_dir) == output_dir
+        assert spill.resolve_spill_root("auto", _pipeline(runner), output_dir) == folder
     for runner in (PortableRunner(), "FlinkRunner", "SparkRunner"):
         assert spill.resolve_spill_root("auto", _pipeline(runner), output_dir) is None
-        assert spill.resolve_spill_root("files", _pipeline(runner), output_dir) == output_dir
+        assert spill.resolve_spill_root("files", _pipeline(runner), output_dir) == folder
     assert spill.resolve_spill_root("none", _pipeline("DirectRunner"), output_dir) is None
-    assert not os.path.exists(output_dir)
+    assert os.listdir(output_dir) == [layout.CLAIM_FILE]  # nothing written but the claim
 
 
 def _claimed(output_dir: str, run_id: str, pid: int) -> None:
@@ -176,12 +183,12 @@ def test_spill_files_below_the_temp_location_are_found_through_the_output_dir(tm
     writer = spill.SpillWriter(root)
     [ref] = writer.write([b"a payload"])
     writer.close()
-    assert ref.path.startswith(os.path.join(root, spill.SPILL_DIR) + os.sep)
+    assert ref.path.startswith(root + os.sep)
     assert spill.read_payloads([ref]) == [b"a payload"]
-    assert os.path.isfile(spill.spill_dir(output_dir))  # the pointer, not spill files
+    assert os.path.isfile(spill.spill_dir(output_dir, "c3" * 16))  # the pointer, not spill files
 
-    spill.remove_spill_dir(output_dir)
-    assert not os.path.exists(spill.spill_dir(output_dir))
+    spill.remove_spill_dir(output_dir, "c3" * 16)
+    assert not os.path.exists(spill.spill_dir(output_dir, "c3" * 16))
     assert os.listdir(temp_location) == []
 
 
@@ -234,6 +241,10 @@ def test_the_components_hand_spill_to_the_job(tmp_path, created):
         outputs = materialize(
             MaterializePairs, str(tmp_path / mode), {**properties, keys.SPILL_KEY: mode}
         )
-        spilled = [path for path in created if f"/{spill.SPILL_DIR}/" in path]
+        spilled = [
+            path
+            for path in created
+            if f"/{spill.SPILL_PREFIX}" in path or f"/{spill.TEMP_ROOT_PREFIX}" in path
+        ]
         assert bool(spilled) == (mode == "files")
         assert outputs[keys.OFFSET_INDEX_KEY].get_json_value_custom_property("num_records")["x"]

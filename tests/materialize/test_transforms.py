@@ -163,11 +163,12 @@ def test_write_record_sets_writes_nothing_for_a_failed_run(tmp_path):
     plan = shards.plan_shards(
         "a", shards.IdTable(IdIndex.from_ids(["r"]), np.array([3])), ShardingConfig()
     )
-    layout.try_claim(str(tmp_path), layout.Claim.of_this_process(layout.new_run_id()))
-    writer = spill.SpillWriter(str(tmp_path))
+    run_id = layout.new_run_id()
+    layout.try_claim(str(tmp_path), layout.Claim.of_this_process(run_id))
+    writer = spill.SpillWriter(spill.spill_dir(str(tmp_path), run_id))
     [ref] = writer.write([b"abc"])
     writer.close()
-    spill.remove_spill_dir(str(tmp_path))  # refs are all the writer stage sees
+    spill.remove_spill_dir(str(tmp_path), run_id)  # refs are all the writer stage sees
     with TestPipeline() as pipeline:
         _ = (
             pipeline
