@@ -12,7 +12,9 @@ One run writes one directory (any path both Beam `FileSystems` and `tf.io.gfile`
       examples/Split-<record_set>/data-SSSSS-of-NNNNN.tfrecord
                                          uncompressed TFRecord shards of tf.train.Example
       index/<record_set>/offsets.npy     int64 [N, 3]: (shard, frame offset, payload length)
-      index/<record_set>/shards.json     {"record_set", "num_records", "shards": [paths], "run_id"}
+      index/<record_set>/shards.json     {"record_set", "num_records", "shards": [paths], "run_id",
+                                          "shard_bytes": [size per shard],
+                                          "shard_crcs": [[[position, crc], ...] per shard]}
       index/<record_set>/ids.txt         the source id of each record, in record order
       index/<record_set>/classes.txt     class vocabulary (labelled record sets only)
       index/<record_set>/class_ids.npy   int64 [N]: class id of each record
@@ -66,7 +68,7 @@ import socket
 import struct
 import tempfile
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import IO
 
 import google_crc32c
@@ -166,11 +168,13 @@ def resolve(output_dir: str, relative_path: str) -> str:
 def resolve_shard(output_dir: str, record_set: str, shard_path: object, where: str) -> str:
     """The path of a shard listed in `where` (the `shards.json` of `record_set`), confined.
 
-    A shard path must be relative and resolve inside the run directory, or into a
-    `Split-<record_set>` folder beside it: the materialize component moves the shards into its
-    `Examples` artifact (`../examples/Split-x/...` from the `offset_index` artifact, the run
-    directory). Anything else (an absolute path, `../../etc/passwd`) is refused, so a damaged or
-    forged index cannot make a reader open files outside the data it describes.
+    A shard path must be relative and resolve inside the run directory, or into the
+    `Split-<record_set>` folder of another artifact of the same TFX component execution: the
+    materialize component moves the shards into its `Examples` artifact
+    (`../../examples/<execution>/Split-x/...` from the `offset_index` artifact, the run
+    directory). Anything else (an absolute path, `../../etc/passwd`, `../elsewhere/Split-x/...`)
+    is refused, so a damaged or forged index cannot make a reader open files outside the data it
+    describes.
     """
     if not isinstance(shard_path, str) or not shard_path:
         raise IndexFileError(
@@ -185,13 +189,41 @@ def resolve_shard(output_dir: str, record_set: str, shard_path: object, where: s
             f"directory {output_dir}"
         )
     resolved = resolve(output_dir, shard_path)
-    split_folder = posixpath.basename(posixpath.dirname(resolved.replace(os.sep, "/")))
-    if not (_is_within(resolved, output_dir) or split_folder == f"{SPLIT_PREFIX}{record_set}"):
+    if not (
+        _is_within(resolved, output_dir) or _in_sibling_split(resolved, output_dir, record_set)
+    ):
         raise IndexFileError(
             f"{where}: shard path {shard_path!r} resolves to {resolved}, outside the run "
-            f"directory {output_dir} and not in a {SPLIT_PREFIX}{record_set} folder"
+            f"directory {output_dir} and not in the {SPLIT_PREFIX}{record_set} folder of an "
+            "artifact of the same component execution"
         )
     return resolved
+
+
+def _in_sibling_split(path: str, output_dir: str, record_set: str) -> bool:
+    """Whether `path` is a file of the `Split-<record_set>` folder of the `Examples` artifact
+    beside the `offset_index` artifact `output_dir`, of the same component execution: TFX lays
+    out `<component>/<output key>/<execution id>` (executor tests drop the execution id), and
+    the materialize and index components move their shards into that artifact."""
+    from components import component_keys
+
+    run = resolve(output_dir, ".").replace(os.sep, "/").rstrip("/")
+    if "://" not in run:
+        run, path = os.path.abspath(run), os.path.abspath(path)
+    run_parts, parts = run.split("/"), path.split("/")
+    if len(parts) != len(run_parts) + 2 or parts[-2] != f"{SPLIT_PREFIX}{record_set}":
+        return False
+    examples_keys = (component_keys.EXAMPLES_KEY, component_keys.INDEXED_EXAMPLES_KEY)
+    for depth in (len(run_parts) - 1, len(run_parts) - 2):  # no execution id, or one
+        if (
+            depth > 0
+            and run_parts[depth] == component_keys.OFFSET_INDEX_KEY
+            and parts[depth] in examples_keys
+            and parts[:depth] == run_parts[:depth]
+            and parts[depth + 1 : len(run_parts)] == run_parts[depth + 1 :]
+        ):
+            return True
+    return False
 
 
 def _is_within(path: str, directory: str) -> bool:
@@ -279,15 +311,91 @@ def save_record_set_index(
     """
     directory = index_dir(output_dir, record_set)
     save_npy(os.path.join(directory, OFFSETS_FILE), np.asarray(offsets, np.int64).reshape(-1, 3))
+    offsets = np.asarray(offsets, np.int64).reshape(-1, 3)
+    shard_crcs = sampled_crcs(shard_paths, offsets, _read_crcs)
     manifest = {
         "record_set": record_set,
         "num_records": int(len(ids)),
         "shards": [os.path.relpath(p, output_dir) for p in shard_paths],
+        "shard_bytes": _file_sizes(shard_paths),
+        "shard_crcs": shard_crcs,
     }
     if run_id is not None:
         manifest[RUN_ID_KEY] = run_id
     save_json(os.path.join(directory, SHARDS_FILE), manifest)
     save_lines(os.path.join(directory, IDS_FILE), ids)
+
+
+# What `shards.json` records of each shard's content: the stored payload CRCs of up to this many
+# of its frames, evenly spaced (`sampled_records`).
+SAMPLED_FRAMES = 8
+CRC_BYTES = 4
+
+
+def sampled_records(offsets: np.ndarray, num_shards: int) -> list[np.ndarray]:
+    """For each shard, the record numbers whose payload CRCs `shards.json` records: up to
+    `SAMPLED_FRAMES`, evenly spaced from its first record to its last (none for an empty shard).
+
+    `offsets` int64 [N, 3]; a shard's records need not be contiguous.
+    """
+    shard_of = np.asarray(offsets[:, 0], np.int64)
+    if np.all(shard_of[1:] >= shard_of[:-1]):
+        order = np.arange(len(shard_of))  # records in shard order, as every writer here writes
+    else:
+        order = np.argsort(shard_of, kind="stable")
+    bounds = np.searchsorted(shard_of[order], np.arange(num_shards + 1), side="left")
+    chosen = []
+    for shard in range(num_shards):
+        first, end = int(bounds[shard]), int(bounds[shard + 1])
+        count = min(SAMPLED_FRAMES, end - first)
+        positions = np.unique(np.linspace(first, end - 1, count).round().astype(np.int64))
+        chosen.append(order[positions])
+    return chosen
+
+
+# `read_crcs(path, positions)`: the 4 bytes at each of `positions` (ints) of file `path`, joined.
+ReadCrcs = Callable[[str, list[int]], bytes]
+
+
+def sampled_crcs(
+    shard_paths: list[str], offsets: np.ndarray, read_crcs: ReadCrcs
+) -> list[list[list[int]]]:
+    """For each shard, `[position, crc]` of each of its `sampled_records`: where the frame's
+    stored payload CRC lies in the shard and its value (uint32), read with `read_crcs`.
+
+    What `shards.json` keeps (with the shard sizes), so a reader tells a shard of another run
+    (copied in, or left by an overwrite) from the one this run wrote, at one small read per
+    sampled frame, whatever later happens to `offsets.npy`.
+    """
+    sampled = []
+    for shard, records in enumerate(sampled_records(offsets, len(shard_paths))):
+        rows = np.asarray(offsets[records], np.int64).reshape(-1, 3)
+        positions = (rows[:, 1] + FRAME_HEADER_BYTES + rows[:, 2]).tolist()
+        crcs = np.frombuffer(read_crcs(shard_paths[shard], positions), "<u4").tolist()
+        sampled.append([[position, crc] for position, crc in zip(positions, crcs, strict=True)])
+    return sampled
+
+
+def _file_sizes(paths: list[str]) -> list[int]:
+    from apache_beam.io.filesystems import FileSystems
+
+    # Not `FileSystems.match`: a path is a glob pattern there, and run folders may hold `[` or `*`.
+    return [int(FileSystems.get_filesystem(path).size(path)) for path in paths]
+
+
+def _read_crcs(path: str, positions: list[int]) -> bytes:
+    """`ReadCrcs` through Beam's `FileSystems` (writers run in Beam workers)."""
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
+    if not positions:
+        return b""
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        parts = []
+        for position in positions:
+            f.seek(position)
+            parts.append(f.read(CRC_BYTES))
+    return b"".join(parts)
 
 
 def write_record_set(
@@ -593,13 +701,32 @@ def load_lines(path: str) -> list[str]:
     return lines
 
 
-def load_shards(output_dir: str, record_set: str) -> tuple[list[str], int]:
-    """The shard paths (resolved, see `resolve_shard`) and record count in `shards.json`.
+@dataclasses.dataclass(frozen=True)
+class ShardManifest:
+    """What `shards.json` says of a record set, checked (`load_shards`).
+
+    `shard_paths`: resolved (`resolve_shard`); `run_id`: the run that wrote it, committed by
+    `summary.json` (None for a store that is not a run); `shard_bytes` / `shard_crcs`: the
+    size and the `sampled_crcs` of each shard as written, None in an index written before
+    they were recorded.
+    """
+
+    shard_paths: list[str]
+    num_records: int
+    run_id: str | None
+    shard_bytes: list[int] | None
+    shard_crcs: list[list[list[int]]] | None
+
+
+def load_shards(output_dir: str, record_set: str) -> ShardManifest:
+    """The checked `shards.json` of `record_set` in the run at `output_dir`.
 
     Raises FileNotFoundError when the record set has no `shards.json`, `IndexFileError`
-    naming it when it is not an object with `"shards"` (a list of relative paths) and
-    `"num_records"` (an integer >= 0), and `RunCommitError` when its `"run_id"` is not the run
-    `summary.json` commits (see `check_committed`).
+    naming it when it is not an object with `"shards"` (a list of relative paths),
+    `"num_records"` (an integer >= 0) and, where present, `"shard_bytes"` (one integer >= 0
+    per shard) and `"shard_crcs"` (one list of `[position, crc]` pairs per shard), and
+    `RunCommitError` when its `"run_id"` is not the run `summary.json` commits (see
+    `check_committed`).
     """
     path = os.path.join(index_dir(output_dir, record_set), SHARDS_FILE)
     if not gfile().exists(path):
@@ -610,14 +737,36 @@ def load_shards(output_dir: str, record_set: str) -> tuple[list[str], int]:
     shards, num_records = manifest.get("shards"), manifest.get("num_records")
     if not isinstance(shards, list):
         raise IndexFileError(f'{path}: "shards" must be a list of paths, got {shards!r:.200}')
-    # bool is an int subclass: `true` is not a record count.
-    if not isinstance(num_records, int) or isinstance(num_records, bool) or num_records < 0:
+    if not _is_count(num_records):
         raise IndexFileError(
             f'{path}: "num_records" must be an integer >= 0, got {num_records!r:.200}'
         )
+    per_shard = {}
+    for key, is_entry in (("shard_bytes", _is_count), ("shard_crcs", _is_crc_list)):
+        values = manifest.get(key)
+        if values is not None and not (
+            isinstance(values, list) and len(values) == len(shards) and all(map(is_entry, values))
+        ):
+            raise IndexFileError(
+                f'{path}: "{key}" must hold one entry per shard ({len(shards)}) of integers >= 0, '
+                f"got {values!r:.200}"
+            )
+        per_shard[key] = values
     resolved = [resolve_shard(output_dir, record_set, shard, path) for shard in shards]
-    check_committed(output_dir, _run_id_field(manifest, path), path)
-    return resolved, num_records
+    run_id = check_committed(output_dir, _run_id_field(manifest, path), path)
+    return ShardManifest(resolved, num_records, run_id, **per_shard)
+
+
+def _is_count(value: object) -> bool:
+    # bool is an int subclass: `true` is not a count.
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_crc_list(value: object) -> bool:
+    """Whether `value` is a list of `[position, crc]` pairs of counts (`sampled_crcs`)."""
+    return isinstance(value, list) and all(
+        isinstance(pair, list) and len(pair) == 2 and all(map(_is_count, pair)) for pair in value
+    )
 
 
 # ----------------------------------------------------------------------- run ids and commits

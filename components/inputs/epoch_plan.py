@@ -56,6 +56,11 @@ class EpochState(tf.Module):
     `skipped_samples` (int64 scalar variable) counts the samples the sampler left out of its
     batches because their records are damaged (stores opened with `on_damaged="skip"`), over all
     epochs; it is checkpointed with the epoch, so a resumed run keeps counting.
+
+    `run` (string scalar variable) names the run(s) the sampler reads (`EpochSampler.run_key`),
+    set when its first dataset is built and checkpointed with the rest: a state restored from a
+    checkpoint of another run is refused, naming both, instead of resuming into data of the same
+    sizes that it does not describe.
     """
 
     def __init__(self, initial_epoch: int = 0, name: str | None = None):
@@ -67,6 +72,49 @@ class EpochState(tf.Module):
         self.skipped_samples = tf.Variable(
             0, dtype=tf.int64, trainable=False, name="skipped_samples"
         )
+        self.run = tf.Variable("", dtype=tf.string, trainable=False, name="run")
+
+    def bind_run(self, run_key: str) -> None:
+        """Records that this state follows `run_key`; raises `StateRunError` when it already
+        follows another (restored from a checkpoint of another run, or shared with a sampler of
+        another run)."""
+        held = self.run.numpy().decode()
+        if held == "":
+            self.run.assign(run_key)
+        elif held != run_key:
+            raise StateRunError(_state_run_message(held, run_key))
+
+    def check_run(self, run_key: str) -> tf.Operation:
+        """An op that fails with `StateRunError`'s message (as `InvalidArgumentError`) when the
+        state follows another run than `run_key`: run before each epoch's plan, so a checkpoint
+        restored after the dataset was built is checked too. A state that follows no run (of
+        arrays or datasets, or written before states named their run) is accepted."""
+        return tf.debugging.Assert(
+            tf.logical_or(tf.equal(self.run, run_key), tf.equal(self.run, "")),
+            [
+                "the sampler state follows run",
+                self.run,
+                f"but this sampler reads {_run_words(run_key)}"
+                ": it was restored from a checkpoint of another run; restore the checkpoint of this"
+                " run, or start from a new state",
+            ],
+        )
+
+
+class StateRunError(ValueError):
+    """A sampler state (a checkpoint) of one run used with a sampler of another."""
+
+
+def _run_words(run_key: str) -> str:
+    return f"run {run_key}" if run_key else "data that is not a run"
+
+
+def _state_run_message(held: str, run_key: str) -> str:
+    return (
+        f"the sampler state follows {_run_words(held)} but this sampler reads "
+        f"{_run_words(run_key)}: it was restored from a checkpoint of another run; restore the "
+        "checkpoint of this run, or start from a new state"
+    )
 
 
 class SkipLog:
@@ -428,6 +476,12 @@ class EpochSampler:
         """Samples left out of batches so far because their records are damaged (all epochs)."""
         return int(self.state.skipped_samples.numpy())
 
+    @property
+    def run_key(self) -> str:
+        """The run ids of the stores this sampler reads, sorted, joined by ","; "" when none is a
+        run (arrays, datasets): what its `state.run` must name."""
+        return ",".join(sorted({store.run_id for store in self._stores() if store.run_id}))
+
     def dataset(
         self,
         *,
@@ -442,8 +496,12 @@ class EpochSampler:
         (or `epochs_dataset`), not `dataset().apply(tf.data.experimental.service.distribute(...))`.
         """
         num_batches = self.num_batches
+        run_key = self.run_key
+        self.state.bind_run(run_key)
 
         def plan_with_epoch(epoch: tf.Tensor) -> dict[str, tf.Tensor]:
+            with tf.control_dependencies([self.state.check_run(run_key)]):
+                epoch = tf.identity(epoch)
             return {**self._plan(epoch), "epoch": tf.fill([num_batches], epoch)}
 
         rows = epoch_dataset(
@@ -491,6 +549,7 @@ class EpochSampler:
             sum(store.memory_bytes for store in self._stores()),
             max_graph_bytes,
         )
+        self.state.bind_run(self.run_key)
         if start_epoch is None:
             start_epoch = int(self.state.epoch.numpy())
         rows = epoch_range_dataset(

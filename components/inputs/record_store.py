@@ -41,8 +41,10 @@ from components.inputs.shard_readers import (
     DamagedRecord,
     NativeRead,
     PayloadCheck,
+    RunPin,
     ShardReader,
     check_offsets,
+    check_shard_contents,
     load_all,
     open_native_reader,
     shard_sizes,
@@ -83,6 +85,7 @@ class RecordStore:
         on_damaged: str = "fail",
         damaged_records: Sequence[DamagedRecord] = (),
         parse_fn: ParseFn | None = None,
+        run_id: str | None = None,
     ):
         """Use the classmethods; this signature is internal."""
         if on_damaged not in ON_DAMAGED:
@@ -100,6 +103,7 @@ class RecordStore:
         self._damaged_lock = threading.Lock()
         self.damaged_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="damaged_count")
         self._parse_fn = parse_fn
+        self._run_id = run_id
 
     # ----------------------------------------------------------------------------- constructors
 
@@ -132,7 +136,13 @@ class RecordStore:
         that does not fit in its shard is a damaged record (named with its shard and offset; at
         open for the memory backend, when read for the disk backend). A record set of a run that
         `summary.json` does not commit as ok raises `layout.RunCommitError` (see
-        `layout.load_shards`).
+        `layout.load_shards`), and so does a shard that is not the one the run wrote
+        (`shard_readers.check_shard_contents`: another run's, copied in or left by an overwrite).
+
+        The store serves that one run until it is dropped: the memory backend holds its
+        records; the disk readers check, whenever they open the shards (the native op every
+        epoch), that the run is still committed and its shards unchanged (`RunPin`), and fail
+        naming both run ids when the folder was overwritten.
         """
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -141,12 +151,17 @@ class RecordStore:
         if on_damaged not in ON_DAMAGED:
             raise ValueError(f"on_damaged must be one of {ON_DAMAGED}, got {on_damaged!r}")
         index_dir = layout.index_dir(output_dir, record_set)
-        shard_paths, num_records = layout.load_shards(output_dir, record_set)
+        manifest = layout.load_shards(output_dir, record_set)
+        shard_paths, num_records = manifest.shard_paths, manifest.num_records
         offsets_path = os.path.join(index_dir, layout.OFFSETS_FILE)
         # Little-endian int64, C order: what the native reader maps as it is.
         offsets = layout.load_npy(offsets_path, mmap=True, shape=(None, 3), dtype="<i8")
-        shard_bytes = shard_sizes(shard_paths, os.path.join(index_dir, layout.SHARDS_FILE))
+        shards_path = os.path.join(index_dir, layout.SHARDS_FILE)
+        shard_bytes = shard_sizes(shard_paths, shards_path)
         past_end = check_offsets(offsets, num_records, shard_bytes, offsets_path)
+        check_shard_contents(manifest, shard_bytes, shards_path)
+        pin = RunPin(output_dir, manifest.run_id, tuple(shard_bytes.tolist()))
+        disk_reader = ShardReader(shard_paths, offsets, verify_crc, payload_check, shard_bytes, pin)
         if backend == "auto":
             backend = "memory" if int(shard_bytes.sum()) <= memory_budget_bytes else "disk"
         if backend == "disk" and len(past_end):
@@ -172,23 +187,25 @@ class RecordStore:
                 record_set=record_set,
                 records=records,
                 records_ok=ok,
-                reader=ShardReader(shard_paths, offsets, verify_crc, payload_check, shard_bytes),
+                reader=disk_reader,
                 on_damaged=on_damaged,
                 damaged_records=damaged,
                 parse_fn=parse_fn,
+                run_id=manifest.run_id,
             )
         native_reader, python_reader_reason = open_native_reader(
-            reader, shard_paths, offsets, verify_crc, payload_check
+            reader, shard_paths, offsets, verify_crc, payload_check, pin
         )
         return cls(
             backend="disk",
             num_records=num_records,
             record_set=record_set,
-            reader=ShardReader(shard_paths, offsets, verify_crc, payload_check, shard_bytes),
+            reader=disk_reader,
             native_reader=native_reader,
             python_reader_reason=python_reader_reason,
             on_damaged=on_damaged,
             parse_fn=parse_fn,
+            run_id=manifest.run_id,
         )
 
     @classmethod
@@ -227,6 +244,11 @@ class RecordStore:
     @property
     def record_set(self) -> str | None:
         return self._record_set
+
+    @property
+    def run_id(self) -> str | None:
+        """The run the store was opened on (`summary.json`'s run id); None when it is not one."""
+        return self._run_id
 
     @property
     def disk_reader(self) -> str | None:

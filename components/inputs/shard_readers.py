@@ -60,6 +60,39 @@ class DamagedRecord:
         return f"record {self.index} (shard {self.shard}, offset {self.offset}): {self.reason}"
 
 
+@dataclasses.dataclass(frozen=True)
+class RunPin:
+    """The run a disk reader was opened on: whenever it opens the shards (the Python reader on
+    its first read, the native op every epoch) it checks that `summary.json` of `output_dir`
+    still commits `run_id` (when the store is a run) and that every shard still has the size it
+    had at open, so it never serves another run's files under the index it opened."""
+
+    output_dir: str
+    run_id: str | None
+    shard_bytes: tuple[int, ...]
+
+    @property
+    def summary_path(self) -> str:
+        return os.path.join(self.output_dir, layout.SUMMARY_FILE)
+
+    def check(self, shard_paths: list[str], sizes: list[int]) -> None:
+        """Raises `layout.RunCommitError` when the run or a shard changed since open."""
+        if self.run_id is not None:
+            layout.check_committed(
+                self.output_dir, self.run_id, f"the record store opened on run {self.run_id}"
+            )
+        for path, size, opened in zip(shard_paths, sizes, self.shard_bytes, strict=True):
+            if size != opened:
+                raise layout.RunCommitError(
+                    f"shard {path} holds {size} bytes, {opened} when the store was opened on "
+                    f"{_run_name(self.run_id)}: it was replaced since; open the run again"
+                )
+
+
+def _run_name(run_id: str | None) -> str:
+    return f"run {run_id}" if run_id else "a store that is not a run"
+
+
 class ShardReader:
     """Batched `os.pread` reads of TFRecord frames through a memory-mapped offset index."""
 
@@ -70,8 +103,10 @@ class ShardReader:
         verify_crc: bool,
         payload_check: PayloadCheck | None,
         shard_bytes: np.ndarray,
+        pin: RunPin | None = None,
     ):
-        """`offsets` passed `check_offsets`; `shard_bytes` int64 [S]: the size of each shard."""
+        """`offsets` passed `check_offsets`; `shard_bytes` int64 [S]: the size of each shard;
+        `pin`: what to check when the shards are opened (None: nothing)."""
         for path in shard_paths:
             if "://" in path:
                 raise ValueError(
@@ -83,6 +118,7 @@ class ShardReader:
         self._shard_bytes = np.asarray(shard_bytes, np.int64)
         self._verify_crc = verify_crc
         self._payload_check = payload_check
+        self._pin = pin
         self._fds: list[int] | None = None
         self._open_lock = threading.Lock()
 
@@ -91,7 +127,14 @@ class ShardReader:
         if self._fds is None:
             with self._open_lock:
                 if self._fds is None:
-                    self._fds = [os.open(p, os.O_RDONLY) for p in self._shard_paths]
+                    fds = [os.open(p, os.O_RDONLY) for p in self._shard_paths]
+                    if self._pin is not None:
+                        try:
+                            self._pin.check(self._shard_paths, [os.fstat(fd).st_size for fd in fds])
+                        except layout.RunCommitError:
+                            _close_all(fds)
+                            raise
+                    self._fds = fds
                     weakref.finalize(self, _close_all, self._fds)
         return self._fds
 
@@ -177,9 +220,11 @@ def open_native_reader(
     offsets: np.ndarray,
     verify_crc: bool,
     payload_check: PayloadCheck | None,
+    pin: RunPin,
 ) -> tuple[NativeRead | None, str | None]:
     """The native reader `reader` asks for, or `(None, why)`: the Python reader reads, because of
-    `why` (a tf.data service worker cannot run the Python reader, so the store says why)."""
+    `why` (a tf.data service worker cannot run the Python reader, so the store says why).
+    The op checks `pin` each time it is instantiated (every epoch)."""
     if reader == "python":
         return None, "the store was opened with reader='python'"
     problem = None
@@ -202,6 +247,9 @@ def open_native_reader(
             offsets_header_bytes=int(offsets.offset),
             num_records=len(offsets),
             verify_crc=verify_crc,
+            shard_bytes=list(pin.shard_bytes),
+            run_id=pin.run_id or "",
+            summary_path=pin.summary_path,
         )
         return read, None
     if reader == "native":
@@ -347,6 +395,53 @@ def shard_sizes(shard_paths: list[str], where: str) -> np.ndarray:
             raise layout.IndexFileError(f"{where}: shard {shard} is a directory: {path}")
         sizes[shard] = stat.length
     return sizes
+
+
+def check_shard_contents(
+    manifest: layout.ShardManifest, shard_bytes: np.ndarray, where: str
+) -> None:
+    """Refuses a shard that is not the one the run wrote, by what `shards.json` recorded of it
+    (`layout.sampled_crcs`): larger than recorded, or one whose sampled frames all hold CRCs
+    other than recorded (`shard_bytes`: int64 [S], the sizes now). Raises
+    `layout.RunCommitError` naming the shard, `where` (the `shards.json`) and the run.
+
+    A shard cut short is damage, not another run's: the readers report its records that no
+    longer fit as damaged records. Damaged offsets do not matter here: the recorded positions
+    are checked, not `offsets.npy`.
+    """
+    if manifest.shard_bytes is None and manifest.shard_crcs is None:
+        return  # an index written before they were recorded
+    for shard, path in enumerate(manifest.shard_paths):
+        size = int(shard_bytes[shard])
+        problem = None
+        if manifest.shard_bytes is not None and size > manifest.shard_bytes[shard]:
+            problem = f"it holds {size} bytes, the run wrote {manifest.shard_bytes[shard]}"
+        elif manifest.shard_crcs is not None:
+            sampled = [
+                (p, c) for p, c in manifest.shard_crcs[shard] if p + layout.CRC_BYTES <= size
+            ]
+            if sampled:
+                found = np.frombuffer(_read_crcs(path, [p for p, _ in sampled]), "<u4")
+                if np.all(found != np.array([c for _, c in sampled], np.int64)):
+                    problem = (
+                        f"none of the {len(sampled)} frames sampled holds the CRC the run recorded"
+                    )
+        if problem:
+            raise layout.RunCommitError(
+                f"{where}: shard {path} is not the one {_run_name(manifest.run_id)} wrote "
+                f"({problem}): a shard of another run was copied in, or the folder was "
+                "overwritten; materialize the run again"
+            )
+
+
+def _read_crcs(path: str, positions: list[int]) -> bytes:
+    """`layout.ReadCrcs` through `tf.io.gfile` (any file system the readers reach)."""
+    parts = []
+    with tf.io.gfile.GFile(path, "rb") as f:
+        for position in positions:
+            f.seek(position)
+            parts.append(f.read(layout.CRC_BYTES))
+    return b"".join(parts)
 
 
 def past_end(length: int, offset: int, size: int) -> str:

@@ -5,6 +5,11 @@
 // not loaded, so memory does not grow with the number of records. A frame that does not fit in its
 // shard (size taken once, at construction) is damaged and never read: nothing is allocated for the
 // length a damaged index claims.
+//
+// A kernel is made each time its function is instantiated (every epoch of a tf.data pipeline), and
+// opens the files by path then: with `run_id` it first checks that the run's `summary.json` still
+// commits that run and that every shard has the size that run wrote (`shard_bytes`), so a reader
+// never serves another run's files under the index it opened (a folder overwritten between epochs).
 #include <fcntl.h>
 #include <nmmintrin.h>
 #include <sys/mman.h>
@@ -12,6 +17,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -59,6 +66,24 @@ uint32_t MaskedCrc32c(const char* data, size_t n) {
   return ((crc >> 15) | (crc << 17)) + kMaskDelta;
 }
 
+constexpr std::streamsize kMaxSummaryBytes = 64 << 20;
+
+// The top-level "run_id" of a summary.json as `layout.commit_run` writes it (json.dumps with
+// indent=2: the key at two spaces); empty when the file is missing, too large or names none.
+std::string CommittedRunId(const std::string& summary_path) {
+  std::ifstream file(summary_path, std::ios::binary);
+  if (!file) return "";
+  std::string text(kMaxSummaryBytes, '\0');
+  file.read(&text[0], kMaxSummaryBytes);
+  text.resize(file.gcount());
+  const std::string key = "\n  \"run_id\": \"";
+  const size_t start = text.find(key);
+  if (start == std::string::npos) return "";
+  const size_t begin = start + key.size();
+  const size_t end = text.find('"', begin);
+  return end == std::string::npos ? "" : text.substr(begin, end - begin);
+}
+
 class ReadRecordsByIndexOp : public OpKernel {
  public:
   explicit ReadRecordsByIndexOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -69,8 +94,24 @@ class ReadRecordsByIndexOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("offsets_header_bytes", &header_bytes));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_records", &num_records_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("verify_crc", &verify_crc_));
+    std::vector<int64_t> expected_bytes;
+    std::string run_id, summary_path;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("shard_bytes", &expected_bytes));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("run_id", &run_id));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("summary_path", &summary_path));
     OP_REQUIRES(ctx, header_bytes >= 0 && num_records_ >= 0,
                 errors::InvalidArgument("offsets_header_bytes and num_records must be >= 0"));
+    OP_REQUIRES(ctx, expected_bytes.empty() || expected_bytes.size() == shard_paths.size(),
+                errors::InvalidArgument("shard_bytes must be empty or one size per shard"));
+    if (!run_id.empty()) {
+      const std::string committed = CommittedRunId(summary_path);
+      OP_REQUIRES(ctx, committed == run_id,
+                  errors::FailedPrecondition(
+                      "the record store was opened on run ", run_id, " but ", summary_path,
+                      committed.empty() ? std::string(" now commits no run")
+                                        : " now commits run " + committed,
+                      ": the folder was overwritten or is being written; open the run again"));
+    }
     struct stat info;
     for (const std::string& path : shard_paths) {
       const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -80,6 +121,12 @@ class ReadRecordsByIndexOp : public OpKernel {
       OP_REQUIRES(ctx, fstat(fd, &info) == 0,
                   errors::Internal("cannot stat shard ", path, ": ", std::strerror(errno)));
       shard_bytes_.push_back(static_cast<int64_t>(info.st_size));
+      const int64_t expected =
+          expected_bytes.empty() ? shard_bytes_.back() : expected_bytes[shard_bytes_.size() - 1];
+      OP_REQUIRES(ctx, shard_bytes_.back() == expected,
+                  errors::FailedPrecondition("shard ", path, " holds ", shard_bytes_.back(),
+                                             " bytes, but run ", run_id, " wrote ", expected,
+                                             ": it was replaced since the store was opened"));
     }
     const int index_fd = open(offsets_path_.c_str(), O_RDONLY | O_CLOEXEC);
     OP_REQUIRES(ctx, index_fd >= 0,
@@ -210,6 +257,9 @@ REGISTER_OP("ReadRecordsByIndex")
     .Attr("offsets_header_bytes: int")
     .Attr("num_records: int")
     .Attr("verify_crc: bool = true")
+    .Attr("shard_bytes: list(int) = []")
+    .Attr("run_id: string = ''")
+    .Attr("summary_path: string = ''")
     .SetShapeFn([](::tensorflow::shape_inference::InferenceContext* c) {
       ::tensorflow::shape_inference::ShapeHandle indices;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &indices));
@@ -226,6 +276,10 @@ ok: bool [B] false where the frame does not fit in its shard (a truncated shard 
   index: nothing is read or allocated for it), is truncated, its length disagrees with the index,
   or (with verify_crc) a CRC does not match. A row of the index that names no shard or holds a
   negative offset or length fails the call (DataLoss, naming the record).
+shard_bytes: the size of each shard when the store was opened; a shard of another size fails the
+  kernel's construction (FailedPrecondition). Empty: not checked.
+run_id, summary_path: the run the store was opened on and its summary.json; when run_id is set,
+  a summary that commits another run (or none) fails the kernel's construction.
 )doc");
 
 REGISTER_KERNEL_BUILDER(Name("ReadRecordsByIndex").Device(DEVICE_CPU), ReadRecordsByIndexOp);

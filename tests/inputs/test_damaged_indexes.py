@@ -299,7 +299,10 @@ def _set_shards(output_dir: str, shards: list) -> str:
         (".", "outside the run directory"),
         ("file:///etc/passwd", "is absolute"),
         ("gs://bucket/examples/Split-x/data.tfrecord", "is absolute"),
-        ("../other-run/examples/Split-y/data-00000-of-00003.tfrecord", "not in a Split-x folder"),
+        ("../other-run/examples/Split-y/data-00000-of-00003.tfrecord", "not in the Split-x folder"),
+        # A Split-x folder, but not of an artifact of the same component execution (issue 20.8).
+        ("../elsewhere/Split-x/x.tfrecord", "not in the Split-x folder of an artifact"),
+        ("../../examples/Split-x/x.tfrecord", "not in the Split-x folder of an artifact"),
     ],
 )
 def test_shard_paths_are_confined_to_the_run(tmp_path, shard, message):
@@ -313,17 +316,20 @@ def test_shard_paths_are_confined_to_the_run(tmp_path, shard, message):
 
 
 def test_shards_of_the_materialize_component_live_beside_the_run(tmp_path):
-    """The materialize component moves the shards to its Examples artifact: the offset index
-    artifact (the run directory) points at `../examples/Split-x/...`."""
-    output_dir, paths = _run(tmp_path)
-    examples = tmp_path / "examples" / "Split-x"
+    """The materialize component moves the shards to its Examples artifact, of the same
+    execution: the offset index artifact (the run directory, `<component>/offset_index/<id>`)
+    points at `../../examples/<id>/Split-x/...`."""
+    component = tmp_path / "MaterializePairs"
+    output_dir = str(component / "offset_index" / "7")
+    paths = runs.write_record_set(output_dir, "x", _records(), num_shards=3)
+    examples = component / "examples" / "7" / "Split-x"
     examples.mkdir(parents=True)
     moved = []
     for path in paths:
         target = str(examples / os.path.basename(path))
         os.rename(path, target)
         moved.append(os.path.relpath(target, output_dir))
-    assert moved[0].startswith("../examples/Split-x/")
+    assert moved[0].startswith("../../examples/7/Split-x/")
     _set_shards(output_dir, moved)
     store = RecordStore.open(output_dir, "x", backend="disk")
     assert store.read([0, 11]).numpy().tolist() == [_records()[0], _records()[11]]
