@@ -2,6 +2,8 @@
 
 Import from here; the modules behind it hold one concept each:
 
+* `run`: `open_run(uri) -> Run`, one handle for a materialized run or a pipeline's artifacts of
+  it (what it recorded, its stores and indexes), and the typed `StoreOptions`;
 * `record_store`: serialized records read by global record number (memory or disk backend),
   on `shard_readers` (frames read by offset: Python and native readers, frame checks);
 * `sources`: what users have (run directories, arrays, datasets, ids + loader) -> record stores;
@@ -34,6 +36,7 @@ from components.inputs.pairs import (
 )
 from components.inputs.parsing import ImageSpec, example_check, image_example_parser
 from components.inputs.record_store import DamagedRecordError, RecordStore
+from components.inputs.run import Run, StoreOptions, open_run
 from components.inputs.shard_readers import DamagedRecord
 from components.inputs.sources import record_store_from
 from components.inputs.valid_pairs import ValidPairs
@@ -54,7 +57,9 @@ __all__ = [
     "PairCoverageCallback",
     "PairingState",
     "RecordStore",
+    "Run",
     "ServiceUnsupportedError",
+    "StoreOptions",
     "ValidPairs",
     "class_balanced",
     "dynamic_pairs",
@@ -62,6 +67,7 @@ __all__ = [
     "example_check",
     "image_example_parser",
     "open_pairs_run",
+    "open_run",
     "record_store_from",
     "tensor_parser",
 ]

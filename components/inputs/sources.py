@@ -36,6 +36,7 @@ from components.inputs.element_codec import (
     tensor_parser,
 )
 from components.inputs.record_store import RecordStore
+from components.inputs.run import Run
 
 DEFAULT_RECORD_SET = "records"
 _SPEC_FILE = "element_spec.json"
@@ -266,11 +267,20 @@ def labelled_records(
     Waveforms (from a dataset or `load_fn`) are stored as audio Examples at `sample_rate`.
     `on_damaged` applies to the records of a run directory (`RecordStore.open`).
     """
-    if isinstance(source, (str, os.PathLike)):
+    if isinstance(source, (str, os.PathLike, Run)):
         if labels is not None or load_fn is not None:
             raise ValueError("a materialized run has its own labels; do not pass labels/load_fn")
+        if isinstance(source, (str, os.PathLike)):
+            output_dir, class_dir = os.fspath(source), None
+        else:  # its class index may be another artifact of the same execution
+            output_dir, class_dir = source.uri, source.class_index_uri
         return _open_labelled_run(
-            os.fspath(source), record_set, backend, memory_budget_bytes, on_damaged=on_damaged
+            output_dir,
+            record_set,
+            backend,
+            memory_budget_bytes,
+            on_damaged=on_damaged,
+            class_index_dir=class_dir,
         )
     if isinstance(source, RecordStore):
         if labels is None:
@@ -318,15 +328,21 @@ def _open_labelled_run(
     memory_budget_bytes,
     labels_in_records: bool = True,
     on_damaged: str = "fail",
+    class_index_dir: str | None = None,
 ) -> LabelledRecords:
     """A record set with its class index (`labels_in_records`: a materialized run's records
-    carry the `label` feature; a dataset cache's do not)."""
+    carry the `label` feature; a dataset cache's do not). `class_index_dir`: the run folder
+    holding the class index when it is not `output_dir` (a pipeline's `class_index` artifact,
+    checked to hold the same run)."""
+    class_root = output_dir if class_index_dir is None else class_index_dir
+    if class_root != output_dir:
+        layout.check_same_run(output_dir, class_root)
     if record_set is None:
-        index_root = os.path.join(output_dir, layout.INDEX_DIR)
+        index_root = os.path.join(class_root, layout.INDEX_DIR)
         labelled_sets = sorted(
             name
             for name in (tf.io.gfile.listdir(index_root) if tf.io.gfile.isdir(index_root) else [])
-            if tf.io.gfile.isdir(layout.class_records_dir(output_dir, name.rstrip("/")))
+            if tf.io.gfile.isdir(layout.class_records_dir(class_root, name.rstrip("/")))
         )
         if len(labelled_sets) != 1:
             raise ValueError(
@@ -335,14 +351,15 @@ def _open_labelled_run(
                 else f"{output_dir} has no labelled record set (no index/*/class_records)"
             )
         record_set = labelled_sets[0].rstrip("/")
-    class_dir = layout.class_records_dir(output_dir, record_set)
+    class_dir = layout.class_records_dir(class_root, record_set)
     if not tf.io.gfile.isdir(class_dir):
         raise FileNotFoundError(
-            f"record set {record_set!r} of {output_dir} has no class index ({class_dir})"
+            f"record set {record_set!r} of {class_root} has no class index ({class_dir}); "
+            "open a pipeline's outputs with components.inputs.open_run"
         )
-    layout.check_part(output_dir, class_dir)
+    layout.check_part(class_root, class_dir)
     row_splits, values = layout.load_csr(class_dir)
-    classes_path = os.path.join(layout.index_dir(output_dir, record_set), layout.CLASSES_FILE)
+    classes_path = os.path.join(layout.index_dir(class_root, record_set), layout.CLASSES_FILE)
     classes = layout.load_lines(classes_path) if tf.io.gfile.exists(classes_path) else None
     if classes is not None and len(classes) != len(row_splits) - 1:
         raise layout.IndexFileError(

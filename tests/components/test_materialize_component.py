@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 
 import numpy as np
 import pytest
@@ -15,13 +16,20 @@ from tfx.types import artifact_utils, standard_artifacts, standard_component_spe
 
 from components import artifacts, layout
 from components import component_keys as keys
-from components.inputs import ValidPairs
+from components.inputs import ValidPairs, class_balanced
 from components.inputs.record_store import RecordStore
+from components.inputs.run import StoreOptions, open_run
 from components.materialize import MaterializeError
 from components.materialize_component import MaterializeAudio, MaterializePairs
 from components.materialize_component import executor as materialize_executor
 from pipeline import config
-from tests.components.conftest import make_artifact, materialize, pairs_properties, png_bytes
+from tests.components.conftest import (
+    DIGIT_IMAGE_SIZE,
+    make_artifact,
+    materialize,
+    pairs_properties,
+    png_bytes,
+)
 from tests.materialize import readback
 
 
@@ -305,3 +313,73 @@ def test_audio_component_takes_a_manifest_or_speaker_folders_not_both():
     for manifest, from_path in (("m", True), (None, None), (None, False)):
         with pytest.raises(ValueError, match="manifest=None and speaker_from_path=True"):
             MaterializeAudio(manifest=manifest, root="r", speaker_from_path=from_path)
+
+
+# ---------------------------------------------------------- open_run on a pipeline's outputs
+
+
+@pytest.mark.parametrize("key", [keys.EXAMPLES_KEY, keys.OFFSET_INDEX_KEY, keys.CLASS_INDEX_KEY])
+def test_open_run_takes_any_artifact_of_an_audio_execution_to_the_sampler(audio_run, key):
+    """One line from a pipeline's outputs to the class-balanced sampler (issue 21.1): before,
+    `class_balanced(offset_index_uri)` answered "record set 'train' ... has no class index"."""
+    run = open_run(audio_run[key].uri)
+    offset_index = audio_run[keys.OFFSET_INDEX_KEY]
+    assert (
+        run.uri == offset_index.uri and run.class_index_uri == audio_run[keys.CLASS_INDEX_KEY].uri
+    )
+    assert run.kind == "audio" and run.sample_rate == 16000 and run.record_sets == ("eval", "train")
+    assert {name: run.num_records(name) for name in run.record_sets} == (
+        offset_index.get_json_value_custom_property("num_records")
+    )
+    summary = layout.load_json(os.path.join(offset_index.uri, layout.SUMMARY_FILE))
+    assert run.run_id == summary[layout.RUN_ID_KEY] and run.rejects == summary["rejects"]
+    batch = next(
+        iter(class_balanced(run, record_set="train", n_classes_per_batch=3, n_samples_per_class=2))
+    )
+    assert len(set(batch["label"].numpy().tolist())) == 3
+    with pytest.raises(KeyError, match="no record set 'trian'.*did you mean 'train'"):
+        run.store("trian")
+
+
+def test_open_run_takes_a_pairs_execution_to_its_stores_and_pairs(pairs_run):
+    run = open_run(pairs_run[keys.PAIR_INDEX_KEY].uri)
+    assert run.kind == "pairs" and run.sample_rate is None
+    assert run.pair_index_uri == pairs_run[keys.PAIR_INDEX_KEY].uri
+    assert run.raw_image_shape[:2] == (DIGIT_IMAGE_SIZE, DIGIT_IMAGE_SIZE)
+    x_store, y_store, valid_pairs = run.pairs(StoreOptions(backend="disk"))
+    assert x_store.run_id == y_store.run_id == run.run_id
+    assert (x_store.num_records, y_store.num_records) == (
+        run.num_records("x"),
+        run.num_records("y"),
+    )
+    assert valid_pairs.num_x == x_store.num_records
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (
+            {"backend": "disc"},
+            "backend must be one of auto, memory, disk; got 'disc'; did you mean 'disk'",
+        ),
+        ({"on_damaged": "skipp"}, "did you mean 'skip'"),
+        ({"memory_budget_bytes": 1.5}, "memory_budget_bytes must be an integer"),
+        ({"verify_crc": "yes"}, "verify_crc must be a bool"),
+    ],
+)
+def test_store_options_are_checked_when_built(options, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        StoreOptions(**options)
+
+
+def test_open_run_refuses_artifacts_of_two_runs(audio_run, tmp_path):
+    component = tmp_path / "MaterializeAudio"
+    for key in (keys.OFFSET_INDEX_KEY, keys.CLASS_INDEX_KEY):
+        tf.io.gfile.makedirs(str(component / key))
+        shutil.copytree(audio_run[key].uri, str(component / key / "3"))
+    summary_path = component / keys.CLASS_INDEX_KEY / "3" / layout.SUMMARY_FILE
+    summary = layout.load_json(str(summary_path))
+    summary[layout.RUN_ID_KEY] = "0" * 32
+    summary_path.write_text(json.dumps(summary))
+    with pytest.raises(layout.RunCommitError, match=f"holds run {'0' * 32}"):
+        open_run(str(component / keys.OFFSET_INDEX_KEY / "3"))
