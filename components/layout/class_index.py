@@ -1,0 +1,50 @@
+"""The class index of a labelled record set: `classes.txt`, `class_ids.npy` and the CSR of the
+record numbers of each class (`class_records/`), which its readers load with `load_csr`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from components.layout.commit import save_run_file
+from components.layout.files import save_csr, save_lines, save_npy
+from components.layout.names import CLASS_IDS_FILE, CLASSES_FILE, class_records_dir, index_dir
+
+
+def class_records(class_ids: np.ndarray, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of the record numbers of each class, ascending within a class.
+
+    Args:
+      class_ids: int64 [N], values in [0, num_classes).
+    Returns:
+      (row_splits int64 [num_classes + 1], values int64 [N]).
+    """
+    class_ids = np.asarray(class_ids, np.int64)
+    values = np.argsort(class_ids, kind="stable").astype(np.int64)
+    counts = np.bincount(class_ids, minlength=num_classes)
+    row_splits = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return row_splits, values
+
+
+def save_class_index(
+    output_dir: str,
+    record_set: str,
+    class_ids: np.ndarray,
+    num_classes: int,
+    vocabulary: list[str] | None = None,
+    run_id: str | None = None,
+) -> None:
+    """Writes `class_ids.npy`, `classes.txt` (when there is a vocabulary) and, last, the
+    `class_records/` CSR of one record set: readers take the CSR as the mark of a whole index.
+    `run_id`: the run writing it, stored in `class_records/run.json` after the CSR; None for a
+    store that is not a run."""
+    directory = index_dir(output_dir, record_set)
+    save_npy(os.path.join(directory, CLASS_IDS_FILE), np.asarray(class_ids, np.int64))
+    if vocabulary is not None:
+        save_lines(os.path.join(directory, CLASSES_FILE), vocabulary)
+    row_splits, values = class_records(class_ids, num_classes)
+    save_csr(class_records_dir(output_dir, record_set), row_splits, values)
+    if run_id is not None:
+        save_run_file(class_records_dir(output_dir, record_set), run_id)
