@@ -20,8 +20,13 @@ from components.inputs.audio_features import (
     audio_features,
     parse_audio_examples,
 )
-from components.inputs.class_plan import ClassBalancedPlan, ClassReport
-from components.inputs.parsing import ParseFn
+from components.inputs.class_plan import (
+    ClassBalancedPlan,
+    ClassReport,
+    int_argument,
+    seed_argument,
+)
+from components.inputs.parsing import AUDIO_EXAMPLE_SPEC, ExampleGuard, ParseFn
 from components.inputs.record_store import RecordStore, describe_damaged
 
 DEFAULT_FEATURES = AudioFeatureConfig()
@@ -40,6 +45,8 @@ class ClassBalancedSampler(epoch_plan.EpochSampler):
     * `state` (`epoch_plan.EpochState`): track it in a `tf.train.Checkpoint` to resume; its
       `skipped_samples` (also `sampler.skipped_samples`) counts the samples left out of batches
       because their records are damaged (`on_damaged="skip"`), logged once per epoch that skips;
+      a record that is not an Example the sampler's parser reads (the audio front end, a
+      `feature_spec`) is damaged too (`parsing.ExampleGuard`: each record checked once);
     * `plan` (`ClassBalancedPlan`), `store` (`RecordStore`), `classes` (class names when the
       labels were strings or the run has a `classes.txt`, else None).
 
@@ -70,6 +77,10 @@ class ClassBalancedSampler(epoch_plan.EpochSampler):
         on_damaged: str = "fail",
         state: epoch_plan.EpochState | None = None,
     ):
+        # Checked before the source is opened: a bad argument is one line, at once.
+        n_classes_per_batch = int_argument("n_classes_per_batch", n_classes_per_batch, 1)
+        n_samples_per_class = int_argument("n_samples_per_class", n_samples_per_class, 1)
+        seed = seed_argument(seed)
         self.worker_index, self.num_workers = epoch_plan.worker_slice(
             input_context, worker_index=worker_index, num_workers=num_workers
         )
@@ -118,8 +129,13 @@ class ClassBalancedSampler(epoch_plan.EpochSampler):
         self._record_numbers, self._record_numbers_in_python = _record_number_lookup(
             resolved.values, memory_budget_bytes
         )
+        # Records the sampler's own parser reads (the audio front end, a feature spec) are checked
+        # to be such Examples before a batch is parsed; a parse_fn's records may be anything.
+        spec = AUDIO_EXAMPLE_SPEC if self._parse is None and features is not None else feature_spec
+        self._guard = ExampleGuard(self.store, spec) if spec is not None else None
+        damaged = self._guard if self._guard is not None else self.store
         self._skip_log = epoch_plan.SkipLog(
-            "class_balanced", self.state, lambda: describe_damaged({"": self.store})
+            "class_balanced", self.state, lambda: describe_damaged({"": damaged})
         )
 
     def epoch_plan(self, epoch) -> dict[str, tf.Tensor]:
@@ -155,6 +171,8 @@ class ClassBalancedSampler(epoch_plan.EpochSampler):
         index = tf.ensure_shape(row["index"], [batch_size])
         label = tf.ensure_shape(row["label"], [batch_size])
         records, ok = self.store.read_checked(index, for_service=for_service)
+        if self._guard is not None and not for_service:
+            records, ok = self._guard.check(index, records, ok)
         if self.store.on_damaged == "skip":
             # A damaged record comes back empty: leave its sample out (the batch is then short of
             # the exact n_c x n_p) rather than train on a record that is not there.
@@ -248,6 +266,7 @@ def class_balanced(
         iterating it again yields the next epoch, so `model.fit(dataset, epochs=N)` sees N
         different epochs.
     """
+    initial_step = int_argument("initial_step", initial_step, 0)
     sampler = ClassBalancedSampler(
         source,
         labels,

@@ -36,6 +36,7 @@ or samples), so every worker computes the same global plan and a resumed run rec
 from __future__ import annotations
 
 import dataclasses
+import operator
 
 import numpy as np
 import tensorflow as tf
@@ -52,6 +53,35 @@ _SALT_FILL_OFFSET = 12
 _SALT_WITHIN_CLASS = 13
 _SALT_BATCH_ORDER = 14
 _SALT_BATCH_SEEDS = 15
+
+
+# What the stateless RNG takes as a seed (`epoch_plan.epoch_seed`: an int64 element).
+SEED_RANGE = (-(1 << 63), (1 << 63) - 1)
+
+
+def int_argument(name: str, value, minimum: int | None = None) -> int:
+    """`value` as a Python int, checked where a sampler is built: a Python or NumPy integer
+    (not a bool, not a float: 2.5 is not silently 2) that fits in int64, at least `minimum`.
+
+    Raises a one-line TypeError (wrong type) or ValueError (out of range) naming `name`.
+    """
+    if isinstance(value, bool | np.bool_):
+        raise TypeError(f"{name} must be an int, got the bool {value!r}")
+    try:
+        as_int = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}") from None
+    low, high = SEED_RANGE
+    if minimum is not None and as_int < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {as_int}")
+    if not low <= as_int <= high:
+        raise ValueError(f"{name} must fit in int64 [-2**63, 2**63 - 1], got {as_int}")
+    return as_int
+
+
+def seed_argument(seed) -> int:
+    """A sampler seed: an int the stateless RNG takes (int64, `SEED_RANGE`)."""
+    return int_argument("seed", seed)
 
 
 # Longest within-class permutation prefix drawn by the partial Fisher-Yates shuffle; longer
@@ -121,8 +151,7 @@ def class_report(
         raise ValueError(
             f"small_classes must be one of {SMALL_CLASS_POLICIES}, got {small_classes!r}"
         )
-    if n_samples_per_class < 1:
-        raise ValueError(f"n_samples_per_class must be >= 1, got {n_samples_per_class}")
+    n_samples_per_class = int_argument("n_samples_per_class", n_samples_per_class, 1)
     row_splits = np.asarray(row_splits)
     if row_splits.ndim != 1 or len(row_splits) < 1 or row_splits[0] != 0:
         raise ValueError("row_splits must be a vector [C + 1] starting at 0")
@@ -168,8 +197,9 @@ class ClassBalancedPlan:
     ):
         if epoch_mode not in EPOCH_MODES:
             raise ValueError(f"epoch_mode must be one of {EPOCH_MODES}, got {epoch_mode!r}")
-        if n_classes_per_batch < 1:
-            raise ValueError(f"n_classes_per_batch must be >= 1, got {n_classes_per_batch}")
+        n_classes_per_batch = int_argument("n_classes_per_batch", n_classes_per_batch, 1)
+        n_samples_per_class = int_argument("n_samples_per_class", n_samples_per_class, 1)
+        seed = seed_argument(seed)
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         report = class_report(row_splits, n_samples_per_class, small_classes)

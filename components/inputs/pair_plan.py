@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from components.inputs.class_plan import int_argument, seed_argument
 from components.inputs.epoch_plan import (
     SALT_CHOICE,
     SALT_GROUP_START,
@@ -92,12 +93,11 @@ class PairPlanner:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
         if remainder not in REMAINDERS:
             raise ValueError(f"remainder must be one of {REMAINDERS}, got {remainder!r}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        batch_size = int_argument("batch_size", batch_size, 1)
         self.valid_pairs = valid_pairs
         self.strategy = strategy
-        self.seed = int(seed)
-        self.batch_size = int(batch_size)
+        self.seed = seed_argument(seed)
+        self.batch_size = batch_size
         num_planned = len(valid_pairs.planned_x)
         if remainder == "wrap":
             planned_batches = -(-num_planned // self.batch_size)
@@ -174,7 +174,8 @@ class PairPlanner:
         if self.strategy == "least_sampled":
             # Each group's y in a fixed random order (from the seed): the order x walks along.
             value_group = np.repeat(np.arange(pairs.num_groups), pairs.group_sizes)
-            keys = np.random.default_rng(self.seed).random(len(group_values))
+            # NumPy takes non-negative seeds: a negative int64 seed as its two's complement.
+            keys = np.random.default_rng(self.seed % (1 << 64)).random(len(group_values))
             group_values = group_values[np.lexsort((keys, value_group))]
         self._group_values = index_variable(group_values, name="group_values")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from components import layout
+from components.inputs.class_plan import int_argument, seed_argument
 from components.inputs.epoch_plan import (
     EpochSampler,
     SkipLog,
@@ -19,7 +20,14 @@ from components.inputs.epoch_plan import (
 )
 from components.inputs.group_pairs import GroupPairs
 from components.inputs.pair_plan import PairingState, PairPlanner
-from components.inputs.parsing import ImageSpec, ParseFn, example_check, image_example_parser
+from components.inputs.parsing import (
+    ExampleGuard,
+    ImageSpec,
+    ParseFn,
+    example_check,
+    image_example_parser,
+    image_example_spec,
+)
 from components.inputs.record_store import RecordStore, describe_damaged
 from components.inputs.sources import record_store_from
 from components.inputs.valid_pairs import ValidPairs
@@ -86,6 +94,7 @@ def dynamic_pairs(
       which drops the pairs that touch them (counted in `state.skipped_samples` and logged once
       per epoch). Cardinality: batches per worker per epoch.
     """
+    initial_step = int_argument("initial_step", initial_step, 0)
     sampler = DynamicPairsSampler(
         x,
         y,
@@ -135,6 +144,9 @@ class DynamicPairsSampler(EpochSampler):
         memory_budget_bytes: int = 1 << 30,
         cache_dir: str | None = None,
     ):
+        # Checked before the stores are built: a bad argument is one line, at once.
+        batch_size = int_argument("batch_size", batch_size, 1)
+        seed = seed_argument(seed)
         self.x_store = record_store_from(
             x,
             record_set=layout.X_RECORD_SET,
@@ -169,7 +181,7 @@ class DynamicPairsSampler(EpochSampler):
         self.worker_index, self.num_workers = worker_slice(
             input_context, worker_index=worker_index, num_workers=num_workers
         )
-        self.batch_size = int(batch_size)
+        self.batch_size = batch_size
         self.planner = PairPlanner(
             self.valid_pairs,
             strategy=strategy,
@@ -182,19 +194,22 @@ class DynamicPairsSampler(EpochSampler):
         )
         self.state = self.planner.state
         self.num_batches = self.planner.num_batches
-        self._x_parse = _parser(x_parse_fn or parse_fn, self.x_store, image)
-        self._y_parse = _parser(y_parse_fn or parse_fn, self.y_store, image)
-        self._skip_log = SkipLog(
-            "dynamic_pairs",
-            self.state,
-            lambda: describe_damaged({"x": self.x_store, "y": self.y_store}),
-        )
+        self._x_parse, self._x_guard = _parser(x_parse_fn or parse_fn, self.x_store, image)
+        self._y_parse, self._y_guard = _parser(y_parse_fn or parse_fn, self.y_store, image)
+        damaged = {
+            "x": self._x_guard if self._x_guard is not None else self.x_store,
+            "y": self._y_guard if self._y_guard is not None else self.y_store,
+        }
+        self._skip_log = SkipLog("dynamic_pairs", self.state, lambda: describe_damaged(damaged))
 
     @classmethod
     def from_run(cls, output_dir: str, *, batch_size: int, **options) -> DynamicPairsSampler:
         """A sampler over a materialized run directory: the options of `open_pairs_run`
         (`backend`, `on_damaged`, `verify_crc`, `check_examples`, ...) open it, the rest are
         as in `dynamic_pairs`."""
+        batch_size = int_argument("batch_size", batch_size, 1)  # before the run is opened
+        if "seed" in options:
+            options["seed"] = seed_argument(options["seed"])
         run_options = {k: options.pop(k) for k in _RUN_OPTIONS if k in options}
         x_store, y_store, valid_pairs = open_pairs_run(output_dir, **run_options)
         return cls(x_store, y_store, valid_pairs, batch_size=batch_size, **options)
@@ -224,6 +239,10 @@ class DynamicPairsSampler(EpochSampler):
         x_index, y_index = row["x_index"], row["y_index"]
         x_records, x_ok = self.x_store.read_checked(x_index, for_service=for_service)
         y_records, y_ok = self.y_store.read_checked(y_index, for_service=for_service)
+        if self._x_guard is not None and not for_service:
+            x_records, x_ok = self._x_guard.check(x_index, x_records, x_ok)
+        if self._y_guard is not None and not for_service:
+            y_records, y_ok = self._y_guard.check(y_index, y_records, y_ok)
         if "skip" not in (self.x_store.on_damaged, self.y_store.on_damaged):
             batch = {
                 "x": self._x_parse(x_records),
@@ -265,8 +284,9 @@ def open_pairs_run(
     otherwise).
 
     `check_examples` also checks that each record is a parsable image Example (a damaged record
-    otherwise); it costs a protobuf parse per record read on the disk backend. `reader`: the disk
-    backend's reader (see `RecordStore.open`).
+    otherwise); it costs a protobuf parse per record read on the disk backend. (A sampler that
+    parses with `image` checks each record once anyway, `parsing.ExampleGuard`.) `reader`: the
+    disk backend's reader (see `RecordStore.open`).
     """
     if pair_index_dir is not None:
         layout.check_same_run(output_dir, pair_index_dir)
@@ -317,6 +337,7 @@ def dynamic_pairs_from_run(
     `DynamicPairsSampler.from_run` (`backend`, `on_damaged`, `verify_crc`, `check_examples`, ...)
     and `dynamic_pairs`. Skipped pairs are counted in the sampler's state and logged once per
     epoch; build the `DynamicPairsSampler` to read the count."""
+    initial_step = int_argument("initial_step", initial_step, 0)
     sampler = DynamicPairsSampler.from_run(output_dir, batch_size=batch_size, **options)
     return sampler.dataset(
         initial_step=initial_step,
@@ -325,14 +346,18 @@ def dynamic_pairs_from_run(
     )
 
 
-def _parser(explicit, store: RecordStore, image: ImageSpec | None):
+def _parser(
+    explicit, store: RecordStore, image: ImageSpec | None
+) -> tuple[ParseFn, ExampleGuard | None]:
+    """The parse function of one side, and the guard of its records when the parser is the
+    image Example parser (a parse function's records may be anything)."""
     if explicit is not None:
-        return explicit
+        return explicit, None
     if store.parse_fn is not None:
-        return store.parse_fn
+        return store.parse_fn, None
     if image is not None:
-        return image_example_parser(image)
-    return tf.identity
+        return image_example_parser(image), ExampleGuard(store, image_example_spec())
+    return tf.identity, None
 
 
 def _with_batch_dim(tensor, batch_size: int):

@@ -2,17 +2,27 @@
 
 A *parse function* maps tf.string [B] (serialized records) to a structure of tensors with leading
 dimension B. The samplers call it once per batch, inside `Dataset.map`.
+
+`tf.io.parse_example` fails a whole batch, naming no record, when one record is not an Example
+(its message holds the raw bytes, which TensorFlow then fails to decode as UTF-8). An
+`ExampleGuard` checks every record a sampler reads once, before its batch is parsed: a record
+that is not an Example the parser can read is a damaged record (record number, shard, offset),
+failed or skipped as the store's `on_damaged` says.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+import math
+import threading
+from collections.abc import Callable, Mapping, Sequence
 
+import numpy as np
 import tensorflow as tf
 from google.protobuf.message import DecodeError
 
 from components import layout
+from components.inputs.epoch_plan import index_variable
 
 ParseFn = Callable[[tf.Tensor], object]
 
@@ -45,6 +55,26 @@ class ImageSpec:
         return (self.height, self.width, self.channels)
 
 
+def image_example_spec(image_key: str = layout.IMAGE_KEY) -> dict[str, tf.io.FixedLenFeature]:
+    """The features `image_example_parser` parses (only the image bytes are required)."""
+    return {
+        layout.ID_KEY: tf.io.FixedLenFeature([], tf.string, default_value=b""),
+        image_key: tf.io.FixedLenFeature([], tf.string),
+        layout.IMAGE_FORMAT_KEY: tf.io.FixedLenFeature([], tf.string, default_value=b"raw"),
+        layout.HEIGHT_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=0),
+        layout.WIDTH_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=0),
+        layout.CHANNELS_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=0),
+    }
+
+
+# The features `audio_features.parse_audio_examples` parses (the defaults stand for its own).
+AUDIO_EXAMPLE_SPEC = {
+    layout.AUDIO_KEY: tf.io.FixedLenFeature([], tf.string),
+    layout.SAMPLE_RATE_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=0),
+    layout.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=-1),
+}
+
+
 def image_example_parser(image: ImageSpec, *, image_key: str = layout.IMAGE_KEY) -> ParseFn:
     """Returns a parse function: tf.string [B] of image Examples -> images [B, H, W, C].
 
@@ -56,14 +86,7 @@ def image_example_parser(image: ImageSpec, *, image_key: str = layout.IMAGE_KEY)
     record id.
     """
     target_pixels = image.height * image.width * image.channels
-    features = {
-        layout.ID_KEY: tf.io.FixedLenFeature([], tf.string, default_value=b""),
-        image_key: tf.io.FixedLenFeature([], tf.string),
-        layout.IMAGE_FORMAT_KEY: tf.io.FixedLenFeature([], tf.string, default_value=b"raw"),
-        layout.HEIGHT_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=0),
-        layout.WIDTH_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=0),
-        layout.CHANNELS_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=0),
-    }
+    features = image_example_spec(image_key)
 
     def decode_one(record_id, encoded, image_format, height, width, channels):
         def raw():
@@ -203,6 +226,146 @@ def example_check(required_keys: Sequence[str] = ()) -> Callable[[bytes], str | 
         return None
 
     return check
+
+
+# The `Feature` kind `tf.io.parse_example` reads each dtype from.
+_KINDS = {tf.string: "bytes_list", tf.int64: "int64_list", tf.float32: "float_list"}
+
+
+def example_problem(payload: bytes, spec: Mapping[str, object]) -> str | None:
+    """Why `tf.io.parse_example` would refuse `payload` under `spec`, or None: not a
+    `tf.train.Example`; a feature of the spec (`FixedLenFeature`, `VarLenFeature`) of another
+    kind (bytes, int64, float); a `FixedLenFeature` without a default that is missing, or one
+    with another number of values than its shape. Other spec entries are not checked."""
+    return _problem(payload, _checked_features(spec))
+
+
+# (key, kind or None, required, expected number of values or None) of each checked feature.
+_FeatureCheck = tuple[str, "str | None", bool, "int | None"]
+
+
+def _checked_features(spec: Mapping[str, object]) -> list[_FeatureCheck]:
+    checks = []
+    for key, entry in spec.items():
+        if not isinstance(entry, tf.io.FixedLenFeature | tf.io.VarLenFeature):
+            continue
+        kind = _KINDS.get(tf.as_dtype(entry.dtype))
+        fixed = isinstance(entry, tf.io.FixedLenFeature)
+        required = fixed and entry.default_value is None
+        # With a default, a feature without values takes it: any count but 0 must match.
+        expected = math.prod(entry.shape) if fixed and kind is not None else None
+        checks.append((key, kind, required, expected))
+    return checks
+
+
+def _problem(payload: bytes, checks: list[_FeatureCheck]) -> str | None:
+    try:
+        example = tf.train.Example.FromString(payload)
+    except DecodeError as error:
+        return f"not a tf.train.Example ({error})"
+    features = example.features.feature
+    for key, kind, required, expected in checks:
+        if key not in features:
+            if required:
+                return f"tf.train.Example lacks feature {key!r}"
+            continue
+        feature = features[key]
+        found = feature.WhichOneof("kind")
+        if found is None:
+            count = 0
+        elif kind is not None and found != kind:
+            return f"feature {key!r} is a {found}, not a {kind}"
+        else:
+            count = len(getattr(feature, found).value)
+        if expected is not None and count != expected and (count or required):
+            return f"feature {key!r} holds {count} values, not {expected}"
+    return None
+
+
+class ExampleGuard:
+    """Checks the records a sampler reads from one store against the spec its parser reads,
+    before the batch is parsed: each record once (a record that passed, and still passes its
+    CRC, is the same bytes), in Python; later reads of it cost one `gather`, no Python.
+
+    A record that fails is a damaged record, `DamagedRecord` naming its record number, shard
+    and offset: with the store's `on_damaged="fail"` the read fails naming it
+    (`DamagedRecordError`), with `"skip"` it reads as not ok (the sampler leaves its samples
+    out and counts them) and is listed in `damaged_records`, with the store's own. Holds one
+    byte a record. Not for tf.data service workers (the check calls back into Python).
+    """
+
+    def __init__(self, store, spec: Mapping[str, object]):
+        self._store = store
+        self._checks = _checked_features(spec)
+        self._checked = index_variable(
+            tf.zeros([store.num_records], tf.bool), tf.bool, name="examples_checked"
+        )
+        self._damaged: dict = {}
+        self._lock = threading.Lock()
+
+    @property
+    def on_damaged(self) -> str:
+        return self._store.on_damaged
+
+    @property
+    def damaged_records(self) -> list:
+        """The store's damaged records and those this guard found, by record number."""
+        with self._lock:
+            found = dict(self._damaged)
+        for damaged in self._store.damaged_records:
+            found.setdefault(damaged.index, damaged)
+        return [found[i] for i in sorted(found)]
+
+    def check(
+        self, indices: tf.Tensor, records: tf.Tensor, ok: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """(records, ok) of one read (int64 [B], tf.string [B], bool [B]) -> the same records,
+        available once checked, and `ok` false also where a record fails the check."""
+        pending = tf.logical_and(ok, tf.logical_not(tf.gather(self._checked, indices)))
+
+        def check_pending():
+            good = tf.numpy_function(
+                self._check_records, [indices, records, pending], tf.bool, stateful=True
+            )
+            good = tf.ensure_shape(good, pending.shape)
+            passed = tf.where(tf.logical_and(pending, good))
+            update = self._checked.scatter_nd_update(
+                tf.gather(indices[:, None], passed[:, 0]), tf.ones_like(passed[:, 0], tf.bool)
+            )
+            with tf.control_dependencies([update]):
+                return tf.logical_and(ok, good)
+
+        checked = tf.cond(tf.reduce_any(pending), check_pending, lambda: tf.identity(ok))
+        with tf.control_dependencies([checked]):
+            return tf.identity(records), tf.identity(checked)
+
+    def _check_records(
+        self, indices: np.ndarray, records: np.ndarray, pending: np.ndarray
+    ) -> np.ndarray:
+        from components.inputs.record_store import DamagedRecordError
+        from components.inputs.shard_readers import DamagedRecord
+
+        good = np.ones(len(indices), bool)
+        damaged = []
+        for i in np.flatnonzero(pending).tolist():
+            problem = _problem(records[i], self._checks)
+            if problem is None:
+                continue
+            good[i] = False
+            index = int(indices[i])
+            where = self._store.locate(index)
+            shard, offset = where if where is not None else ("(none: records in memory)", -1)
+            damaged.append(DamagedRecord(index, shard, offset, problem))
+        if not damaged:
+            return good
+        if self._store.on_damaged == "fail":
+            shown = "; ".join(str(d) for d in damaged[:5])
+            more = f" (and {len(damaged) - 5} more)" if len(damaged) > 5 else ""
+            raise DamagedRecordError(f"{len(damaged)} damaged record(s): {shown}{more}")
+        with self._lock:
+            for d in damaged:
+                self._damaged.setdefault(d.index, d)
+        return good
 
 
 def feature_spec_from_schema(schema) -> dict[str, object]:

@@ -19,6 +19,10 @@ from components.materialize.config import (
     GROUPS_FORMATS,
     IMAGE_STORAGE_MODES,
     MANIFEST_FORMATS,
+    MAX_AUDIO_SECONDS,
+    MAX_IMAGE_PIXELS,
+    MAX_INPUT_SAMPLE_RATE,
+    MIN_INPUT_SAMPLE_RATE,
     PAIRS_FORMATS,
     SPILL_MODES,
     SPLIT_MODES,
@@ -63,6 +67,13 @@ def _parser() -> argparse.ArgumentParser:
     pairs.add_argument("--raw_height", type=int, default=256)
     pairs.add_argument("--raw_width", type=int, default=256)
     pairs.add_argument("--raw_channels", type=int, default=3, choices=(1, 3, 4))
+    pairs.add_argument(
+        "--max_image_pixels",
+        type=int,
+        default=MAX_IMAGE_PIXELS,
+        help="an image whose header declares more pixels (width x height) is an image_too_large "
+        f"reject; also bounds --raw_height x --raw_width (default {MAX_IMAGE_PIXELS})",
+    )
     pairs.add_argument("--files_per_batch", type=int, default=256)
 
     speech = jobs.add_parser("audio", help="labelled utterances in a manifest or speaker folders")
@@ -79,6 +90,25 @@ def _parser() -> argparse.ArgumentParser:
     speech.add_argument("--split_mode", default="speaker", choices=SPLIT_MODES)
     speech.add_argument("--eval_fraction", type=float, default=0.1)
     speech.add_argument("--split_seed", type=int, default=0)
+    speech.add_argument(
+        "--max_audio_seconds",
+        type=float,
+        default=MAX_AUDIO_SECONDS,
+        help=f"longer audio is a too_long reject (default {MAX_AUDIO_SECONDS:g})",
+    )
+    speech.add_argument(
+        "--min_input_sample_rate",
+        type=int,
+        default=MIN_INPUT_SAMPLE_RATE,
+        help="a file whose own rate is below it is an implausible_rate reject "
+        f"(default {MIN_INPUT_SAMPLE_RATE})",
+    )
+    speech.add_argument(
+        "--max_input_sample_rate",
+        type=int,
+        default=MAX_INPUT_SAMPLE_RATE,
+        help=f"... or above it (default {MAX_INPUT_SAMPLE_RATE})",
+    )
     speech.add_argument("--files_per_batch", type=int, default=16)
 
     for job in (pairs, speech):

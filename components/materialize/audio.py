@@ -9,6 +9,7 @@ Neither imports TensorFlow, so a Beam worker of the audio job does not either.
 from __future__ import annotations
 
 import io
+import itertools
 import re
 from typing import NamedTuple
 
@@ -19,6 +20,7 @@ import soxr
 
 from components import layout
 from components.materialize import rejects
+from components.materialize.config import AudioLimits
 
 # File extensions of audio: `--speaker_from_path` lists files with these, and a file with one
 # whose content no decoder reads is corrupt rather than unsupported.
@@ -41,14 +43,16 @@ EXTENSIONS = (
 )
 _FORMATS = rejects.Formats("readable audio", "file", EXTENSIONS, rejects.CORRUPT_AUDIO)
 _SF_UNRECOGNISED_FORMAT = 1  # libsndfile's SF_ERR_UNRECOGNISED_FORMAT
-# Frames per libsndfile read: a corrupt header may declare billions of frames, and soundfile
-# allocates a read's whole array up front; reading in blocks bounds that by what decodes.
-_BLOCK_FRAMES = 1 << 20
+# Samples (frames x channels) per decoded block: a corrupt header may declare billions of
+# frames, and soundfile allocates a read's whole array up front; blocks bound that, and what a
+# file holds is mixed and resampled block by block.
+_BLOCK_SAMPLES = 1 << 20
 # libsndfile reads a WAV/AIFF data chunk that runs past the end of the file up to the end and
 # says so only in its log ("data : 8002 (should be 1956)"); that is a truncated file.
 _CUT_DATA_CHUNK = re.compile(r"^\s*(?:data|SSND) : (\d+) \(should be (\d+)\)", re.MULTILINE)
 _UNKNOWN_LENGTH = 0xFFFFFFFF  # a streamed WAV's data size: "until the end of the file"
 _UNKNOWN_FRAMES = 2**63 - 1  # libsndfile's frame count of a stream of unknown length
+DEFAULT_LIMITS = AudioLimits()  # the job's defaults (`config.MAX_AUDIO_SECONDS`, ...)
 
 
 class Waveform(NamedTuple):
@@ -58,37 +62,27 @@ class Waveform(NamedTuple):
     sample_rate: int
 
 
-class _Decoded(NamedTuple):
-    """What a decoder read: `samples` [frames, channels], int16 only when they are already the
-    stored samples (16-bit mono at the target rate), float32 at full scale 1.0 otherwise (a
-    float file may exceed it: `to_int16` clips)."""
-
-    samples: np.ndarray
-    sample_rate: int
-
-
-def decode_audio(data: bytes, source_name: str, sample_rate: int) -> Waveform:
+def decode_audio(
+    data: bytes, source_name: str, sample_rate: int, limits: AudioLimits = DEFAULT_LIMITS
+) -> Waveform:
     """Decodes an audio file to mono int16 at `sample_rate`.
 
     Channels are averaged; other rates are resampled (output length
     round(n * sample_rate / rate)). 16-bit mono at `sample_rate` is stored bit-exact. Raises
     `RejectedInput` with UNSUPPORTED_FORMAT (not audio, no audio stream, no decoder for its
-    codec), CORRUPT_AUDIO (undecodable or truncated), EMPTY_AUDIO or TOO_SHORT (under
-    `layout.MIN_AUDIO_SECONDS` at `sample_rate`).
+    codec), CORRUPT_AUDIO (undecodable or truncated), EMPTY_AUDIO, TOO_SHORT (under
+    `layout.MIN_AUDIO_SECONDS` at `sample_rate`), and for what `limits` bound: TOO_LONG (over
+    `limits.max_seconds`), IMPLAUSIBLE_RATE (a native rate outside the limits' range),
+    NON_FINITE_AUDIO (NaN or infinite float samples).
+
+    Memory stays bounded whatever the file declares: the rate and a declared length are judged
+    from the header before anything is decoded; audio is decoded, mixed and resampled in blocks
+    (`_Sink`), and a stream that declares no length (MP3, FFmpeg's containers) is decoded until
+    it ends or passes `limits.max_seconds`, whichever is first.
     """
     if not data:
         raise _FORMATS.unrecognized(data, source_name)
-    decoded = _decode(data, source_name, sample_rate)
-    frames = decoded.samples
-    if frames.shape[0] == 0:
-        raise rejects.RejectedInput(rejects.EMPTY_AUDIO, "no samples")
-    if frames.dtype == np.int16:
-        samples = frames[:, 0].copy()
-    else:
-        mono = frames[:, 0] if frames.shape[1] == 1 else frames.mean(axis=1, dtype=np.float32)
-        if decoded.sample_rate != sample_rate:
-            mono = resample(mono, decoded.sample_rate, sample_rate)
-        samples = to_int16(mono)
+    samples = _decode(data, source_name, sample_rate, limits)
     # The same bound `AudioFeatureConfig` holds its frame length to: every stored record has at
     # least one feature frame, so pad-mode evaluation never meets a record it cannot featurize.
     if len(samples) < layout.MIN_AUDIO_SECONDS * sample_rate:
@@ -100,26 +94,127 @@ def decode_audio(data: bytes, source_name: str, sample_rate: int) -> Waveform:
     return Waveform(samples, sample_rate)
 
 
-def _decode(data: bytes, source_name: str, sample_rate: int) -> _Decoded:
+def _check_rate(rate: int, limits: AudioLimits, what: str) -> None:
+    if not limits.min_sample_rate <= rate <= limits.max_sample_rate:
+        raise rejects.RejectedInput(
+            rejects.IMPLAUSIBLE_RATE,
+            f"{what} {rate} Hz, outside the plausible {limits.min_sample_rate}.."
+            f"{limits.max_sample_rate} Hz (--min_input_sample_rate, --max_input_sample_rate)",
+        )
+
+
+def _too_long(limits: AudioLimits, what: str) -> rejects.RejectedInput:
+    return rejects.RejectedInput(
+        rejects.TOO_LONG, f"{what}; the limit is {limits.max_seconds:g} s (--max_audio_seconds)"
+    )
+
+
+class _Sink:
+    """Takes decoded blocks [frames, channels] (float32 at full scale 1.0, or int16 when they
+    are already the stored samples: 16-bit mono at the target rate) and keeps only mono int16
+    at the target rate: each block is mixed down, resampled (soxr's stream resampler, whose
+    output equals its one-shot `resample`) and rounded as it comes. What it holds is the
+    result and one block, however many channels, whatever the rates.
+
+    Raises TOO_LONG as soon as the frames taken pass `limits.max_seconds` at `rate`; counts
+    frames holding NaN or infinite samples (`finish` rejects them as NON_FINITE_AUDIO).
+    """
+
+    def __init__(self, rate: int, sample_rate: int, limits: AudioLimits):
+        _check_rate(rate, limits, "sample rate")
+        self.rate = rate
+        self._sample_rate = sample_rate
+        self._limits = limits
+        self._max_frames = limits.max_seconds * rate
+        self._resampler = (
+            None
+            if rate == sample_rate
+            else soxr.ResampleStream(rate, sample_rate, 1, dtype="float32", quality="HQ")
+        )
+        self._pieces: list[np.ndarray] = []
+        self.frames = 0
+        self._non_finite = 0
+        self._first_non_finite = 0
+
+    def add(self, block: np.ndarray) -> None:
+        if self.frames + len(block) > self._max_frames:
+            raise _too_long(
+                self._limits,
+                f"longer than {self._limits.max_seconds:g} s: decoding stopped at "
+                f"{(self.frames + len(block)) / self.rate:.1f} s ({self.rate} Hz)",
+            )
+        position = self.frames
+        self.frames += len(block)
+        if block.dtype == np.int16:
+            self._pieces.append(block[:, 0].copy())
+            return
+        finite = np.isfinite(block).all(axis=1)
+        if not finite.all():
+            if not self._non_finite:
+                self._first_non_finite = position + int(np.argmin(finite))
+            self._non_finite += len(finite) - int(np.count_nonzero(finite))
+        if self._non_finite:
+            return  # rejected in `finish`; only counting from here on
+        mono = block[:, 0] if block.shape[1] == 1 else block.mean(axis=1, dtype=np.float32)
+        if self._resampler is not None:
+            mono = self._resampler.resample_chunk(np.ascontiguousarray(mono, np.float32))
+        self._pieces.append(to_int16(mono))
+
+    def finish(self) -> np.ndarray:
+        """int16 [n]: the samples at the target rate (round(frames x target / rate) of them)."""
+        if self._non_finite:
+            raise rejects.RejectedInput(
+                rejects.NON_FINITE_AUDIO,
+                f"{self._non_finite} of {self.frames} frames hold NaN or infinite samples, the "
+                f"first at {self._first_non_finite / self.rate:.3f} s (frame "
+                f"{self._first_non_finite})",
+            )
+        if self.frames == 0:
+            raise rejects.RejectedInput(rejects.EMPTY_AUDIO, "no samples")
+        if self._resampler is None:
+            return np.concatenate(self._pieces)
+        self._pieces.append(
+            to_int16(self._resampler.resample_chunk(np.zeros(0, np.float32), last=True))
+        )
+        # As `resample` does: soxr's length can differ from the rounded one by a sample.
+        samples = np.concatenate(self._pieces)
+        num_out = round(self.frames * self._sample_rate / self.rate)
+        if len(samples) >= num_out:
+            return samples[:num_out]
+        return np.pad(samples, (0, num_out - len(samples)))
+
+
+def _block_frames(channels: int) -> int:
+    """Frames per decoded block: about `_BLOCK_SAMPLES` samples, whatever the channel count."""
+    return max(1, _BLOCK_SAMPLES // max(1, channels))
+
+
+def _decode(data: bytes, source_name: str, sample_rate: int, limits: AudioLimits) -> np.ndarray:
     """libsndfile first; FFmpeg for what it cannot open, and for MP3: libsndfile stops an MP3
     at the length mpg123 estimates, which for a VBR file without a Xing header drops audio
     without an error, while FFmpeg decodes every frame (and trims the LAME encoder delay)."""
     try:
         sound = soundfile.SoundFile(io.BytesIO(data))
     except soundfile.LibsndfileError as error:
-        return _decode_with_ffmpeg(data, source_name, error)
+        return _decode_with_ffmpeg(data, source_name, sample_rate, limits, error)
     with sound:
         if sound.format == "MP3":
             # Named, not probed: FFmpeg's probe misses short MP3s (a few frames of noise).
-            return _decode_with_ffmpeg(data, source_name, None, container_format="mp3")
+            return _decode_with_ffmpeg(
+                data, source_name, sample_rate, limits, None, container_format="mp3"
+            )
         if sound.frames == _UNKNOWN_FRAMES:
             # A stream that does not declare its length (a FLAC written to a pipe): soundfile
             # seeks after every read, which libsndfile cannot do in it.
-            return _decode_with_ffmpeg(data, source_name, None)
-        return _read_soundfile(sound, sample_rate)
+            return _decode_with_ffmpeg(data, source_name, sample_rate, limits, None)
+        return _read_soundfile(sound, sample_rate, limits)
 
 
-def _read_soundfile(sound: soundfile.SoundFile, sample_rate: int) -> _Decoded:
+def _read_soundfile(
+    sound: soundfile.SoundFile, sample_rate: int, limits: AudioLimits
+) -> np.ndarray:
+    # Judged from the header, before a sample is decoded.
+    _check_rate(sound.samplerate, limits, f"{sound.format} header declares")
     cut = _CUT_DATA_CHUNK.search(sound.extra_info)
     if cut and int(cut[1]) != _UNKNOWN_LENGTH and int(cut[1]) > int(cut[2]):
         raise rejects.RejectedInput(
@@ -127,34 +222,45 @@ def _read_soundfile(sound: soundfile.SoundFile, sample_rate: int) -> _Decoded:
             f"truncated {sound.format}: its header declares {cut[1]} bytes of audio, the file "
             f"holds {cut[2]}",
         )
+    if sound.frames > limits.max_seconds * sound.samplerate:
+        raise _too_long(
+            limits,
+            f"{sound.format} header declares {sound.frames / sound.samplerate:.1f} s "
+            f"({sound.frames} frames at {sound.samplerate} Hz)",
+        )
     exact = sound.subtype == "PCM_16" and sound.channels == 1 and sound.samplerate == sample_rate
     dtype = "int16" if exact else "float32"
-    blocks = [np.zeros([0, sound.channels], dtype)]
+    sink = _Sink(sound.samplerate, sample_rate, limits)
+    # soundfile allocates a read's whole array up front (its frames capped by the declared
+    # length), so blocks bound what a corrupt header can make it allocate.
+    block_frames = _block_frames(sound.channels)
     try:
-        while len(block := sound.read(_BLOCK_FRAMES, dtype=dtype, always_2d=True)):
-            blocks.append(block)
+        while len(block := sound.read(block_frames, dtype=dtype, always_2d=True)):
+            sink.add(block)
     except soundfile.LibsndfileError as error:
         raise rejects.RejectedInput(
             rejects.CORRUPT_AUDIO, f"libsndfile ({sound.format}): {error.error_string}"
         ) from error
-    samples = np.concatenate(blocks)
-    if len(samples) < sound.frames:
+    if sink.frames < sound.frames:
         raise rejects.RejectedInput(
             rejects.CORRUPT_AUDIO,
-            f"truncated {sound.format}: decoded {len(samples)} of the {sound.frames} frames "
+            f"truncated {sound.format}: decoded {sink.frames} of the {sound.frames} frames "
             "its header declares",
         )
-    return _Decoded(samples, sound.samplerate)
+    return sink.finish()
 
 
 def _decode_with_ffmpeg(
     data: bytes,
     source_name: str,
+    sample_rate: int,
+    limits: AudioLimits,
     libsndfile_error: soundfile.LibsndfileError | None,
     container_format: str | None = None,
-) -> _Decoded:
+) -> np.ndarray:
     """FFmpeg's decode; `libsndfile_error` is why libsndfile did not open the file (None when
-    it did), `container_format` the FFmpeg demuxer to use instead of probing."""
+    it did), `container_format` the FFmpeg demuxer to use instead of probing. Frames go to a
+    `_Sink` as they are decoded, so a stream is decoded only up to `limits.max_seconds`."""
     try:
         container = av.open(io.BytesIO(data), format=container_format, metadata_errors="ignore")
     except Exception as error:  # Any failure to open is a property of this file.
@@ -180,40 +286,42 @@ def _decode_with_ffmpeg(
                 rejects.UNSUPPORTED_FORMAT,
                 f"no decoder for the audio codec of this {container.format.name} file",
             )
+        if stream.rate:
+            _check_rate(stream.rate, limits, f"{container.format.name} stream declares")
         # Decoders return int16, int32, float or double samples, planar or interleaved;
-        # converting every frame to planar float gives one [channels, n] layout.
+        # converting every frame to planar float gives one [channels, n] layout (at the rate
+        # and channels of the first frame).
         to_float = av.AudioResampler(format="fltp")
-        planes = []
+        sink: _Sink | None = None
+        pending: list[np.ndarray] = []
+        pending_frames = 0
         try:
-            for frame in container.decode(stream):
-                planes.extend(f.to_ndarray() for f in to_float.resample(frame))
-            planes.extend(f.to_ndarray() for f in to_float.resample(None))
+            for frame in itertools.chain(container.decode(stream), [None]):
+                for converted in to_float.resample(frame):
+                    if sink is None:
+                        sink = _Sink(to_float.rate, sample_rate, limits)
+                    pending.append(converted.to_ndarray().T)
+                    pending_frames += pending[-1].shape[0]
+                    # Frames are about a thousand samples: handed on in blocks.
+                    if pending_frames * pending[-1].shape[1] >= _BLOCK_SAMPLES:
+                        sink.add(np.concatenate(pending))
+                        pending, pending_frames = [], 0
+        except rejects.RejectedInput:
+            raise
         except Exception as error:  # Any decoder failure is a property of this file.
             raise rejects.RejectedInput(
                 rejects.CORRUPT_AUDIO, f"FFmpeg ({container.format.name}): {_one_line(error)}"
             ) from error
-    if not planes:
-        return _Decoded(np.zeros([0, 1], np.float32), stream.rate)
-    return _Decoded(np.concatenate(planes, axis=1).T, to_float.rate)
+    if sink is None:
+        raise rejects.RejectedInput(rejects.EMPTY_AUDIO, "no samples")
+    if pending:
+        sink.add(np.concatenate(pending))
+    return sink.finish()
 
 
 def to_int16(samples: np.ndarray) -> np.ndarray:
     """float [-1, 1] -> int16, rounded and clipped."""
     return np.clip(np.round(samples * 32768.0), -32768, 32767).astype(np.int16)
-
-
-def resample(samples: np.ndarray, rate_in: int, rate_out: int) -> np.ndarray:
-    """float32 [n] -> float32 [round(n * rate_out / rate_in)], time-aligned with the input.
-
-    soxr's one-shot resampler (HQ) compensates its filter delay; its length can differ from
-    that rounded length by a sample, so it is padded or trimmed to it: a lossless input then
-    gives a length that depends on its sample count and rates alone.
-    """
-    num_out = round(len(samples) * rate_out / rate_in)
-    resampled = soxr.resample(np.ascontiguousarray(samples), rate_in, rate_out, quality="HQ")
-    if len(resampled) >= num_out:
-        return resampled[:num_out]
-    return np.pad(resampled, (0, num_out - len(resampled)))
 
 
 def _one_line(error: BaseException) -> str:

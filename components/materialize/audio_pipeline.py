@@ -32,7 +32,7 @@ from components.materialize import (
     shards,
     spill,
 )
-from components.materialize.config import AudioConfig, ShardingConfig
+from components.materialize.config import AudioConfig, AudioLimits, ShardingConfig
 from components.materialize.manifest import ManifestRow
 from components.materialize.splits import EVAL, TRAIN, held_out_speakers, held_out_utterances
 
@@ -116,16 +116,17 @@ def _assign_within_speaker(element, fraction: float, seed: int):
 
 
 class _DecodeUtterances(spill.SpillingDoFn):
-    def __init__(self, root: str, sample_rate: int, spill_root: str | None):
+    def __init__(self, root: str, sample_rate: int, spill_root: str | None, limits: AudioLimits):
         super().__init__(spill_root)
         self._root = root
         self._sample_rate = sample_rate
+        self._limits = limits
 
     def process(self, row: ManifestRow):
         path = posixpath.join(self._root, row.id)
         try:
             data = paths.read_bytes(self._root, path)
-            waveform = audio.decode_audio(data, row.id, self._sample_rate)
+            waveform = audio.decode_audio(data, row.id, self._sample_rate, self._limits)
         except rejects.RejectedInput as error:
             yield beam.pvalue.TaggedOutput(
                 REJECTED,
@@ -390,7 +391,7 @@ class MaterializeAudio(beam.PTransform):
             | "SpreadRows" >> beam.Reshuffle()
             | "Decode"
             >> beam.ParDo(
-                _DecodeUtterances(config.root, config.sample_rate, spill_root)
+                _DecodeUtterances(config.root, config.sample_rate, spill_root, config.limits)
             ).with_outputs(REJECTED, main="utterances")
         )
         utterances = decoded.utterances

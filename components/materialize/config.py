@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+from components import layout
 from components.materialize.errors import MaterializeError
 
 IMAGE_STORAGE_MODES = ("encoded", "raw")
@@ -16,6 +17,56 @@ MANIFEST_FORMATS = ("auto", "jsonl", "csv")
 # How payloads pass between the stages of a job (`spill`): "auto" spills them to files on the
 # local runners only, "files" always, "none" never (the runner's shuffle carries them).
 SPILL_MODES = ("auto", "files", "none")
+
+# Limits on what one input file may decode to, so that a small file cannot take gigabytes: a
+# 40 KB WAV that declares 1 Hz resamples to 320M samples, a 660 KB FLAC of an hour of silence
+# decodes to 1.4 GB, a 195 KB PNG may declare 8000 x 8000 pixels. Inputs past them are rejects
+# (`rejects.TOO_LONG`, `IMPLAUSIBLE_RATE`, `IMAGE_TOO_LARGE`), judged from what the header
+# declares before anything is decoded where the format declares it.
+#
+# 10 minutes: every utterance of VoxCeleb (longest about 145 s), Speakers in the Wild (up to
+# 180 s), LibriSpeech and a NIST SRE conversation side (about 5 minutes) is kept; 600 s at 16 kHz
+# is 19 MB of int16 per record. Longer recordings are sessions to segment first.
+MAX_AUDIO_SECONDS = 600.0
+# 1 kHz to 768 kHz: from below narrowband telephone speech (8 kHz) up to the highest PCM rate
+# audio interfaces record at (768 kHz); a rate outside it is a broken or forged header.
+MIN_INPUT_SAMPLE_RATE = 1000
+MAX_INPUT_SAMPLE_RATE = 768000
+# 2^25 (33.5 MP): 8K UHD frames (7680 x 4320), 24 MP camera photos and every CycleGAN data set
+# (256 x 256 to 2048 x 1024 Cityscapes) fit; the reader's float32 RGB of one such image is 400 MB.
+MAX_IMAGE_PIXELS = 1 << 25
+# Pillow refuses to open an image of more than twice its `Image.MAX_IMAGE_PIXELS` (89478485).
+PILLOW_MAX_IMAGE_PIXELS = 2 * 89478485
+# A serialized tf.train.Example (protobuf) must stay under 2 GiB.
+_MAX_RECORD_BYTES = (1 << 31) - (1 << 20)
+
+
+@dataclasses.dataclass(frozen=True)
+class AudioLimits:
+    """What one audio file may decode to: at most `max_seconds`, from a native sample rate in
+    [`min_sample_rate`, `max_sample_rate`] Hz (before resampling)."""
+
+    max_seconds: float = MAX_AUDIO_SECONDS
+    min_sample_rate: int = MIN_INPUT_SAMPLE_RATE
+    max_sample_rate: int = MAX_INPUT_SAMPLE_RATE
+
+    def validate(self, sample_rate: int | None = None) -> None:
+        """`sample_rate`, when given, is the rate records are stored at."""
+        if not layout.MIN_AUDIO_SECONDS < self.max_seconds < float("inf"):
+            raise MaterializeError(
+                f"max_audio_seconds must be a number above {layout.MIN_AUDIO_SECONDS} "
+                f"(layout.MIN_AUDIO_SECONDS), got {self.max_seconds}"
+            )
+        if sample_rate is not None and self.max_seconds * sample_rate * 2 > _MAX_RECORD_BYTES:
+            raise MaterializeError(
+                f"max_audio_seconds={self.max_seconds} at sample_rate={sample_rate} allows "
+                "records over 2 GiB, more than a tf.train.Example can hold"
+            )
+        if not 1 <= self.min_sample_rate <= self.max_sample_rate:
+            raise MaterializeError(
+                "need 1 <= min_input_sample_rate <= max_input_sample_rate, got "
+                f"{self.min_sample_rate} and {self.max_sample_rate}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,8 +101,10 @@ class PairsConfig:
     * `groups_from_subfolder`: each image's group is the first folder of its id.
 
     `image_storage="raw"` stores uint8 pixels resized to
-    `raw_height x raw_width x raw_channels` instead of the encoded file bytes. `spill`
-    (`SPILL_MODES`) is how decoded payloads reach the shard writers (`spill.resolve_spill_root`).
+    `raw_height x raw_width x raw_channels` instead of the encoded file bytes. An image of more
+    than `max_image_pixels` pixels (width x height, from its header) is an `image_too_large`
+    reject, and the raw size may not exceed it either. `spill` (`SPILL_MODES`) is how decoded
+    payloads reach the shard writers (`spill.resolve_spill_root`).
     """
 
     x_dir: str
@@ -67,6 +120,7 @@ class PairsConfig:
     raw_height: int = 256
     raw_width: int = 256
     raw_channels: int = 3
+    max_image_pixels: int = MAX_IMAGE_PIXELS
     sharding: ShardingConfig = ShardingConfig()
     max_reject_fraction: float = 0.1
     files_per_batch: int = 256
@@ -93,10 +147,22 @@ class PairsConfig:
         _require_choice(self.pairs_format, PAIRS_FORMATS, "pairs_format")
         _require_choice(self.groups_format, GROUPS_FORMATS, "groups_format")
         _require_choice(self.image_storage, IMAGE_STORAGE_MODES, "image_storage")
+        if not 1 <= self.max_image_pixels <= PILLOW_MAX_IMAGE_PIXELS:
+            raise MaterializeError(
+                f"max_image_pixels must be in [1, {PILLOW_MAX_IMAGE_PIXELS}] (Pillow opens no "
+                f"larger image), got {self.max_image_pixels}"
+            )
         if min(self.raw_height, self.raw_width) <= 0 or self.raw_channels not in (1, 3, 4):
             raise MaterializeError(
                 "raw image size must be positive and raw_channels 1, 3 or 4, got "
                 f"{self.raw_height}x{self.raw_width}x{self.raw_channels}"
+            )
+        if self.image_storage == "raw" and self.raw_height * self.raw_width > self.max_image_pixels:
+            raise MaterializeError(
+                f"raw image size {self.raw_height}x{self.raw_width}x{self.raw_channels} is "
+                f"{self.raw_height * self.raw_width} pixels "
+                f"({self.raw_height * self.raw_width * self.raw_channels} bytes a record), more "
+                f"than max_image_pixels={self.max_image_pixels}"
             )
         _validate_common(self.sharding, self.max_reject_fraction, self.files_per_batch, self.spill)
 
@@ -113,8 +179,11 @@ class AudioConfig:
     field. Without one, records go to `train` and `eval`: `split_mode="speaker"` holds out
     `eval_fraction` of the speakers (verification on unseen speakers), `"utterance"` holds out
     that fraction of each speaker's utterances. `eval_fraction=0` puts everything in `train`.
-    Audio is decoded, mixed to mono and resampled to `sample_rate`, stored as int16 PCM. `spill`
-    (`SPILL_MODES`) is how the PCM reaches the shard writers (`spill.resolve_spill_root`).
+    Audio is decoded, mixed to mono and resampled to `sample_rate`, stored as int16 PCM. A file
+    longer than `max_audio_seconds` is a `too_long` reject, one whose own rate is outside
+    [`min_input_sample_rate`, `max_input_sample_rate`] an `implausible_rate` reject (`limits`).
+    `spill` (`SPILL_MODES`) is how the PCM reaches the shard writers
+    (`spill.resolve_spill_root`).
     """
 
     root: str
@@ -126,6 +195,9 @@ class AudioConfig:
     split_mode: str = "speaker"
     eval_fraction: float = 0.1
     split_seed: int = 0
+    max_audio_seconds: float = MAX_AUDIO_SECONDS
+    min_input_sample_rate: int = MIN_INPUT_SAMPLE_RATE
+    max_input_sample_rate: int = MAX_INPUT_SAMPLE_RATE
     sharding: ShardingConfig = ShardingConfig()
     max_reject_fraction: float = 0.1
     files_per_batch: int = 16
@@ -148,7 +220,15 @@ class AudioConfig:
             raise MaterializeError(f"sample_rate must be in [1000, 384000], got {self.sample_rate}")
         if not 0.0 <= self.eval_fraction < 1.0:
             raise MaterializeError(f"eval_fraction must be in [0, 1), got {self.eval_fraction}")
+        self.limits.validate(self.sample_rate)
         _validate_common(self.sharding, self.max_reject_fraction, self.files_per_batch, self.spill)
+
+    @property
+    def limits(self) -> AudioLimits:
+        """What one audio file may decode to (`audio.decode_audio`'s `limits`)."""
+        return AudioLimits(
+            self.max_audio_seconds, self.min_input_sample_rate, self.max_input_sample_rate
+        )
 
 
 JobConfig = TypeVar("JobConfig", PairsConfig, AudioConfig)

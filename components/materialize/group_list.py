@@ -25,7 +25,8 @@ def parse_entry(line: str, groups_format: str) -> tuple[str, str]:
 
     Raises `RejectedInput(MALFORMED_GROUP_ENTRY)` for lines that do not parse or whose group is
     empty or not printable (`groups.txt` holds one name a line), and
-    `RejectedInput(UNSAFE_GROUP_PATH)` when the id leaves its root.
+    `RejectedInput(UNSAFE_GROUP_PATH)` when the id leaves its root. The id is taken as written,
+    as in a pair list (`pair_list.parse_entry`); the group loses its surrounding spaces.
     """
     if groups_format == "jsonl":
         entry = pair_list.json_line(line, rejects.MALFORMED_GROUP_ENTRY)
@@ -51,7 +52,7 @@ def parse_entry(line: str, groups_format: str) -> tuple[str, str]:
             f"group {paths.printable(group)!r} is empty or not printable",
         )
     try:
-        record_id = paths.normalize_id(raw_id.strip())
+        record_id = paths.normalize_id(raw_id)
     except rejects.RejectedInput as error:
         raise rejects.RejectedInput(
             rejects.UNSAFE_GROUP_PATH, f"id {paths.printable(raw_id)!r}: {error.detail}"
@@ -63,12 +64,14 @@ def read_group_list(path: str, groups_format: str) -> paths.ReadParsedRecords:
     """PBegin -> `paths.ParsedRecords` of `GroupEntry`s: the groups file read and parsed; a
     reject names its line number."""
     is_csv = groups_format == "csv"
+    data = paths.read_if_stream(path)  # a pipe is read once: for the header and the records
     return paths.ReadParsedRecords(
         path,
         functools.partial(_parse_record, groups_format=groups_format),
         csv_records=is_csv,
-        skip_header=is_csv and pair_list.has_csv_header(path, CSV_HEADER),
+        skip_header=is_csv and pair_list.has_csv_header(path, CSV_HEADER, data),
         bad_encoding_reason=rejects.GROUP_BAD_ENCODING,
+        data=data,
     )
 
 

@@ -39,21 +39,45 @@ class ManifestFormat(NamedTuple):
     def has_split(self) -> bool:
         return SPLIT_FIELD in self.columns
 
+    @property
+    def data(self) -> bytes | None:
+        """The manifest's content when `inspect_manifest` read it whole (a pipe), else None."""
+        return None
+
+
+class _StreamedManifest(ManifestFormat):
+    """The format of a manifest that can be read only once (a pipe): its content rides along,
+    so the job reads the rows from it. Compares as the format it is."""
+
+    def __new__(cls, manifest: ManifestFormat, data: bytes):
+        streamed = super().__new__(cls, *manifest)
+        streamed._data = data
+        return streamed
+
+    def __getnewargs__(self):
+        return (ManifestFormat(*self), self._data)
+
+    @property
+    def data(self) -> bytes | None:
+        return self._data
+
 
 def inspect_manifest(path: str, manifest_format: str = "auto") -> ManifestFormat:
     """Reads the format (and CSV header) at pipeline construction.
 
     For JSON Lines, whether rows carry a split is decided by the first row that is a JSON
-    object. Raises MaterializeError when the CSV header is not valid UTF-8 or lacks `path` or
-    `speaker`.
+    object. A manifest that is not a regular file (a pipe such as `<(...)`, a FIFO) is read
+    whole, once, here: the format carries its content (`ManifestFormat.data`) for the job.
+    Raises MaterializeError when the CSV header is not valid UTF-8, lacks `path` or `speaker`,
+    or names one of `path`, `speaker`, `split` twice.
     """
     if manifest_format == "auto":
         manifest_format = "csv" if path.lower().endswith(".csv") else "jsonl"
+    data = paths.read_if_stream(path)
     if manifest_format == "jsonl":
-        return ManifestFormat("jsonl", (SPLIT_FIELD,) if _first_jsonl_has_split(path) else ())
-    header = next(
-        (r for r in paths.read_text_records(path, csv_records=True) if r.text.strip()), None
-    )
+        has_split = _first_jsonl_has_split(path, data)
+        return _with_data(ManifestFormat("jsonl", (SPLIT_FIELD,) if has_split else ()), data)
+    header = next((r for r in paths.read_text_records(path, True, data) if r.text.strip()), None)
     columns: tuple[str, ...] = ()
     if header is not None:
         problem = paths.utf8_problem(header)
@@ -68,11 +92,22 @@ def inspect_manifest(path: str, manifest_format: str = "auto") -> ManifestFormat
         raise MaterializeError(
             f"manifest {path}: CSV header {list(columns)} lacks {', '.join(missing)}"
         )
-    return ManifestFormat("csv", columns)
+    # A repeated column would give each row two values for one field, and silently keep one.
+    repeated = [f for f in (PATH_FIELD, SPEAKER_FIELD, SPLIT_FIELD) if columns.count(f) > 1]
+    if repeated:
+        raise MaterializeError(
+            f"manifest {path}: CSV header {list(columns)} names column {repeated[0]!r} "
+            f"{columns.count(repeated[0])} times"
+        )
+    return _with_data(ManifestFormat("csv", columns), data)
 
 
-def _first_jsonl_has_split(path: str) -> bool:
-    for record in paths.read_text_records(path):
+def _with_data(manifest: ManifestFormat, data: bytes | None) -> ManifestFormat:
+    return manifest if data is None else _StreamedManifest(manifest, data)
+
+
+def _first_jsonl_has_split(path: str, data: bytes | None) -> bool:
+    for record in paths.read_text_records(path, data=data):
         if not record.text.strip() or paths.utf8_problem(record):
             continue
         try:
@@ -92,7 +127,9 @@ def parse_row(line: str, manifest: ManifestFormat, source: str) -> ManifestRow:
     raw_path = fields.get(PATH_FIELD)
     if not isinstance(raw_path, str) or not raw_path.strip():
         raise rejects.RejectedInput(rejects.MALFORMED_ROW, "row without a path")
-    record_id = paths.normalize_id(raw_path.strip())
+    # The path as written (a JSON string, a quoted CSV field; an unquoted field is stripped):
+    # a file whose name starts or ends with a space can be named.
+    record_id = paths.normalize_id(raw_path)
     speaker = fields.get(SPEAKER_FIELD)
     if isinstance(speaker, int | float) and not isinstance(speaker, bool):
         speaker = str(speaker)
@@ -157,14 +194,14 @@ def _split(fields: dict, manifest: ManifestFormat, record_id: str) -> str:
 def _fields(line: str, manifest: ManifestFormat, source: str) -> dict:
     if manifest.format == "jsonl":
         try:
-            fields = json.loads(line)
+            fields = json.loads(line, object_pairs_hook=_object_once)
         except json.JSONDecodeError as error:
             raise rejects.RejectedInput(rejects.MALFORMED_ROW, f"invalid JSON: {error}") from error
         if not isinstance(fields, dict):
             raise rejects.RejectedInput(rejects.MALFORMED_ROW, "a JSON line must be an object")
         return fields
     try:
-        values = next(csv.reader([line]), [])
+        values = paths.csv_fields(line)
     except csv.Error as error:
         raise rejects.RejectedInput(rejects.MALFORMED_ROW, f"invalid CSV: {error}") from error
     if len(values) != len(manifest.columns):
@@ -176,16 +213,30 @@ def _fields(line: str, manifest: ManifestFormat, source: str) -> dict:
     return dict(zip(manifest.columns, values, strict=True))
 
 
+def _object_once(pairs: list[tuple[str, object]]) -> dict:
+    # json.loads keeps the last of repeated keys: a row naming its path, speaker or split twice
+    # is refused instead (other keys are not read).
+    names = [name for name, _ in pairs]
+    for field in (PATH_FIELD, SPEAKER_FIELD, SPLIT_FIELD):
+        if names.count(field) > 1:
+            raise rejects.RejectedInput(
+                rejects.MALFORMED_ROW, f"field {field!r} given {names.count(field)} times"
+            )
+    return dict(pairs)
+
+
 def read_manifest(path: str, manifest: ManifestFormat) -> paths.ReadParsedRecords:
     """PBegin -> `paths.ParsedRecords` of `ManifestRow`s (not yet deduplicated): the manifest
-    read (a CSV field may hold quoted newlines) and parsed; a reject names its line number."""
+    read (a CSV field may hold quoted newlines; a pipe from the content `inspect_manifest` read)
+    and parsed; a reject names its line number."""
     is_csv = manifest.format == "csv"
     return paths.ReadParsedRecords(
         path,
-        functools.partial(_parse_record, path=path, manifest=manifest),
+        functools.partial(_parse_record, path=path, manifest=ManifestFormat(*manifest)),
         csv_records=is_csv,
         skip_header=is_csv,
         bad_encoding_reason=rejects.BAD_ENCODING,
+        data=manifest.data,
     )
 
 

@@ -27,9 +27,12 @@ def resolve_format(path: str, pairs_format: str = "auto") -> str:
     return "csv" if path.lower().endswith(".csv") else "jsonl"
 
 
-def has_csv_header(path: str, header: tuple[str, ...] = CSV_HEADER) -> bool:
-    """True when the first non-blank record of a CSV file is `header` (an edge list's `x,y`)."""
-    for record in paths.read_text_records(path, csv_records=True):
+def has_csv_header(
+    path: str, header: tuple[str, ...] = CSV_HEADER, data: bytes | None = None
+) -> bool:
+    """True when the first non-blank record of a CSV file (or of `data`, its content) is
+    `header` (an edge list's `x,y`)."""
+    for record in paths.read_text_records(path, csv_records=True, data=data):
         if record.text.strip():
             try:
                 values = next(csv.reader([record.text]), [])
@@ -48,9 +51,10 @@ def json_line(line: str, reason: str) -> object:
 
 
 def two_csv_fields(line: str, reason: str, names: str) -> tuple[str, str]:
-    """The two fields (`names`, as "x,y") of one CSV line; a `reason` reject otherwise."""
+    """The two fields (`names`, as "x,y") of one CSV line, as `paths.csv_fields` reads them (a
+    quoted field as written, an unquoted one stripped); a `reason` reject otherwise."""
     try:
-        values = next(csv.reader([line]), [])
+        values = paths.csv_fields(line)
     except csv.Error as error:
         raise rejects.RejectedInput(reason, f"invalid CSV: {error}") from error
     if len(values) != 2:
@@ -61,7 +65,10 @@ def two_csv_fields(line: str, reason: str, names: str) -> tuple[str, str]:
 def parse_entry(line: str, pairs_format: str) -> PairEntry:
     """Parses one line; a JSON line may list no y at all.
 
-    Raises `RejectedInput(MALFORMED_PAIR_ENTRY)` for lines that do not parse and
+    Ids are taken as written, so an image whose name starts or ends with a space can be named:
+    a JSON string exactly, a quoted CSV field exactly (`" a.png"`), an unquoted CSV field
+    without its surrounding spaces (`a.png, b.png`). Raises
+    `RejectedInput(MALFORMED_PAIR_ENTRY)` for lines that do not parse and
     `RejectedInput(UNSAFE_PAIR_PATH)` when the x id leaves its root; unsafe y ids are returned
     in `unsafe_y` so the line's other entries survive.
     """
@@ -81,7 +88,7 @@ def parse_entry(line: str, pairs_format: str) -> PairEntry:
         x_id, y_id = two_csv_fields(line, rejects.MALFORMED_PAIR_ENTRY, "x,y")
         y_ids = [y_id]
     try:
-        x_id = paths.normalize_id(x_id.strip())
+        x_id = paths.normalize_id(x_id)
     except rejects.RejectedInput as error:
         raise rejects.RejectedInput(
             rejects.UNSAFE_PAIR_PATH, f"x id {x_id!r}: {error.detail}"
@@ -89,22 +96,25 @@ def parse_entry(line: str, pairs_format: str) -> PairEntry:
     safe_y, unsafe_y = [], []
     for raw in y_ids:
         try:
-            safe_y.append(paths.normalize_id(raw.strip()))
+            safe_y.append(paths.normalize_id(raw))
         except rejects.RejectedInput as error:
             unsafe_y.append((raw, error.detail))
     return PairEntry(x_id, safe_y, unsafe_y)
 
 
 def read_pair_list(path: str, pairs_format: str) -> paths.ReadParsedRecords:
-    """PBegin -> `paths.ParsedRecords` of `PairEntry`s: the pair list read and parsed; a reject
-    names its line number, and each unsafe y id is a reject of its own."""
+    """PBegin -> `paths.ParsedRecords` of `PairEntry`s: the pair list read (once, also when it
+    is a pipe) and parsed; a reject names its line number, and each unsafe y id is a reject of
+    its own."""
     is_csv = pairs_format == "csv"
+    data = paths.read_if_stream(path)  # a pipe is read once: for the header and the records
     return paths.ReadParsedRecords(
         path,
         functools.partial(_parse_record, path=path, pairs_format=pairs_format),
         csv_records=is_csv,
-        skip_header=is_csv and has_csv_header(path),
+        skip_header=is_csv and has_csv_header(path, data=data),
         bad_encoding_reason=rejects.PAIR_BAD_ENCODING,
+        data=data,
     )
 
 

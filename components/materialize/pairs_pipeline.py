@@ -263,7 +263,11 @@ class MaterializePairs(beam.PTransform):
         output_dir = config.output_dir
         roots = {X: config.x_dir, Y: config.y_dir}
         storage = images.ImageStorage(
-            config.image_storage, config.raw_height, config.raw_width, config.raw_channels
+            config.image_storage,
+            config.raw_height,
+            config.raw_width,
+            config.raw_channels,
+            max_pixels=config.max_image_pixels,
         )
 
         spill_root = spill.resolve_spill_root(config.spill, begin.pipeline, output_dir)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import io
 import os
 import posixpath
 import re
@@ -27,6 +28,10 @@ from components import layout
 from components.materialize import rejects
 
 _FORBIDDEN_CHARACTERS = frozenset("\n\r\0")
+# Put by `list_files` before the id of a file whose name is not UTF-8 and whose printable form
+# does not name it alone (another file has that name, or other bytes print alike): a NUL, which
+# no file name holds, so `normalize_id` rejects it as NON_UTF8_NAME before it becomes an id.
+_AMBIGUOUS_NAME = "\0"
 _UTF8_BOM = b"\xef\xbb\xbf"
 _UNDECODABLE = "rejected"  # the output of `ReadParsedRecords`' steps that holds rejects
 # How `printable` writes a byte that is not UTF-8; `_undo_printable` reverses it.
@@ -43,8 +48,11 @@ def normalize_id(raw_path: str) -> str:
     """Returns the record id of a path given relative to a root (posix, without `.` parts).
 
     Raises `RejectedInput(UNSAFE_PATH)` for absolute paths, paths leaving the root through
-    `..`, empty paths and ids that cannot be stored one per line (newlines, NUL, invalid UTF-8).
+    `..`, empty paths and ids that cannot be stored one per line (newlines, NUL, invalid UTF-8),
+    and `RejectedInput(NON_UTF8_NAME)` for a listed name `list_files` marked as not UTF-8.
     """
+    if raw_path.startswith(_AMBIGUOUS_NAME):
+        raise rejects.RejectedInput(rejects.NON_UTF8_NAME, _ambiguous_detail(raw_path))
     if not raw_path or not raw_path.strip():
         raise rejects.RejectedInput(rejects.UNSAFE_PATH, "empty path")
     if _FORBIDDEN_CHARACTERS.intersection(raw_path):
@@ -61,6 +69,14 @@ def normalize_id(raw_path: str) -> str:
     if record_id == ".":
         raise rejects.RejectedInput(rejects.UNSAFE_PATH, "path names the root itself")
     return record_id
+
+
+def _ambiguous_detail(marked: str) -> str:
+    shown = marked[len(_AMBIGUOUS_NAME) :]
+    return (
+        f"the file name is not valid UTF-8; printed it reads {shown!r}, as another file's name "
+        "(or other bytes) also reads, so it cannot be an id"
+    )
 
 
 def _has_drive(path: str) -> bool:
@@ -102,6 +118,9 @@ def read_bytes(root: str, path: str) -> bytes:
     Raises `RejectedInput` with MISSING_FILE, SYMLINK_ESCAPES_ROOT, SYMLINK_LOOP,
     NOT_REGULAR_FILE, NON_UTF8_NAME, UNSUPPORTED_FORMAT (a directory) or READ_ERROR.
     """
+    if _AMBIGUOUS_NAME in path:
+        marked = path[path.index(_AMBIGUOUS_NAME) :]
+        raise rejects.RejectedInput(rejects.NON_UTF8_NAME, _ambiguous_detail(marked))
     check_inside_root(root, path)
     if is_local(path):
         _check_regular_file(path)
@@ -167,7 +186,10 @@ def list_files(root: str) -> Iterator[str]:
     reader rejects it as escaping the root instead of it vanishing silently. A link that cannot
     be followed (a loop) and anything that is not a regular file is yielded too, for the reader
     to reject. A local name that is not valid UTF-8 is yielded as `printable` writes it: the
-    reader rejects it as NON_UTF8_NAME (such a name cannot be a record id).
+    reader rejects it as NON_UTF8_NAME (such a name cannot be a record id). When that printable
+    form does not lead back to this file alone (a file is named so: `a\\xff.png` beside the
+    non-UTF-8 `a<FF>.png`; or other bytes print alike), the id part is yielded behind a NUL
+    marker, so `normalize_id` rejects it as NON_UTF8_NAME and the other file keeps its own id.
     """
     if is_local(root):
         yield from _list_local_files(root)
@@ -194,11 +216,25 @@ def _list_local_files(root: str) -> Iterator[str]:
             for entry in entries:
                 path = posixpath.join(directory, entry.name)
                 if not _is_dir(entry):
-                    yield printable(path)
+                    yield _listed(root, path)
                 elif not entry.is_symlink():
                     pending.append(path)
                 elif not _resolves_inside(root, path):
-                    yield printable(path)
+                    yield _listed(root, path)
+
+
+def _listed(root: str, path: str) -> str:
+    """How `list_files` yields a local `path` below `root`: as it is when its name is UTF-8,
+    else in its printable form, marked when that form does not name this file alone."""
+    if path.isascii():
+        return path
+    shown = printable(path)
+    if shown == path:
+        return path
+    if _undo_printable(shown) == os.fsencode(path) and not os.path.lexists(shown):
+        return shown  # `read_bytes` finds no such file and rejects it as NON_UTF8_NAME
+    start = len(shown) - len(printable(relative_id(root, path)))
+    return shown[:start] + _AMBIGUOUS_NAME + shown[start:]
 
 
 def _is_dir(entry: os.DirEntry) -> bool:
@@ -237,19 +273,88 @@ class TextRecord(NamedTuple):
     text: str
 
 
-def read_text_records(path: str, csv_records: bool = False) -> Iterator[TextRecord]:
-    """Yields the records of a text file (any Beam path) in order, blank ones included.
+def read_text_records(
+    path: str, csv_records: bool = False, data: bytes | None = None
+) -> Iterator[TextRecord]:
+    """Yields the records of a text file (any Beam path) in order, blank ones included; of
+    `data` instead when given (the file's content, read once by `read_if_stream`).
 
     The file is split at b"\\n" only, like Beam's `ReadFromText` (not at the other Unicode
     line breaks `str.splitlines` knows), and a leading UTF-8 byte order mark is dropped. Bytes
     that are not UTF-8 do not stop the reading: `utf8_problem` finds the records holding them.
     """
+    if data is not None:
+        yield from _text_records(io.BytesIO(data), csv_records)
+        return
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        lines = _decoded_lines(handle)
-        if csv_records:
-            yield from _csv_records(lines)
-        else:
-            yield from (TextRecord(number, line) for number, line in enumerate(lines, 1))
+        yield from _text_records(handle, csv_records)
+
+
+def _text_records(handle: Iterable[bytes], csv_records: bool) -> Iterator[TextRecord]:
+    lines = _decoded_lines(handle)
+    if csv_records:
+        yield from _csv_records(lines)
+    else:
+        yield from (TextRecord(number, line) for number, line in enumerate(lines, 1))
+
+
+def read_if_stream(path: str) -> bytes | None:
+    """The whole content of a local `path` that is not a regular file (a pipe such as bash's
+    `<(...)`, a FIFO, `/dev/stdin`), read now; None for a regular file or a remote path.
+
+    A stream can be read only once: a job that sniffed its format (a CSV header) and then read
+    it again would find it empty. The job keeps these bytes and reads its records from them.
+    """
+    if not is_local(path):
+        return None
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None  # The reader says what is wrong with the path.
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def csv_fields(text: str) -> list[str]:
+    """The fields of one CSV record (`text`, as `read_text_records` yields it): a quoted field
+    exactly as written between its quotes, an unquoted one without surrounding whitespace (so
+    `a.png, b.png` names `b.png`, and `" b.png"` names ` b.png`). Raises `csv.Error`."""
+    values = next(csv.reader([text]), [])
+    quoted = _quoted_fields(text)
+    if len(quoted) != len(values):  # not a shape the scan knows: strip every field
+        quoted = [False] * len(values)
+    return [
+        value if was_quoted else value.strip()
+        for value, was_quoted in zip(values, quoted, strict=True)
+    ]
+
+
+def _quoted_fields(text: str) -> list[bool]:
+    """Whether each field of a CSV record (the csv module's default dialect) is quoted: it is
+    when its first character is the quote; the csv module does not say."""
+    flags = []
+    i, n = 0, len(text)
+    while True:
+        quoted = i < n and text[i] == '"'
+        flags.append(quoted)
+        if quoted:
+            i += 1
+            while i < n:
+                if text[i] == '"':
+                    if text.startswith('"', i + 1):  # a doubled quote inside the field
+                        i += 2
+                        continue
+                    i += 1
+                    break
+                i += 1
+        while i < n and text[i] not in ",\r\n":
+            i += 1
+        if i < n and text[i] == ",":
+            i += 1
+            continue
+        return flags
 
 
 def _decoded_lines(handle: Iterable[bytes]) -> Iterator[str]:
@@ -319,7 +424,8 @@ class ReadParsedRecords(beam.PTransform):
     The file is read by one worker in one pass (line numbers and CSV records that span lines
     need it; a million rows take seconds) and its records are then spread over the workers and
     parsed there by `parse(text, line)`. `skip_header` drops the first non-blank record; records
-    that are not valid UTF-8 become rejects with `bad_encoding_reason`.
+    that are not valid UTF-8 become rejects with `bad_encoding_reason`. `data`: the file's
+    content when it was read already (`read_if_stream`); the records are read from it.
     """
 
     def __init__(
@@ -330,6 +436,7 @@ class ReadParsedRecords(beam.PTransform):
         csv_records: bool,
         skip_header: bool,
         bad_encoding_reason: str,
+        data: bytes | None = None,
     ):
         super().__init__()
         self._path = path
@@ -337,6 +444,7 @@ class ReadParsedRecords(beam.PTransform):
         self._csv_records = csv_records
         self._skip_header = skip_header
         self._bad_encoding_reason = bad_encoding_reason
+        self._data = data
 
     def expand(self, begin: beam.pvalue.PBegin) -> ParsedRecords:
         read = (
@@ -344,7 +452,11 @@ class ReadParsedRecords(beam.PTransform):
             | "Path" >> beam.Create([self._path], reshuffle=False)
             | "Read"
             >> beam.FlatMap(
-                _read_records, self._csv_records, self._skip_header, self._bad_encoding_reason
+                _read_records,
+                self._csv_records,
+                self._skip_header,
+                self._bad_encoding_reason,
+                self._data,
             ).with_outputs(_UNDECODABLE, main="records")
         )
         parsed = (
@@ -379,10 +491,14 @@ def _parse_record(record: TextRecord, path: str, parse: RecordParser) -> Iterato
 
 
 def _read_records(
-    path: str, csv_records: bool, skip_header: bool, bad_encoding_reason: str
+    path: str,
+    csv_records: bool,
+    skip_header: bool,
+    bad_encoding_reason: str,
+    data: bytes | None = None,
 ) -> Iterator[TextRecord | beam.pvalue.TaggedOutput]:
     header_pending = skip_header
-    for record in read_text_records(path, csv_records):
+    for record in read_text_records(path, csv_records, data):
         if not record.text.strip():
             continue
         if header_pending:

@@ -28,6 +28,11 @@ CORRUPT_IMAGE = "corrupt_image"
 CORRUPT_AUDIO = "corrupt_audio"
 EMPTY_AUDIO = "empty_audio"
 TOO_SHORT = "too_short"  # audio shorter than `layout.MIN_AUDIO_SECONDS`
+# The limits on what one file may decode to (`config.AudioLimits`, `max_image_pixels`).
+TOO_LONG = "too_long"  # audio longer than --max_audio_seconds
+IMPLAUSIBLE_RATE = "implausible_rate"  # a native sample rate outside the input rate range
+NON_FINITE_AUDIO = "non_finite_audio"  # float samples that are NaN or infinite
+IMAGE_TOO_LARGE = "image_too_large"  # more pixels than --max_image_pixels
 DUPLICATE_ID = "duplicate_id"
 BAD_ENCODING = "bad_encoding"  # a manifest row that is not valid UTF-8
 MALFORMED_ROW = "malformed_row"
@@ -68,6 +73,10 @@ RECORD_REASONS = (
     CORRUPT_AUDIO,
     EMPTY_AUDIO,
     TOO_SHORT,
+    TOO_LONG,
+    IMPLAUSIBLE_RATE,
+    NON_FINITE_AUDIO,
+    IMAGE_TOO_LARGE,
     DUPLICATE_ID,
     BAD_ENCODING,
     MALFORMED_ROW,

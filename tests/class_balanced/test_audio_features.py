@@ -112,6 +112,28 @@ def test_pad_mode_features_equal_single_record_features():
         np.testing.assert_allclose(batch["features"][row, :length], alone["features"][0], atol=1e-4)
 
 
+def test_pad_mode_cuts_records_to_max_pad_seconds():
+    """A record longer than the cap is featurized from its first `max_pad_seconds` only, so the
+    batch pads to the cap, not to the longest record."""
+    rng = np.random.default_rng(5)
+    waveforms = random_waveforms(rng, [20000, 3000, 8000])
+    config = af.AudioFeatureConfig(mode="pad", max_pad_seconds=0.5)
+    assert config.max_pad_samples == 8000
+    batch = af.audio_features(pcm_batch(waveforms), config)
+    capped = af.num_frames(8000, config)
+    assert batch["features"].shape[1] == capped
+    assert batch["lengths"].numpy().tolist() == [capped, af.num_frames(3000, config), capped]
+    head = af.audio_features(pcm_batch([waveforms[0][:8000]]), config)
+    np.testing.assert_allclose(batch["features"][0], head["features"][0], atol=1e-4)
+    uncapped = af.audio_features(
+        pcm_batch(waveforms), af.AudioFeatureConfig(mode="pad", max_pad_seconds=None)
+    )
+    assert uncapped["lengths"].numpy()[0] == af.num_frames(20000, config)
+    # The default cap: 120 s.
+    assert af.AudioFeatureConfig().max_pad_seconds == 120.0
+    assert af.AudioFeatureConfig(mode="pad").max_pad_samples == 120 * SAMPLE_RATE
+
+
 def test_mean_normalization_zeroes_the_mean_of_valid_frames():
     rng = np.random.default_rng(2)
     config = af.AudioFeatureConfig(mode="pad")
@@ -219,6 +241,9 @@ def test_bad_audio_is_a_clear_error_naming_the_record():
         (dict(crop_seconds=0.01), "shorter than one frame"),
         (dict(lower_edge_hertz=9000.0), "lower_edge_hertz"),
         (dict(frame_length_ms=0.05), "too short"),
+        (dict(mode="pad", max_pad_seconds=0.01), "max_pad_seconds"),
+        (dict(mode="pad", max_pad_seconds=float("nan")), "max_pad_seconds"),
+        (dict(mode="pad", max_pad_seconds=float("inf")), "max_pad_seconds"),
     ],
 )
 def test_bad_configs(kwargs, message):

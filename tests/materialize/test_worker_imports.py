@@ -112,10 +112,13 @@ def test_audio_worker_code_does_not_import_tensorflow(tmp_path):
         for name in {AUDIO_WORKER_MODULES!r}:
             importlib.import_module(name)
         from components.materialize import audio_pipeline, manifest, spill
+        from components.materialize.config import AudioLimits
         rows, rejected = [], []
         for row in audio_pipeline._rows_of_files({str(root)!r}):
             (rows if isinstance(row, manifest.ManifestRow) else rejected).append(row)
-        decode = audio_pipeline._DecodeUtterances({str(root)!r}, 16000, {str(tmp_path / "out")!r})
+        decode = audio_pipeline._DecodeUtterances(
+            {str(root)!r}, 16000, {str(tmp_path / "out")!r}, AudioLimits()
+        )
         decode.start_bundle()
         outputs = [out for row in sorted(rows) for out in decode.process(row)]
         decode.finish_bundle()
