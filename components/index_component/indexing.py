@@ -30,6 +30,7 @@ import numpy as np
 from components import layout
 from components.index_component import records, screening
 from components.materialize import (
+    claims,
     common,
     outcome,
     pair_index,
@@ -486,7 +487,7 @@ class IndexRecords(beam.PTransform):
                 >> beam.Map(
                     _write_groups,
                     output_dir,
-                    layout.claimed_run_id(output_dir),
+                    claims.claimed_run_id(output_dir),
                     beam.pvalue.AsSingleton(plans),
                     beam.pvalue.AsDict(groups),
                 )

@@ -10,6 +10,8 @@ Import from here; the modules behind it hold one concept each:
   `element_codec`: the default element <-> Example encoding it uses;
 * `parsing`: batched parsers of image Examples and payload checks;
 * `epoch_plan`: stateless per-epoch plans, worker slices, checkpointable epoch state;
+  `epoch_sampler`: what both samplers share (datasets of batches, here or on tf.data service);
+  `variables`: the non-trainable variables indexes live in; `arguments`: argument checks;
   `data_service`: what a dataset needs to run on tf.data service workers, checked at build;
 * `valid_pairs`, `group_pairs`, `pair_plan`, `pairs`, `coverage`: the valid-pair index (edges,
   or groups), the pair plan, the dynamic-pairs sampler, pair coverage;

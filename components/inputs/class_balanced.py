@@ -8,12 +8,15 @@ dataset, ids + loader) becomes a store and class index in `sources.labelled_reco
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 from collections.abc import Callable, Mapping
 
 import numpy as np
 import tensorflow as tf
 
+from components import layout
 from components.inputs import epoch_plan, sources
 from components.inputs.audio_features import (
     AudioFeatureConfig,
@@ -26,15 +29,18 @@ from components.inputs.class_plan import (
     int_argument,
     seed_argument,
 )
+from components.inputs.epoch_sampler import EpochSampler
 from components.inputs.parsing import AUDIO_EXAMPLE_SPEC, ExampleGuard, ParseFn
 from components.inputs.record_store import RecordStore, describe_damaged
+from components.inputs.run import Run, open_run
+from components.inputs.variables import index_variable
 
 DEFAULT_FEATURES = AudioFeatureConfig()
 
 _log = logging.getLogger(__name__)
 
 
-class ClassBalancedSampler(epoch_plan.EpochSampler):
+class ClassBalancedSampler(EpochSampler):
     """A class-balanced input over one source: its record store, class index, plan and state.
 
     `dataset()` is the `tf.data.Dataset` that `class_balanced` returns; the sampler also exposes
@@ -91,6 +97,11 @@ class ClassBalancedSampler(epoch_plan.EpochSampler):
                     "pass features (the audio front end) or parse_fn / feature_spec, not both"
                 )
             features = None
+        elif features is DEFAULT_FEATURES and isinstance(source, (str, os.PathLike, Run)):
+            # The front end featurizes at the rate the run stored, never a default of its own.
+            recorded = _recorded_sample_rate(source)
+            if recorded is not None:
+                features = dataclasses.replace(features, sample_rate=recorded)
         self.features = features
         sample_rate = features.sample_rate if features is not None else None
         resolved = sources.labelled_records(
@@ -208,6 +219,19 @@ class ClassBalancedSampler(epoch_plan.EpochSampler):
         return {"index": index, "label": label, **computed}
 
 
+def _recorded_sample_rate(source) -> int | None:
+    """The sample rate the run `source` (a `Run` or its folder) stored its audio at, or None.
+
+    A folder that does not open as a committed run gives None here: `sources.labelled_records`
+    opens it next and names what is wrong with it."""
+    if isinstance(source, Run):
+        return source.sample_rate
+    try:
+        return open_run(os.fspath(source)).sample_rate
+    except (FileNotFoundError, layout.IndexFileError):
+        return None
+
+
 def class_balanced(
     source,
     labels=None,
@@ -311,7 +335,7 @@ def _record_number_lookup(values: np.ndarray, memory_budget_bytes: int) -> tuple
     budget, else from the memory-mapped index file (one `numpy_function` per epoch plan). Also
     returns whether the lookup runs in Python."""
     if not isinstance(values, np.memmap) or values.nbytes <= memory_budget_bytes:
-        table = epoch_plan.index_variable(np.asarray(values, np.int64), tf.int64, "record_numbers")
+        table = index_variable(np.asarray(values, np.int64), tf.int64, "record_numbers")
         return (lambda positions: tf.gather(table, positions)), False
 
     def lookup(positions: tf.Tensor) -> tf.Tensor:

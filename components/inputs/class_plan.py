@@ -36,12 +36,13 @@ or samples), so every worker computes the same global plan and a resumed run rec
 from __future__ import annotations
 
 import dataclasses
-import operator
 
 import numpy as np
 import tensorflow as tf
 
 from components.inputs import epoch_plan
+from components.inputs.arguments import int_argument, seed_argument
+from components.inputs.variables import index_variable
 
 EPOCH_MODES = ("classes", "samples")
 SMALL_CLASS_POLICIES = ("replace", "skip")
@@ -56,34 +57,6 @@ _SALT_BATCH_SEEDS = 15
 
 
 # What the stateless RNG takes as a seed (`epoch_plan.epoch_seed`: an int64 element).
-SEED_RANGE = (-(1 << 63), (1 << 63) - 1)
-
-
-def int_argument(name: str, value, minimum: int | None = None) -> int:
-    """`value` as a Python int, checked where a sampler is built: a Python or NumPy integer
-    (not a bool, not a float: 2.5 is not silently 2) that fits in int64, at least `minimum`.
-
-    Raises a one-line TypeError (wrong type) or ValueError (out of range) naming `name`.
-    """
-    if isinstance(value, bool | np.bool_):
-        raise TypeError(f"{name} must be an int, got the bool {value!r}")
-    try:
-        as_int = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}") from None
-    low, high = SEED_RANGE
-    if minimum is not None and as_int < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {as_int}")
-    if not low <= as_int <= high:
-        raise ValueError(f"{name} must fit in int64 [-2**63, 2**63 - 1], got {as_int}")
-    return as_int
-
-
-def seed_argument(seed) -> int:
-    """A sampler seed: an int the stateless RNG takes (int64, `SEED_RANGE`)."""
-    return int_argument("seed", seed)
-
-
 # Longest within-class permutation prefix drawn by the partial Fisher-Yates shuffle; longer
 # prefixes (large n_p) shuffle every class in full instead.
 _MAX_PREFIX = 64
@@ -257,7 +230,7 @@ class ClassBalancedPlan:
 
         # Variables, not constants: tf.data captures a variable by handle but copies a constant
         # into the dataset graph for every iterator, that is every epoch.
-        const = lambda a: epoch_plan.index_variable(np.asarray(a, np.int64), tf.int64)
+        const = lambda a: index_variable(np.asarray(a, np.int64), tf.int64)
         row_splits = np.concatenate([[0], np.cumsum(report.class_sizes)])
         self._row_splits = const(row_splits)
         self._usable = const(usable)

@@ -12,16 +12,16 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from components.inputs.epoch_plan import index_variable
 from components.inputs.group_pairs import GroupPairs
 from components.inputs.valid_pairs import ValidPairs
+from components.inputs.variables import index_variable
 
 
 class PairCoverage(tf.Module):
     """Distinct valid pairs seen, this epoch and overall.
 
     Pairs are identified by the key `x * num_y + y`; the sorted keys of all valid pairs are held
-    once (int64 [num_pairs], an `epoch_plan.index_variable`, so `observe` does not copy them into
+    once (int64 [num_pairs], a `variables.index_variable`, so `observe` does not copy them into
     the dataset graph every epoch, nor do checkpoints of this module hold them) and batches are
     matched by binary search.
     """

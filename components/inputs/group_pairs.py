@@ -23,6 +23,8 @@ import logging
 
 import numpy as np
 
+from components import layout
+
 _log = logging.getLogger(__name__)
 
 # Reason an x is left out of the plan: its group has no y.
@@ -145,7 +147,7 @@ class GroupPairs:
             skipped_x=np.flatnonzero(~planned).astype(np.int64),
         )
 
-    def edges(self, max_pairs: int = 50_000_000) -> tuple[np.ndarray, np.ndarray]:
+    def edges(self, max_pairs: int = layout.MAX_GROUP_EDGES) -> tuple[np.ndarray, np.ndarray]:
         """The explicit CSR over x (`row_splits`, `values`: the y of each x), for what needs pairs
         one by one (pair coverage, checks). Refuses more than `max_pairs` pairs."""
         if self.num_pairs > max_pairs:

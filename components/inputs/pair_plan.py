@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from components.inputs.class_plan import int_argument, seed_argument
+from components.inputs.arguments import int_argument, seed_argument
 from components.inputs.epoch_plan import (
     SALT_CHOICE,
     SALT_GROUP_START,
@@ -27,11 +27,11 @@ from components.inputs.epoch_plan import (
     SALT_TIE_BREAK,
     EpochState,
     epoch_seed,
-    index_variable,
     round_batches,
 )
 from components.inputs.group_pairs import GroupPairs
 from components.inputs.valid_pairs import ValidPairs
+from components.inputs.variables import index_variable
 
 STRATEGIES = ("uniform", "least_sampled")
 REMAINDERS = ("wrap", "drop")

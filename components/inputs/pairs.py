@@ -11,13 +11,9 @@ from __future__ import annotations
 import tensorflow as tf
 
 from components import layout
-from components.inputs.class_plan import int_argument, seed_argument
-from components.inputs.epoch_plan import (
-    EpochSampler,
-    SkipLog,
-    replicas_per_worker,
-    worker_slice,
-)
+from components.inputs.arguments import int_argument, seed_argument
+from components.inputs.epoch_plan import SkipLog, replicas_per_worker, worker_slice
+from components.inputs.epoch_sampler import EpochSampler
 from components.inputs.group_pairs import GroupPairs
 from components.inputs.pair_plan import PairingState, PairPlanner
 from components.inputs.parsing import (

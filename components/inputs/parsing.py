@@ -22,7 +22,7 @@ import tensorflow as tf
 from google.protobuf.message import DecodeError
 
 from components import layout
-from components.inputs.epoch_plan import index_variable
+from components.inputs.variables import index_variable
 
 ParseFn = Callable[[tf.Tensor], object]
 

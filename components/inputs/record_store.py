@@ -35,7 +35,6 @@ import numpy as np
 import tensorflow as tf
 
 from components import layout
-from components.inputs.epoch_plan import index_variable
 from components.inputs.parsing import ParseFn
 from components.inputs.shard_readers import (
     DamagedRecord,
@@ -49,6 +48,7 @@ from components.inputs.shard_readers import (
     open_native_reader,
     shard_sizes,
 )
+from components.inputs.variables import index_variable
 
 _log = logging.getLogger(__name__)
 

@@ -28,6 +28,7 @@ import posixpath
 import tensorflow as tf
 
 from components import component_keys, layout
+from components.inputs.arguments import choice, int_argument
 from components.inputs.record_store import BACKENDS, ON_DAMAGED, READERS, RecordStore
 
 # The artifact output keys of one materialize (or index) component execution.
@@ -38,26 +39,6 @@ _ARTIFACT_KEYS = (
     component_keys.PAIR_INDEX_KEY,
     component_keys.CLASS_INDEX_KEY,
 )
-
-
-def choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
-    """`value` when it is one of `allowed`; else ValueError naming `name`, the allowed values and
-    the closest one ("did you mean")."""
-    if isinstance(value, str) and value in allowed:
-        return value
-    close = difflib.get_close_matches(str(value), allowed, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}{hint}")
-
-
-def positive_int(name: str, value: object, minimum: int = 1) -> int:
-    """`value` when it is an int >= `minimum` (bool is not); else TypeError/ValueError naming
-    `name`."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +67,7 @@ class StoreOptions:
         choice("backend", self.backend, BACKENDS)
         choice("on_damaged", self.on_damaged, ON_DAMAGED)
         choice("reader", self.reader, READERS)
-        positive_int("memory_budget_bytes", self.memory_budget_bytes, minimum=0)
+        int_argument("memory_budget_bytes", self.memory_budget_bytes, minimum=0)
         if not isinstance(self.verify_crc, bool):
             raise TypeError(f"verify_crc must be a bool, got {self.verify_crc!r}")
 

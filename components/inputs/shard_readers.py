@@ -29,7 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from components import layout, native
-from components.inputs.epoch_plan import index_variable
+from components.inputs.variables import index_variable
 
 # A payload check returns None for a good payload and the reason otherwise.
 PayloadCheck = Callable[[bytes], "str | None"]

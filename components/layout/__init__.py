@@ -41,9 +41,9 @@ before its summary, a failed run, or parts of two runs mixed in one folder (`Run
 names both run ids). A folder without `summary.json` whose parts name no run is not a run but a
 store `components.inputs.sources.record_store_from` cached from user data; it is read as is.
 
-A job claims its folder with `.claim` (`try_claim`: created exclusively on local disks; on
-object stores a best-effort write-if-absent, read back), so a second job on the same folder
-fails fast; the job removes its claim when it ends.
+A job claims its folder with `.claim` (`components.materialize.claims.try_claim`: created
+exclusively on local disks; on object stores a best-effort write-if-absent, read back), so a
+second job on the same folder fails fast; the job removes its claim when it ends.
 
 Shard paths in `shards.json` are relative to the run directory, so a run can be moved or copied.
 
@@ -60,22 +60,14 @@ The package is this contract, one concern a module, each index's writer beside i
 * `files`: `.npy`, CSR, JSON and text-line files, each with its checked reader;
 * `record_sets`: a record set's offsets, `shards.json` (shard sizes and sampled CRCs), ids;
 * `class_index`, `group_index`: the class index and valid pairs by group;
-* `commit`: run ids and the commit protocol;
-* `claim`: the job's claim on its folder.
+* `commit`: run ids and the commit protocol (the job's claim on its folder is the writers':
+  `components.materialize.claims`).
 
 Everything is re-exported here: `from components import layout` and `layout.<name>`.
 """
 
 from __future__ import annotations
 
-from components.layout.claim import (
-    Claim,
-    claim_path,
-    claimed_run_id,
-    load_claim,
-    release_claim,
-    try_claim,
-)
 from components.layout.class_index import (
     class_records,
     save_class_index,
@@ -190,7 +182,6 @@ __all__ = [
     "CLASS_RECORDS_INDEX",
     "CRC_BYTES",
     "CRC_MASK_DELTA",
-    "Claim",
     "EXAMPLES_DIR",
     "FRAME_FOOTER_BYTES",
     "FRAME_HEADER_BYTES",
@@ -232,8 +223,6 @@ __all__ = [
     "check_committed",
     "check_part",
     "check_same_run",
-    "claim_path",
-    "claimed_run_id",
     "class_records",
     "class_records_dir",
     "commit_run",
@@ -245,7 +234,6 @@ __all__ = [
     "has_group_index",
     "index_dir",
     "is_count",
-    "load_claim",
     "load_csr",
     "load_group_index",
     "load_json",
@@ -256,7 +244,6 @@ __all__ = [
     "masked_crc32c",
     "new_run_id",
     "pairs_index_dir",
-    "release_claim",
     "resolve",
     "resolve_shard",
     "run_id_field",
@@ -272,7 +259,6 @@ __all__ = [
     "save_run_file",
     "shard_name",
     "tfrecord_frame",
-    "try_claim",
     "write_frames",
     "write_record_set",
     "write_shard",

@@ -12,7 +12,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
 from components import layout
-from components.materialize import beam_worker, pictures, run_dir, spill, staging
+from components.materialize import beam_worker, claims, pictures, run_dir, spill, staging
 from components.materialize.config import ShardingConfig
 from components.materialize.errors import MaterializeError
 from components.materialize.id_index import IdIndex
@@ -100,7 +100,7 @@ def run_job(
     finally:
         if job_stopped:
             spill.remove_spill_dir(output_dir, run_id)
-            layout.release_claim(output_dir, run_id)
+            claims.release_claim(output_dir, run_id)
     return run_dir.read_summary(output_dir, run_id)
 
 

@@ -21,7 +21,7 @@ import apache_beam as beam
 import numpy as np
 
 from components import layout
-from components.materialize import common, group_list, rejects, shards
+from components.materialize import claims, common, group_list, rejects, shards
 from components.materialize.config import ShardingConfig
 from components.materialize.id_index import IdIndex
 from components.materialize.shards import IdTable, ShardPlan
@@ -340,6 +340,6 @@ def WriteGroupIndex(
     return verdict | "WriteGroupIndex" >> beam.Map(
         _write_group_index,
         output_dir,
-        layout.claimed_run_id(output_dir),
+        claims.claimed_run_id(output_dir),
         beam.pvalue.AsSingleton(selection),
     )

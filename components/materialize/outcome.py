@@ -11,7 +11,7 @@ from typing import NamedTuple
 import apache_beam as beam
 
 from components import layout
-from components.materialize import rejects
+from components.materialize import claims, rejects
 from components.materialize.shards import ShardPlan
 from components.materialize.verdict import Verdict, decide
 
@@ -134,7 +134,7 @@ def WriteSummary(
     return judgement.verdict | "Write" >> beam.Map(
         _write_summary,
         output_dir,
-        layout.claimed_run_id(output_dir),
+        claims.claimed_run_id(output_dir),
         static,
         beam.pvalue.AsSingleton(judgement.reject_counts),
         beam.pvalue.AsSingleton(plans),

@@ -15,7 +15,7 @@ import apache_beam as beam
 import numpy as np
 
 from components import layout
-from components.materialize import common, pair_list, rejects, shards
+from components.materialize import claims, common, pair_list, rejects, shards
 from components.materialize.config import ShardingConfig
 from components.materialize.id_index import IdIndex
 from components.materialize.shards import IdTable, ShardPlan
@@ -296,7 +296,7 @@ def WritePairIndex(
         >> beam.Map(
             _write_pair_index,
             output_dir,
-            layout.claimed_run_id(output_dir),
+            claims.claimed_run_id(output_dir),
             beam.pvalue.AsSingleton(selection),
             beam.pvalue.AsSingleton(verdict),
         )

@@ -11,7 +11,7 @@ import os
 import socket
 
 from components import layout
-from components.materialize import owned_files
+from components.materialize import claims, owned_files
 from components.materialize.errors import MaterializeError
 from components.materialize.pictures import PICTURES_DIR
 from components.materialize.spill import remove_spill_dir, spill_dir
@@ -31,7 +31,7 @@ _CLAIM_ATTEMPTS = 3
 
 
 def claim_output_dir(output_dir: str, run_id: str) -> list[str]:
-    """Creates `output_dir` and claims it for run `run_id` (`layout.try_claim`); returns the run
+    """Creates `output_dir` and claims it for run `run_id` (`claims.try_claim`); returns the run
     ids of the stale claims taken over (see below), which `prepare_output_dir` may overwrite.
 
     A claim held by a live job (or by a process on another host, which cannot be checked) raises
@@ -48,16 +48,16 @@ def claim_output_dir(output_dir: str, run_id: str) -> list[str]:
     if gfile.exists(output_dir) and not gfile.isdir(output_dir):
         raise MaterializeError(f"--output_dir is a file: {output_dir}")
     gfile.makedirs(output_dir)
-    claim = layout.Claim.of_this_process(run_id)
-    path = layout.claim_path(output_dir)
+    claim = claims.Claim.of_this_process(run_id)
+    path = claims.claim_path(output_dir)
     stale_run_ids = []
     for _ in range(_CLAIM_ATTEMPTS):
-        if layout.try_claim(output_dir, claim):
+        if claims.try_claim(output_dir, claim):
             for stale_run_id in stale_run_ids:
                 remove_spill_dir(output_dir, stale_run_id)
             return stale_run_ids
         try:
-            holder = layout.load_claim(output_dir)
+            holder = claims.load_claim(output_dir)
         except layout.IndexFileError as error:
             raise MaterializeError(
                 f"--output_dir {output_dir} is in use: {error} (another job may be starting; "
@@ -75,12 +75,12 @@ def claim_output_dir(output_dir: str, run_id: str) -> list[str]:
             output_dir,
             holder.describe(),
         )
-        layout.release_claim(output_dir, holder.run_id)
+        claims.release_claim(output_dir, holder.run_id)
         stale_run_ids.append(holder.run_id)
     raise MaterializeError(f"--output_dir {output_dir}: could not claim {path}; other jobs keep it")
 
 
-def _is_stale(claim: layout.Claim) -> bool:
+def _is_stale(claim: claims.Claim) -> bool:
     """Whether the process holding `claim` is known to be gone (only one of this host is)."""
     if claim.host != socket.gethostname():
         return False

@@ -24,7 +24,7 @@ import apache_beam as beam
 import numpy as np
 
 from components import layout
-from components.materialize import rejects, spill
+from components.materialize import claims, rejects, spill
 from components.materialize.config import ShardingConfig
 from components.materialize.id_index import IdIndex
 
@@ -260,7 +260,7 @@ class WriteRecordSets(beam.PTransform):
     class names, for labelled sets only; None when no set is labelled). `make_record` builds
     each record from its payload (labelled sets only); without it a payload is the record.
     Output: PCollection[(record_set, stats dict)]. The indexes name the run of the job that
-    claims `output_dir` (`layout.claimed_run_id`).
+    claims `output_dir` (`claims.claimed_run_id`).
     """
 
     def __init__(
@@ -280,7 +280,7 @@ class WriteRecordSets(beam.PTransform):
 
     def expand(self, shard_batches: beam.PCollection) -> beam.PCollection:
         vocabularies = {} if self._vocabularies is None else self._vocabularies
-        run_id = layout.claimed_run_id(self._output_dir)
+        run_id = claims.claimed_run_id(self._output_dir)
         return (
             shard_batches
             | "GroupByShard" >> beam.GroupByKey()

@@ -45,7 +45,7 @@ import apache_beam as beam
 import numpy as np
 
 from components import layout
-from components.materialize import owned_files
+from components.materialize import claims, owned_files
 from components.materialize.config import SPILL_MODES
 from components.materialize.errors import MaterializeError
 
@@ -96,7 +96,7 @@ def resolve_spill_root(mode: str, pipeline: beam.Pipeline, output_dir: str) -> s
         raise MaterializeError(f"--spill must be one of {', '.join(SPILL_MODES)}; got {mode!r}")
     if mode == "none" or (mode == "auto" and not is_local_runner(pipeline.runner)):
         return None
-    run_id = layout.claimed_run_id(output_dir)
+    run_id = claims.claimed_run_id(output_dir)
     temp_location = pipeline.options.view_as(GoogleCloudOptions).temp_location
     if not temp_location:
         return spill_dir(output_dir, run_id)

@@ -41,7 +41,7 @@ from collections.abc import Mapping
 import keras
 import tensorflow as tf
 
-from components.inputs.epoch_plan import EpochSampler
+from components.inputs.epoch_sampler import EpochSampler
 
 CHECKPOINT_DIR = "checkpoints"
 HISTORY_FILE = "history.json"

@@ -34,7 +34,7 @@ from components.inputs import (
 )
 from components.inputs.audio_features import audio_features, parse_audio_examples
 from components.inputs.class_balanced import record_parser
-from components.inputs.epoch_plan import EpochSampler
+from components.inputs.epoch_sampler import EpochSampler
 from components.inputs.parsing import ParseFn, feature_spec_from_schema
 
 if TYPE_CHECKING:

@@ -145,3 +145,18 @@ def test_a_class_balanced_state_of_one_run_is_refused_by_another(tmp_path):
     tf.train.Checkpoint(sampler=samplers[1].state).read(saved).expect_partial()
     with pytest.raises(StateRunError, match=f"follows run {run_ids[0]} but .* run {run_ids[1]}"):
         samplers[1].dataset()
+
+
+def test_the_audio_front_end_takes_the_sample_rate_the_run_stored(tmp_path):
+    """What a run stores is read from it (issue 21): an 8 kHz run is featurized at 8 kHz by
+    default, not at a 16 kHz default of the reader's."""
+    run_dir = str(tmp_path / "run")
+    write_audio_run(run_dir, [3, 4, 2], record_set="train", sample_rate=8000)
+    summary = {"ok": True, "job": "audio", "config": {"sample_rate": 8000}}
+    layout.commit_run(run_dir, runs.run_id_of(run_dir), summary)
+    sampler = ClassBalancedSampler(
+        run_dir, record_set="train", n_classes_per_batch=2, n_samples_per_class=2
+    )
+    assert sampler.features.sample_rate == 8000
+    batch = next(iter(sampler.dataset()))
+    assert batch["features"].shape[0] == 4

@@ -28,6 +28,7 @@ from components.materialize import (
     MaterializeError,
     PairsConfig,
     ShardingConfig,
+    claims,
     common,
     run_pairs,
     spill,
@@ -47,7 +48,7 @@ def _committing(output_dir: str, before_run=lambda: None):
 
     def build(pipeline: beam.Pipeline) -> None:
         before_run()
-        run_id = layout.claimed_run_id(output_dir)
+        run_id = claims.claimed_run_id(output_dir)
         _ = (
             pipeline
             | beam.Create([None])
@@ -62,7 +63,7 @@ def _never_built(pipeline: beam.Pipeline) -> None:
 
 
 def _spill_something(output_dir: str) -> str:
-    writer = spill.SpillWriter(spill.spill_dir(output_dir, layout.claimed_run_id(output_dir)))
+    writer = spill.SpillWriter(spill.spill_dir(output_dir, claims.claimed_run_id(output_dir)))
     [ref] = writer.write([b"payload of a run" * 64])
     writer.close()
     return ref.path
@@ -90,19 +91,19 @@ def test_a_second_job_on_a_folder_in_use_fails_fast_naming_the_claim(tmp_path, o
     thread.start()
     try:
         assert first_running.wait(timeout=120)
-        holder = layout.load_claim(output_dir)
+        holder = claims.load_claim(output_dir)
         assert holder.pid == os.getpid() and holder.host == socket.gethostname()
         with pytest.raises(MaterializeError) as refused:
             common.run_job(_never_built, output_dir, overwrite, (), None)
         message = str(refused.value)
         assert f"is in use by run {holder.run_id} (pid {os.getpid()} on " in message
-        assert layout.claim_path(output_dir) in message
-        assert layout.load_claim(output_dir) == holder  # the refused job left it alone
+        assert claims.claim_path(output_dir) in message
+        assert claims.load_claim(output_dir) == holder  # the refused job left it alone
     finally:
         first_may_finish.set()
         thread.join(timeout=120)
     assert outcome["summary"][layout.RUN_ID_KEY] == holder.run_id
-    assert not os.path.exists(layout.claim_path(output_dir))
+    assert not os.path.exists(claims.claim_path(output_dir))
 
 
 @pytest.mark.parametrize("overwrite", [False, True])
@@ -113,8 +114,8 @@ def test_a_claim_left_by_a_killed_launcher_is_taken_over_and_its_spill_files_rem
     os.makedirs(output_dir)
     launcher = subprocess.Popen(["sleep", "120"])
     try:
-        claim = layout.Claim("a1" * 16, socket.gethostname(), launcher.pid, "2026-01-01T00:00:00")
-        assert layout.try_claim(output_dir, claim)
+        claim = claims.Claim("a1" * 16, socket.gethostname(), launcher.pid, "2026-01-01T00:00:00")
+        assert claims.try_claim(output_dir, claim)
         orphan = _spill_something(output_dir)
         # While its launcher lives the folder is in use, --overwrite or not.
         with pytest.raises(MaterializeError, match=f"in use by run {claim.run_id} "):
@@ -134,15 +135,15 @@ def test_a_claim_left_by_a_killed_launcher_is_taken_over_and_its_spill_files_rem
 def test_claims_that_cannot_be_judged_stale_are_refused(tmp_path):
     output_dir = str(tmp_path / "out")
     os.makedirs(output_dir)
-    elsewhere = layout.Claim("b2" * 16, "another-host", 1, "2026-01-01T00:00:00")
-    assert layout.try_claim(output_dir, elsewhere)
+    elsewhere = claims.Claim("b2" * 16, "another-host", 1, "2026-01-01T00:00:00")
+    assert claims.try_claim(output_dir, elsewhere)
     with pytest.raises(MaterializeError, match=rf"in use by run {elsewhere.run_id} \(pid 1 on "):
         common.run_job(_never_built, output_dir, True, (), None)
 
     # A claim being written (or left empty by a crash in that instant) names no holder.
-    with open(layout.claim_path(output_dir), "w"):
+    with open(claims.claim_path(output_dir), "w"):
         pass
-    with pytest.raises(MaterializeError, match=f"is in use: {layout.claim_path(output_dir)}"):
+    with pytest.raises(MaterializeError, match=f"is in use: {claims.claim_path(output_dir)}"):
         common.run_job(_never_built, output_dir, True, (), None)
 
 
@@ -194,7 +195,7 @@ def test_every_index_part_of_a_run_names_the_run_its_summary_commits(pairs_runs)
         shards = layout.load_json(os.path.join(layout.index_dir(run, record_set), "shards.json"))
         assert shards[layout.RUN_ID_KEY] == run_id
     assert layout.load_run_file(layout.pairs_index_dir(run)) == run_id
-    assert not os.path.exists(layout.claim_path(run))
+    assert not os.path.exists(claims.claim_path(run))
     for read in PAIRS_READERS.values():
         read(run)
 
@@ -319,7 +320,7 @@ def _interrupted_job(tmp_path, monkeypatch, stops: bool):
     output_dir = str(tmp_path / "out")
     events: list[str] = []
     result = _InterruptedResult(events, stops)
-    remove_spill_dir, release_claim = spill.remove_spill_dir, layout.release_claim
+    remove_spill_dir, release_claim = spill.remove_spill_dir, claims.release_claim
 
     def removing_spill(directory: str, run_id: str) -> None:
         events.append(f"remove spill files ({result.state})")
@@ -330,7 +331,7 @@ def _interrupted_job(tmp_path, monkeypatch, stops: bool):
         release_claim(directory, run_id)
 
     monkeypatch.setattr(spill, "remove_spill_dir", removing_spill)
-    monkeypatch.setattr(layout, "release_claim", releasing)
+    monkeypatch.setattr(claims, "release_claim", releasing)
     spilled = []
 
     def build(pipeline: beam.Pipeline) -> None:
@@ -363,6 +364,6 @@ def test_a_job_that_does_not_stop_keeps_its_spill_files_for_the_next_run(
     # Its workers may still read them: nothing is removed, and the claim marks the folder.
     assert events == ["cancel"]
     assert os.path.exists(spilled)
-    with open(layout.claim_path(output_dir)) as f:
+    with open(claims.claim_path(output_dir)) as f:
         assert json.load(f)["pid"] == os.getpid()
     assert "did not stop within 0 s of its cancel (state RUNNING)" in caplog.text

@@ -19,7 +19,7 @@ import pytest
 
 from components import layout
 from components.materialize import __main__ as materialize_cli
-from components.materialize import spill
+from components.materialize import claims, spill
 from tests.materialize import generate, readback
 
 
@@ -125,7 +125,7 @@ def test_a_stale_claim_takeover_removes_only_the_dead_runs_spill_folder(inputs, 
     dead = subprocess.Popen(["true"])
     dead.wait()
     dead_run = "de" * 16
-    assert layout.try_claim(output_dir, layout.Claim(dead_run, socket.gethostname(), dead.pid, "t"))
+    assert claims.try_claim(output_dir, claims.Claim(dead_run, socket.gethostname(), dead.pid, "t"))
     with open(spill.spill_dir(output_dir, dead_run), "w") as pointer:
         pointer.write(victim)
     other_run_folder = os.path.join(output_dir, spill.SPILL_PREFIX + "0f" * 16)

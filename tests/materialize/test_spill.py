@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from components import layout
-from components.materialize import common, run_dir, spill
+from components.materialize import claims, common, run_dir, spill
 from tests.materialize import readback
 
 
@@ -77,7 +77,7 @@ def test_run_job_removes_the_spill_files_whether_or_not_the_job_fails(tmp_path, 
     output_dir = str(tmp_path / "out")
 
     def build(pipeline):
-        run_id = layout.claimed_run_id(output_dir)
+        run_id = claims.claimed_run_id(output_dir)
         read_back = (
             pipeline
             | beam.Create([b"p0", b"p1"])

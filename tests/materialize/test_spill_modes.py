@@ -19,6 +19,7 @@ from components.materialize import (
     AudioConfig,
     MaterializeError,
     PairsConfig,
+    claims,
     common,
     run_audio,
     run_pairs,
@@ -171,7 +172,7 @@ def test_auto_spills_on_local_runners_only(tmp_path):
 
 def _claimed(output_dir: str, run_id: str, pid: int) -> None:
     os.makedirs(output_dir, exist_ok=True)
-    assert layout.try_claim(output_dir, layout.Claim(run_id, socket.gethostname(), pid, "t"))
+    assert claims.try_claim(output_dir, claims.Claim(run_id, socket.gethostname(), pid, "t"))
 
 
 def test_spill_files_below_the_temp_location_are_found_through_the_output_dir(tmp_path):
@@ -207,7 +208,7 @@ def test_a_stale_claim_takeover_removes_spill_files_below_the_temp_location(tmp_
         launcher.wait()
 
     def build(pipeline: beam.Pipeline) -> None:
-        run_id = layout.claimed_run_id(output_dir)
+        run_id = claims.claimed_run_id(output_dir)
         _ = (
             pipeline
             | beam.Create([None])

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from components import layout
 from components.materialize import (
+    claims,
     images,
     pair_index,
     pairs_pipeline,
@@ -99,7 +100,7 @@ def test_write_record_sets_writes_sorted_shards_and_indexes(tmp_path, seed):
     }
     output_dir = str(tmp_path)
     run_id = layout.new_run_id()
-    layout.try_claim(output_dir, layout.Claim.of_this_process(run_id))
+    claims.try_claim(output_dir, claims.Claim.of_this_process(run_id))
     batches = []
     for name, records in payloads.items():
         items = list(records.items())
@@ -164,7 +165,7 @@ def test_write_record_sets_writes_nothing_for_a_failed_run(tmp_path):
         "a", shards.IdTable(IdIndex.from_ids(["r"]), np.array([3])), ShardingConfig()
     )
     run_id = layout.new_run_id()
-    layout.try_claim(str(tmp_path), layout.Claim.of_this_process(run_id))
+    claims.try_claim(str(tmp_path), claims.Claim.of_this_process(run_id))
     writer = spill.SpillWriter(spill.spill_dir(str(tmp_path), run_id))
     [ref] = writer.write([b"abc"])
     writer.close()

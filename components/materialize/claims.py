@@ -8,8 +8,7 @@ import json
 import os
 import socket
 
-from components.layout.files import load_json
-from components.layout.names import CLAIM_FILE, IndexFileError, gfile
+from components.layout import CLAIM_FILE, IndexFileError, gfile, load_json
 
 
 @dataclasses.dataclass(frozen=True)

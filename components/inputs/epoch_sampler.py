@@ -1,0 +1,193 @@
+"""What both samplers share: this worker's slice of a per-epoch plan (`epoch_plan`), the state,
+the skip count, and the datasets of batches, in this process or on tf.data service workers."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from components.inputs import data_service
+from components.inputs.epoch_plan import EpochState, epoch_dataset, epoch_range_dataset
+from components.inputs.record_store import RecordStore
+
+
+class EpochSampler:
+    """What both samplers share: this worker's slice of a per-epoch plan, the state, the skip
+    count, and the datasets of batches (in this process, or on tf.data service workers).
+
+    A sampler sets `state` (`EpochState`), `worker_index`, `num_workers` and `num_batches`
+    (global batches per epoch, a multiple of `num_workers`), and implements `_plan(epoch)` (the
+    global plan: a dict of int64 tensors with leading dimension `num_batches`),
+    `_load_batch(row, for_service=...)` (read and parse one batch; the row also holds its
+    ``epoch``, for `SkipLog`), `_stores()` (the record stores it reads) and may extend
+    `_service_problems()` (what keeps its dataset off tf.data service workers).
+    """
+
+    state: EpochState
+    worker_index: int
+    num_workers: int
+    num_batches: int
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Batches per epoch on this worker."""
+        return self.num_batches // self.num_workers
+
+    @property
+    def skipped_samples(self) -> int:
+        """Samples left out of batches so far because their records are damaged (all epochs)."""
+        return int(self.state.skipped_samples.numpy())
+
+    @property
+    def run_key(self) -> str:
+        """The run ids of the stores this sampler reads, sorted, joined by ","; "" when none is a
+        run (arrays, datasets): what its `state.run` must name."""
+        return ",".join(sorted({store.run_id for store in self._stores() if store.run_id}))
+
+    def dataset(
+        self,
+        *,
+        initial_step: int = 0,
+        num_parallel_calls: int = tf.data.AUTOTUNE,
+        deterministic: bool = True,
+    ) -> tf.data.Dataset:
+        """Batches of this worker; each iteration of the dataset is the next epoch.
+
+        `initial_step` resumes the epoch in progress (see `epoch_dataset`). The epoch advances in
+        `state`, a variable of this process: for tf.data service workers use `distributed_dataset`
+        (or `epochs_dataset`), not `dataset().apply(tf.data.experimental.service.distribute(...))`.
+        """
+        num_batches = self.num_batches
+        run_key = self.run_key
+        self.state.bind_run(run_key)
+
+        def plan_with_epoch(epoch: tf.Tensor) -> dict[str, tf.Tensor]:
+            with tf.control_dependencies([self.state.check_run(run_key)]):
+                epoch = tf.identity(epoch)
+            return {**self._plan(epoch), "epoch": tf.fill([num_batches], epoch)}
+
+        rows = epoch_dataset(
+            plan_with_epoch,
+            num_batches=num_batches,
+            state=self.state,
+            num_workers=self.num_workers,
+            worker_index=self.worker_index,
+            initial_step=initial_step,
+        )
+        return rows.map(
+            self._load_batch, num_parallel_calls=num_parallel_calls, deterministic=deterministic
+        ).prefetch(tf.data.AUTOTUNE)
+
+    def epochs_dataset(
+        self,
+        *,
+        start_epoch: int | None = None,
+        num_epochs: int | None = None,
+        num_parallel_calls: int = tf.data.AUTOTUNE,
+        max_graph_bytes: int = data_service.DEFAULT_MAX_GRAPH_BYTES,
+    ) -> tf.data.Dataset:
+        """The batches of epochs `[start_epoch, start_epoch + num_epochs)` in one iteration, as a
+        dataset that tf.data service workers can run (what `distributed_dataset` distributes).
+
+        Each batch is computed from its batch number (`epoch_range_dataset`), so its plan is the
+        one `dataset()` yields for that epoch; the batches also hold ``epoch`` (int64 scalar),
+        the epoch they belong to. Iterating again yields the same epochs again.
+
+        Args:
+          start_epoch: the first epoch; default `state.epoch` (the next one `dataset()` would
+            plan). The state is read, never advanced: the workers cannot share it.
+          num_epochs: epochs in the range; None for an unbounded one.
+          num_parallel_calls: parallelism of the read-and-parse map.
+          max_graph_bytes: the largest dataset graph to accept (it carries every in-memory
+            record and index to the workers); at most 2 GB - 1.
+
+        Raises:
+          data_service.ServiceUnsupportedError: now, not on a worker, when something cannot run
+            there (the Python disk reader, on_damaged="skip", Python in a parse function,
+            least_sampled over an edge list, a graph over `max_graph_bytes`).
+        """
+        data_service.check_sampler(
+            self._service_problems(),
+            sum(store.memory_bytes for store in self._stores()),
+            max_graph_bytes,
+        )
+        self.state.bind_run(self.run_key)
+        if start_epoch is None:
+            start_epoch = int(self.state.epoch.numpy())
+        rows = epoch_range_dataset(
+            self._plan,
+            num_batches=self.num_batches,
+            start_epoch=start_epoch,
+            num_epochs=num_epochs,
+            num_workers=self.num_workers,
+            worker_index=self.worker_index,
+        )
+
+        def load(row: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+            batch = self._load_batch(row, for_service=True)
+            if "epoch" in batch:
+                raise ValueError(
+                    "the parsed batch has an 'epoch' key, which epochs_dataset uses for the "
+                    "batch's epoch; rename it in parse_fn"
+                )
+            return {**batch, "epoch": row["epoch"]}
+
+        dataset = rows.map(load, num_parallel_calls=num_parallel_calls).prefetch(tf.data.AUTOTUNE)
+        data_service.check_dataset(dataset, max_graph_bytes)
+        return dataset
+
+    def distributed_dataset(
+        self,
+        service: str,
+        *,
+        processing_mode: str = "distributed_epoch",
+        job_name: str | None = None,
+        start_epoch: int | None = None,
+        num_epochs: int | None = None,
+        num_parallel_calls: int = tf.data.AUTOTUNE,
+        max_graph_bytes: int = data_service.DEFAULT_MAX_GRAPH_BYTES,
+    ) -> tf.data.Dataset:
+        """`epochs_dataset` run by the tf.data service at `service` ("grpc://host:port", the
+        dispatcher; start workers with `python -m components.data_service_worker`).
+
+        `processing_mode`:
+          * ``"distributed_epoch"``: the service hands each batch number to one worker, so the
+            client receives every batch of every epoch once (at most once if a worker is lost:
+            the service's own guarantee), with each epoch's batches exactly `dataset()`'s for that
+            epoch; the order across workers is not deterministic, and a few batches of
+            consecutive epochs can interleave at their boundary (each batch carries ``epoch``).
+          * ``"parallel_epochs"``: every worker runs the whole range, so with `W` workers the
+            client receives each epoch `W` times, interleaved; with one worker it is exactly
+            `dataset()`'s sequence of epochs.
+        `job_name` shares one job among clients (each batch then goes to one of them). The
+        dataset spans the epochs in one iteration: give Keras
+        `steps_per_epoch=sampler.steps_per_epoch` (with num_epochs=None, the default, the range
+        is unbounded). Iterating it again starts a new service job at `start_epoch`: a replay,
+        which is what lets Keras read a first batch to build the model and then train from the
+        start. To continue later, build another one with the next `start_epoch`.
+        Other arguments and errors as in `epochs_dataset`.
+        """
+        data_service.check_processing_mode(processing_mode)
+        dataset = self.epochs_dataset(
+            start_epoch=start_epoch,
+            num_epochs=num_epochs,
+            num_parallel_calls=num_parallel_calls,
+            max_graph_bytes=max_graph_bytes,
+        )
+        return dataset.apply(
+            tf.data.experimental.service.distribute(processing_mode, service, job_name=job_name)
+        )
+
+    def _service_problems(self) -> list[str]:
+        """What keeps this sampler's batches off tf.data service workers (empty: nothing)."""
+        return [problem for store in self._stores() for problem in store.service_problems()]
+
+    def _stores(self) -> list[RecordStore]:
+        raise NotImplementedError
+
+    def _plan(self, epoch: tf.Tensor) -> dict[str, tf.Tensor]:
+        raise NotImplementedError
+
+    def _load_batch(
+        self, row: dict[str, tf.Tensor], *, for_service: bool = False
+    ) -> dict[str, tf.Tensor]:
+        raise NotImplementedError
