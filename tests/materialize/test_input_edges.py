@@ -67,6 +67,17 @@ def _wav(num_samples: int = 3000) -> bytes:
     return generate.wav_bytes(generate.tone(RNG, num_samples), 16000)
 
 
+def _run_pairs(x_dir, y_dir, pairs, output_dir, max_reject_fraction: float) -> dict:
+    config = PairsConfig(
+        x_dir=str(x_dir),
+        y_dir=str(y_dir),
+        pairs=str(pairs),
+        output_dir=str(output_dir),
+        max_reject_fraction=max_reject_fraction,
+    )
+    return run_pairs(config)
+
+
 def _stored(output_dir: str, record_set: str) -> dict[str, dict]:
     return {
         parsed[layout.ID_KEY].decode(): parsed
@@ -90,15 +101,7 @@ def test_names_that_print_alike_are_rejects_not_a_crash_and_the_utf8_one_keeps_i
     pairs = tmp_path / "pairs.jsonl"
     generate.write_pairs_jsonl(str(pairs), {"a\\xff.png": ["y.png"], "ok.png": ["y.png"]})
     output_dir = tmp_path / "out"
-    summary = run_pairs(
-        PairsConfig(
-            x_dir=str(x_dir),
-            y_dir=str(y_dir),
-            pairs=str(pairs),
-            output_dir=str(output_dir),
-            max_reject_fraction=0.9,
-        )
-    )
+    summary = _run_pairs(x_dir, y_dir, pairs, output_dir, max_reject_fraction=0.9)
 
     assert readback.ids(str(output_dir), "x") == ["a\\xff.png", "ok.png"]
     # The id names the UTF-8 file, and its record holds that file's bytes, not the other's.
@@ -323,15 +326,7 @@ def test_ids_with_surrounding_spaces_are_matched_as_written(tmp_path, pairs_form
             str(pairs), {" a.png": [" y.png"], "b.png ": ["z.png"], "c.png": ["z.png"]}
         )
     output_dir = tmp_path / "out"
-    summary = run_pairs(
-        PairsConfig(
-            x_dir=str(x_dir),
-            y_dir=str(y_dir),
-            pairs=str(pairs),
-            output_dir=str(output_dir),
-            max_reject_fraction=0.0,
-        )
-    )
+    summary = _run_pairs(x_dir, y_dir, pairs, output_dir, max_reject_fraction=0.0)
     assert summary["rejects"]["by_reason"] == {}
     assert readback.ids(str(output_dir), "x") == [" a.png", "b.png ", "c.png"]
     assert readback.ids(str(output_dir), "y") == [" y.png", "z.png"]
