@@ -33,7 +33,6 @@ from components.inputs.pair_plan import PairingState
 from components.inputs.pairs import (
     DynamicPairsSampler,
     dynamic_pairs,
-    dynamic_pairs_from_run,
     open_pairs_run,
 )
 from components.inputs.parsing import ImageSpec, example_check, image_example_parser
@@ -65,7 +64,6 @@ __all__ = [
     "ValidPairs",
     "class_balanced",
     "dynamic_pairs",
-    "dynamic_pairs_from_run",
     "example_check",
     "image_example_parser",
     "open_pairs_run",

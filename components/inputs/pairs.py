@@ -3,10 +3,12 @@
 `dynamic_pairs` (and `DynamicPairsSampler`, which it wraps) reads the pairs that
 `pair_plan.PairPlanner` plans for each epoch from the x and y `RecordStore`s, a batch at a time,
 and parses them once per batch; with several workers each takes a disjoint set of whole batches
-(`epoch_plan`). `dynamic_pairs_from_run` and `open_pairs_run` do the same over a materialized run.
+(`epoch_plan`). Over a materialized run, pass its `Run` (`open_run`) as `x`.
 """
 
 from __future__ import annotations
+
+import os
 
 import tensorflow as tf
 
@@ -25,25 +27,15 @@ from components.inputs.parsing import (
     image_example_spec,
 )
 from components.inputs.record_store import RecordStore, describe_damaged
+from components.inputs.run import Run, StoreOptions, open_run
 from components.inputs.sources import record_store_from
 from components.inputs.valid_pairs import ValidPairs
-
-# The options of `open_pairs_run` that `DynamicPairsSampler.from_run` passes on to it.
-_RUN_OPTIONS = (
-    "backend",
-    "memory_budget_bytes",
-    "on_damaged",
-    "verify_crc",
-    "check_examples",
-    "on_invalid",
-    "reader",
-)
 
 
 def dynamic_pairs(
     x,
-    y,
-    valid_pairs,
+    y=None,
+    valid_pairs=None,
     *,
     batch_size: int,
     strategy: str = "uniform",
@@ -52,13 +44,26 @@ def dynamic_pairs(
     initial_step: int = 0,
     num_parallel_calls: int = tf.data.AUTOTUNE,
     deterministic: bool = True,
-    **options,
+    worker_index: int | None = None,
+    num_workers: int | None = None,
+    state: PairingState | None = None,
+    image: ImageSpec | None = None,
+    parse_fn: ParseFn | None = None,
+    x_parse_fn: ParseFn | None = None,
+    y_parse_fn: ParseFn | None = None,
+    remainder: str = "wrap",
+    on_invalid: str = "fail",
+    memory_budget_bytes: int = 1 << 30,
+    cache_dir: str | None = None,
+    store_options: StoreOptions | None = None,
+    check_examples: bool = False,
 ) -> tf.data.Dataset:
     """A dataset of pair batches, re-paired on every iteration (one iteration = one epoch).
 
     Args:
       x, y: `RecordStore`s, or anything `components.inputs.sources.record_store_from` takes (a
-        `tf.data.Dataset`, arrays / tensors or a dict / tuple of them).
+        `tf.data.Dataset`, arrays / tensors or a dict / tuple of them). Or `x` alone a pairs
+        run (a `Run` from `open_run`, or its folder), whose stores and valid pairs are used.
       valid_pairs: for each x record, the y record numbers it may be paired with (see
         `ValidPairs.build`: ragged tensor, `(row_splits, values)` or list of lists), or a
         `GroupPairs` (`ValidPairs.from_groups`: x pairs with any y of its group).
@@ -67,7 +72,7 @@ def dynamic_pairs(
       strategy: "uniform" or "least_sampled".
       seed: plans are a pure function of `(seed, epoch)` (and the counts, for least_sampled).
       input_context: this worker's slice of the global plan (or pass `worker_index` and
-        `num_workers` in `options`).
+        `num_workers`).
       state: a `PairingState` to checkpoint (epoch, and counts for least_sampled); resume by
         restoring it and passing `initial_step` (batches of this worker already consumed in the
         epoch in progress).
@@ -79,10 +84,12 @@ def dynamic_pairs(
         x each epoch, fixed batch shape); "drop" leaves the last x of the order out.
       on_invalid: what to do with bad valid-pair input (see `ValidPairs.build`).
       memory_budget_bytes, cache_dir: for `x` / `y` given as arrays or datasets.
+      store_options, check_examples: how a run's record stores are opened (`StoreOptions`), and
+        whether each record read is checked to be a parsable image Example.
       num_parallel_calls, deterministic: of the read-and-parse map.
-      **options: `worker_index`, `num_workers`, `state`, `image`, `parse_fn`, `x_parse_fn`,
-        `y_parse_fn`, `remainder`, `on_invalid`, `memory_budget_bytes`, `cache_dir`: see
-        `DynamicPairsSampler`, which also exposes the stores, the plan and the skip count.
+
+    `DynamicPairsSampler` takes the same arguments and also exposes the stores, the plan and
+    the skip count.
 
     Returns:
       A dataset of dicts: `x`, `y` (parsed batches), `x_index`, `y_index` (int64 [B]). The
@@ -99,7 +106,19 @@ def dynamic_pairs(
         strategy=strategy,
         seed=seed,
         input_context=input_context,
-        **options,
+        worker_index=worker_index,
+        num_workers=num_workers,
+        state=state,
+        image=image,
+        parse_fn=parse_fn,
+        x_parse_fn=x_parse_fn,
+        y_parse_fn=y_parse_fn,
+        remainder=remainder,
+        on_invalid=on_invalid,
+        memory_budget_bytes=memory_budget_bytes,
+        cache_dir=cache_dir,
+        store_options=store_options,
+        check_examples=check_examples,
     )
     return sampler.dataset(
         initial_step=initial_step,
@@ -115,14 +134,15 @@ class DynamicPairsSampler(EpochSampler):
     what it is built from: `x_store`, `y_store` (`RecordStore`s), `valid_pairs` (`ValidPairs`),
     `planner` (`PairPlanner`), `state` (`PairingState`: track it in a checkpoint to resume; its
     `skipped_samples` counts the pairs left out because a record is damaged). Build one over a
-    materialized run with `from_run`. See `dynamic_pairs` for the arguments.
+    materialized run: pass its `Run` (`open_run`) or folder as `x`. See `dynamic_pairs` for
+    the arguments.
     """
 
     def __init__(
         self,
         x,
-        y,
-        valid_pairs,
+        y=None,
+        valid_pairs=None,
         *,
         batch_size: int,
         strategy: str = "uniform",
@@ -139,10 +159,22 @@ class DynamicPairsSampler(EpochSampler):
         on_invalid: str = "fail",
         memory_budget_bytes: int = 1 << 30,
         cache_dir: str | None = None,
+        store_options: StoreOptions | None = None,
+        check_examples: bool = False,
     ):
         # Checked before the stores are built: a bad argument is one line, at once.
         batch_size = int_argument("batch_size", batch_size, 1)
         seed = seed_argument(seed)
+        if isinstance(x, (str, os.PathLike, Run)):
+            if y is not None or valid_pairs is not None:
+                raise ValueError("a run holds its own y and valid pairs: pass the run alone")
+            run = x if isinstance(x, Run) else open_run(os.fspath(x))
+            store_options = store_options or StoreOptions(memory_budget_bytes=memory_budget_bytes)
+            x, y, valid_pairs = run.pairs(
+                store_options, check_examples=check_examples, on_invalid=on_invalid
+            )
+        elif y is None or valid_pairs is None:
+            raise TypeError("pass x, y and valid_pairs, or a pairs run (open_run) as x alone")
         self.x_store = record_store_from(
             x,
             record_set=layout.X_RECORD_SET,
@@ -197,18 +229,6 @@ class DynamicPairsSampler(EpochSampler):
             "y": self._y_guard if self._y_guard is not None else self.y_store,
         }
         self._skip_log = SkipLog("dynamic_pairs", self.state, lambda: describe_damaged(damaged))
-
-    @classmethod
-    def from_run(cls, output_dir: str, *, batch_size: int, **options) -> DynamicPairsSampler:
-        """A sampler over a materialized run directory: the options of `open_pairs_run`
-        (`backend`, `on_damaged`, `verify_crc`, `check_examples`, ...) open it, the rest are
-        as in `dynamic_pairs`."""
-        batch_size = int_argument("batch_size", batch_size, 1)  # before the run is opened
-        if "seed" in options:
-            options["seed"] = seed_argument(options["seed"])
-        run_options = {k: options.pop(k) for k in _RUN_OPTIONS if k in options}
-        x_store, y_store, valid_pairs = open_pairs_run(output_dir, **run_options)
-        return cls(x_store, y_store, valid_pairs, batch_size=batch_size, **options)
 
     def _plan(self, epoch: tf.Tensor) -> dict[str, tf.Tensor]:
         return self.planner.plan(epoch)
@@ -318,28 +338,6 @@ def _load_group_pairs(output_dir: str, **kwargs) -> GroupPairs:
     except ValueError as error:
         directory = layout.pairs_index_dir(output_dir)
         raise layout.IndexFileError(f"group pair index {directory}: {error}") from error
-
-
-def dynamic_pairs_from_run(
-    output_dir: str,
-    *,
-    batch_size: int,
-    initial_step: int = 0,
-    num_parallel_calls: int = tf.data.AUTOTUNE,
-    deterministic: bool = True,
-    **options,
-) -> tf.data.Dataset:
-    """`dynamic_pairs` over a materialized run directory; options as in
-    `DynamicPairsSampler.from_run` (`backend`, `on_damaged`, `verify_crc`, `check_examples`, ...)
-    and `dynamic_pairs`. Skipped pairs are counted in the sampler's state and logged once per
-    epoch; build the `DynamicPairsSampler` to read the count."""
-    initial_step = int_argument("initial_step", initial_step, 0)
-    sampler = DynamicPairsSampler.from_run(output_dir, batch_size=batch_size, **options)
-    return sampler.dataset(
-        initial_step=initial_step,
-        num_parallel_calls=num_parallel_calls,
-        deterministic=deterministic,
-    )
 
 
 def _parser(

@@ -156,7 +156,13 @@ class Run:
             reader=options.reader,
         )
 
-    def pairs(self, options: StoreOptions | None = None, *, check_examples: bool = False):
+    def pairs(
+        self,
+        options: StoreOptions | None = None,
+        *,
+        check_examples: bool = False,
+        on_invalid: str = "fail",
+    ):
         """`(x_store, y_store, valid_pairs)` of a pairs run (see `open_pairs_run`): the valid
         pairs are a `ValidPairs`, or a `GroupPairs` when the run paired by group."""
         from components.inputs.pairs import open_pairs_run
@@ -172,6 +178,7 @@ class Run:
             on_damaged=options.on_damaged,
             verify_crc=options.verify_crc,
             check_examples=check_examples,
+            on_invalid=on_invalid,
             reader=options.reader,
         )
 

@@ -363,7 +363,7 @@ def test_open_run_takes_a_pairs_execution_to_its_stores_and_pairs(pairs_run):
             "backend must be one of auto, memory, disk; got 'disc'; did you mean 'disk'",
         ),
         ({"on_damaged": "skipp"}, "did you mean 'skip'"),
-        ({"memory_budget_bytes": 1.5}, "memory_budget_bytes must be an integer"),
+        ({"memory_budget_bytes": 1.5}, "memory_budget_bytes must be an int, got float 1.5"),
         ({"verify_crc": "yes"}, "verify_crc must be a bool"),
     ],
 )

@@ -12,7 +12,7 @@ import tensorflow as tf
 from PIL import Image
 
 from components import layout
-from components.inputs import ImageSpec, dynamic_pairs_from_run
+from components.inputs import ImageSpec, StoreOptions, dynamic_pairs, open_run
 
 materialize = pytest.importorskip("components.materialize")
 
@@ -53,12 +53,12 @@ def test_pairs_from_a_materialized_run(tmp_path):
     x_ids = layout.load_lines(os.path.join(layout.index_dir(output_dir, "x"), layout.IDS_FILE))
     y_ids = layout.load_lines(os.path.join(layout.index_dir(output_dir, "y"), layout.IDS_FILE))
 
-    ds = dynamic_pairs_from_run(
-        output_dir,
+    ds = dynamic_pairs(
+        open_run(output_dir),
         batch_size=4,
         image=ImageSpec(8, 8, 3),
         strategy="least_sampled",
-        backend="disk",
+        store_options=StoreOptions(backend="disk"),
         check_examples=True,
     )
     assert ds.element_spec["x"] == tf.TensorSpec([4, 8, 8, 3], tf.uint8)

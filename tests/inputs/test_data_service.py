@@ -28,6 +28,7 @@ from components.inputs import (
     DynamicPairsSampler,
     RecordStore,
     ServiceUnsupportedError,
+    StoreOptions,
     ValidPairs,
 )
 from components.inputs.epoch_plan import EpochState, epoch_dataset, epoch_range_dataset
@@ -167,9 +168,22 @@ def keys(batches: list[dict], *names: str) -> list[tuple]:
     return sorted(tuple(tuple(batch[name].tolist()) for name in names) for batch in batches)
 
 
-def pairs_sampler(run_dir: str, seed: int, **options) -> DynamicPairsSampler:
-    options.setdefault("backend", "disk")
-    return DynamicPairsSampler.from_run(run_dir, batch_size=BATCH, seed=seed, **options)
+def pairs_sampler(
+    run_dir: str,
+    seed: int,
+    strategy: str = "uniform",
+    x_parse_fn=None,
+    **store_options,
+) -> DynamicPairsSampler:
+    store = StoreOptions(**{"backend": "disk", **store_options})
+    return DynamicPairsSampler(
+        run_dir,
+        batch_size=BATCH,
+        seed=seed,
+        strategy=strategy,
+        x_parse_fn=x_parse_fn,
+        store_options=store,
+    )
 
 
 def class_sampler(run_dir: str, seed: int, **options) -> ClassBalancedSampler:
@@ -301,7 +315,9 @@ def test_a_damaged_record_fails_the_read_naming_it(service, tmp_path):
         byte = f.read(1)[0]
         f.seek(-1, os.SEEK_CUR)
         f.write(bytes([byte ^ 0xFF]))
-    sampler = DynamicPairsSampler.from_run(output_dir, batch_size=4, backend="disk", seed=0)
+    sampler = DynamicPairsSampler(
+        output_dir, batch_size=4, seed=0, store_options=StoreOptions(backend="disk")
+    )
     dataset = sampler.distributed_dataset(service, num_epochs=1)
     with pytest.raises(tf.errors.OpError, match=rf"damaged record.*\b{damaged}\b"):
         collect(dataset)

@@ -105,11 +105,11 @@ def test_a_pairs_state_of_one_run_is_refused_by_another(tmp_path, strategy, rest
     run_a_dir, run_b_dir = str(tmp_path / "a"), str(tmp_path / "b")
     run_a = _write_pairs_run(run_a_dir, seed=1)
     run_b = _write_pairs_run(run_b_dir, seed=2)
-    sampler_a = DynamicPairsSampler.from_run(run_a_dir, batch_size=4, strategy=strategy)
+    sampler_a = DynamicPairsSampler(run_a_dir, batch_size=4, strategy=strategy)
     _iterate(sampler_a.dataset())
     saved = tf.train.Checkpoint(sampler=sampler_a.state).write(str(tmp_path / "ckpt" / "a"))
 
-    sampler_b = DynamicPairsSampler.from_run(run_b_dir, batch_size=4, strategy=strategy)
+    sampler_b = DynamicPairsSampler(run_b_dir, batch_size=4, strategy=strategy)
     expected = f"follows run {run_a} but this sampler reads run {run_b}"
     if restore == "before":
         tf.train.Checkpoint(sampler=sampler_b.state).read(saved).expect_partial()
@@ -123,7 +123,7 @@ def test_a_pairs_state_of_one_run_is_refused_by_another(tmp_path, strategy, rest
         assert f"follows run] [{run_a}] [but this sampler reads run {run_b}" in str(failed.value)
 
     # Its own run's state restores and resumes.
-    again = DynamicPairsSampler.from_run(run_a_dir, batch_size=4, strategy=strategy)
+    again = DynamicPairsSampler(run_a_dir, batch_size=4, strategy=strategy)
     tf.train.Checkpoint(sampler=again.state).read(saved).expect_partial()
     _iterate(again.dataset())
     assert int(again.state.epoch.numpy()) == 2

@@ -12,10 +12,11 @@ from scipy import stats
 from components.inputs import (
     ImageSpec,
     PairingState,
+    StoreOptions,
     ValidPairs,
     dynamic_pairs,
-    dynamic_pairs_from_run,
     open_pairs_run,
+    open_run,
 )
 from components.inputs.pair_plan import PairPlanner
 from components.inputs.valid_pairs import EMPTY_VALID_LIST, X_OUT_OF_RANGE, Y_OUT_OF_RANGE
@@ -353,8 +354,12 @@ def image_run(tmp_path_factory):
 def test_materialized_run_pairs_carry_the_right_images(image_run, backend):
     output_dir, x_images, y_images, rows = image_run
     image = ImageSpec(6, 5, 3, tf.float32)
-    ds = dynamic_pairs_from_run(
-        output_dir, batch_size=4, image=image, backend=backend, strategy="least_sampled"
+    ds = dynamic_pairs(
+        output_dir,
+        batch_size=4,
+        image=image,
+        strategy="least_sampled",
+        store_options=StoreOptions(backend=backend),
     )
     assert ds.element_spec == {
         "x": tf.TensorSpec([4, 6, 5, 3], tf.float32),
@@ -378,8 +383,13 @@ def test_damaged_records_skip_their_pairs(tmp_path):
     runs.write_record_set(output_dir, "x", x_records, num_shards=2)
     runs.write_record_set(output_dir, "y", y_records, num_shards=1)
     runs.write_pairs(output_dir, [[i % 3] for i in range(12)])
-    kwargs = dict(batch_size=4, image=ImageSpec(2, 2, 3), check_examples=True, backend="disk")
-    failing = dynamic_pairs_from_run(output_dir, **kwargs)
+    failing = dynamic_pairs(
+        open_run(output_dir),
+        batch_size=4,
+        image=ImageSpec(2, 2, 3),
+        check_examples=True,
+        store_options=StoreOptions(backend="disk"),
+    )
     with pytest.raises(tf.errors.OpError, match=r"record 5 \(shard .*data-00000-of-00002"):
         list(failing)
     x_store, _, _ = open_pairs_run(

@@ -14,7 +14,6 @@ from components.inputs import (
     ValidPairs,
     class_balanced,
     dynamic_pairs,
-    dynamic_pairs_from_run,
 )
 from components.inputs.class_plan import ClassBalancedPlan, class_report
 from components.inputs.pair_plan import PairPlanner
@@ -101,11 +100,11 @@ def test_dynamic_pairs_seed_must_fit_the_stateless_rng(value, error, message):
 def test_a_pairs_run_is_not_opened_with_bad_arguments(tmp_path):
     # Nothing at tmp_path: the arguments are refused before the run is looked at.
     empty = str(tmp_path)
-    _raises(TypeError, "batch_size must be an int", dynamic_pairs_from_run, empty, batch_size=2.5)
+    _raises(TypeError, "batch_size must be an int", dynamic_pairs, empty, batch_size=2.5)
     _raises(
         ValueError,
         "seed must fit in int64",
-        DynamicPairsSampler.from_run,
+        DynamicPairsSampler,
         empty,
         batch_size=2,
         seed=2**70,

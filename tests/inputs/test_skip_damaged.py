@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from components import layout
-from components.inputs import ClassBalancedSampler, DynamicPairsSampler, ImageSpec
+from components.inputs import ClassBalancedSampler, DynamicPairsSampler, ImageSpec, StoreOptions
 from components.inputs.audio_features import AudioFeatureConfig
 from tests.class_balanced.runs import write_audio_run
 from tests.inputs import runs
@@ -90,7 +90,7 @@ def test_class_balanced_fails_naming_the_damaged_record_by_default(tmp_path):
             list(sampler.dataset().as_numpy_iterator())
 
 
-def test_dynamic_pairs_from_run_skips_counts_and_logs(tmp_path, caplog):
+def test_dynamic_pairs_over_a_run_skips_counts_and_logs(tmp_path, caplog):
     output_dir = str(tmp_path)
     x_records = [runs.image_example(f"x{i}", np.full([2, 2, 3], i, np.uint8)) for i in range(12)]
     y_records = [runs.image_example(f"y{i}", np.full([2, 2, 3], i, np.uint8)) for i in range(3)]
@@ -98,12 +98,11 @@ def test_dynamic_pairs_from_run_skips_counts_and_logs(tmp_path, caplog):
     runs.write_record_set(output_dir, "y", y_records, num_shards=1)
     runs.write_pairs(output_dir, [[i % 3, (i + 1) % 3] for i in range(12)])
     _damage_record(output_dir, "y", 1)
-    sampler = DynamicPairsSampler.from_run(
+    sampler = DynamicPairsSampler(
         output_dir,
         batch_size=4,
         image=ImageSpec(2, 2, 3),
-        backend="disk",
-        on_damaged="skip",
+        store_options=StoreOptions(backend="disk", on_damaged="skip"),
         seed=2,
     )
     planned = sum(

@@ -24,6 +24,7 @@ from components.inputs import (
     ClassBalancedSampler,
     DynamicPairsSampler,
     ImageSpec,
+    StoreOptions,
 )
 from components.materialize import (
     AudioConfig,
@@ -420,13 +421,17 @@ def test_dynamic_pairs_names_skips_and_counts_a_record_that_is_no_image_example(
     runs.write_record_set(output_dir, "x", x_records, num_shards=2)
     runs.write_record_set(output_dir, "y", y_records, num_shards=1)
     runs.write_pairs(output_dir, [[i % 3, (i + 1) % 3] for i in range(12)])
-    options = dict(batch_size=4, image=ImageSpec(2, 2, 3), backend=backend, seed=2)
-    failing = DynamicPairsSampler.from_run(output_dir, **options)
+    options = dict(batch_size=4, image=ImageSpec(2, 2, 3), seed=2)
+    failing = DynamicPairsSampler(
+        output_dir, store_options=StoreOptions(backend=backend), **options
+    )
     with pytest.raises(tf.errors.OpError, match=r"record 1 \(shard .*data-.*\): not a tf.train"):
         for _ in range(3):
             list(failing.dataset().as_numpy_iterator())
 
-    sampler = DynamicPairsSampler.from_run(output_dir, on_damaged="skip", **options)
+    sampler = DynamicPairsSampler(
+        output_dir, store_options=StoreOptions(backend=backend, on_damaged="skip"), **options
+    )
     epochs = 3
     planned = sum(
         int(np.sum(sampler.planner.plan(epoch)["y_index"].numpy() == 1)) for epoch in range(epochs)
