@@ -10,6 +10,7 @@ from tfx import v1 as tfx
 
 from components import component_keys as keys
 from components.materialize_component import MaterializePairs
+from components.trainer_component import PairsInputOptions
 from pipeline import common
 from pipeline.config import CycleGanConfig, RunConfig
 
@@ -34,11 +35,9 @@ def create_pipeline(config: CycleGanConfig, run: RunConfig) -> tfx.dsl.Pipeline:
         keys.PAIR_INDEX_KEY,
         input_kind=keys.DYNAMIC_PAIRS,
         batch_size=config.batch_size,
-        input_options={
-            "strategy": config.pairing_strategy,
-            "image": image,
-            "held_out": config.held_out,
-        },
+        input_options=PairsInputOptions(
+            image=image, strategy=config.pairing_strategy, held_out=config.held_out
+        ),
         custom_config={
             **config.custom_config,
             "image_size": config.image_size,

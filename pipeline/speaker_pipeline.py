@@ -11,6 +11,7 @@ from tfx import v1 as tfx
 
 from components import component_keys as keys
 from components.materialize_component import MaterializeAudio
+from components.trainer_component import ClassBalancedInputOptions
 from pipeline import common
 from pipeline.config import RunConfig, SpeakerConfig
 
@@ -40,6 +41,8 @@ def create_pipeline(config: SpeakerConfig, run: RunConfig) -> tfx.dsl.Pipeline:
         n_samples_per_class=config.n_samples_per_class,
         train_split=TRAIN_SPLIT,
         eval_split=EVAL_SPLIT if config.eval_fraction > 0 else None,
-        input_options={"epoch_mode": config.epoch_mode, "features": config.feature_options()},
+        input_options=ClassBalancedInputOptions(
+            epoch_mode=config.epoch_mode, features=config.feature_options()
+        ),
         custom_config=dict(config.custom_config),
     )

@@ -30,7 +30,11 @@ from tfx.types import standard_component_specs
 from components import component_keys as keys
 from components.evaluator_component import ModelGate
 from components.index_component import IndexExamples
-from components.trainer_component import ResampledTrainer, training_inputs
+from components.trainer_component import (
+    ClassBalancedInputOptions,
+    ResampledTrainer,
+    training_inputs,
+)
 from pipeline import common
 from pipeline.config import RunConfig
 
@@ -121,10 +125,9 @@ def standard_components(config: StandardConfig, run: RunConfig) -> StandardCompo
         n_samples_per_class=config.n_samples_per_class,
         train_split=config.train_split,
         eval_split=config.eval_split,
-        input_options={
-            training_inputs.FEATURE_SPEC_OPTION: training_inputs.TRANSFORMED_SPEC,
-            "epoch_mode": config.epoch_mode,
-        },
+        input_options=ClassBalancedInputOptions(
+            feature_spec=training_inputs.TRANSFORMED_SPEC, epoch_mode=config.epoch_mode
+        ),
         custom_config=dict(config.custom_config),
     )
     return StandardComponents(

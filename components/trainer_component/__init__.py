@@ -2,5 +2,15 @@
 
 from components.trainer_component.component import ResampledTrainer, ResampledTrainerSpec
 from components.trainer_component.fn_args import FnArgs
+from components.trainer_component.input_options import (
+    ClassBalancedInputOptions,
+    PairsInputOptions,
+)
 
-__all__ = ["FnArgs", "ResampledTrainer", "ResampledTrainerSpec"]
+__all__ = [
+    "ClassBalancedInputOptions",
+    "FnArgs",
+    "PairsInputOptions",
+    "ResampledTrainer",
+    "ResampledTrainerSpec",
+]

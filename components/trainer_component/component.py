@@ -8,8 +8,9 @@ its final metrics, which land in `<model_run>/metrics.json` and as custom proper
 outputs. Given ExampleValidator's `anomalies`, the component refuses to train on splits with
 anomalies.
 
-`input_options` and `custom_config` are JSON objects: the first goes to the samplers (pairing
-`strategy`, `image` size, `features` for audio, `backend`, ...), the second to `run_fn`.
+`input_options` (a `PairsInputOptions` / `ClassBalancedInputOptions`, or their fields as a dict:
+pairing `strategy`, `image` size, `features` for audio, `backend`, ...) go to the samplers and
+are checked when the component is built; `custom_config` (a JSON object) goes to `run_fn`.
 
 Like the standard Trainer it takes Transform's `transform_graph` and a `schema`, and hands
 `run_fn` the `tf_transform_output` and `schema_path`. Class-balanced inputs of records that are
@@ -47,6 +48,7 @@ from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 from components import artifacts
 from components import component_keys as keys
 from components.trainer_component import executor, training_inputs
+from components.trainer_component import input_options as trainer_input_options
 
 
 class ResampledTrainerSpec(types.ComponentSpec):
@@ -110,7 +112,7 @@ class ResampledTrainer(base_component.BaseComponent):
         n_samples_per_class: int | None = None,
         train_split: str | None = None,
         eval_split: str | None = None,
-        input_options: Mapping[str, Any] | None = None,
+        input_options: trainer_input_options.InputOptions | Mapping[str, Any] | None = None,
         custom_config: Mapping[str, Any] | None = None,
         checkpoint_every_steps: int | None = None,
     ):
@@ -132,10 +134,10 @@ class ResampledTrainer(base_component.BaseComponent):
                 f"checkpoint_every_steps must be >= 0 (0: at epoch ends only), got "
                 f"{checkpoint_every_steps}"
             )
-        # What the executor would refuse (`training_inputs.example_parser`), refused here first.
-        options = dict(input_options or {})
-        spec_source = options.get(training_inputs.FEATURE_SPEC_OPTION)
-        applies = options.get(training_inputs.APPLY_TRANSFORM_OPTION)
+        # Typed and checked here, in the pipeline file: a misspelt option names itself now.
+        options = trainer_input_options.input_options(input_kind, input_options)
+        spec_source = getattr(options, training_inputs.FEATURE_SPEC_OPTION, None)
+        applies = getattr(options, training_inputs.APPLY_TRANSFORM_OPTION, False)
         if (applies or spec_source == training_inputs.TRANSFORMED_SPEC) and transform_graph is None:
             raise ValueError(
                 "input_options apply_transform / feature_spec='transformed' need transform_graph"
@@ -161,9 +163,7 @@ class ResampledTrainer(base_component.BaseComponent):
                 n_samples_per_class=n_samples_per_class,
                 train_split=train_split,
                 eval_split=eval_split,
-                input_options=json.dumps(dict(input_options), sort_keys=True)
-                if input_options
-                else None,
+                input_options=trainer_input_options.to_json(options),
                 custom_config=json.dumps(dict(custom_config), sort_keys=True)
                 if custom_config
                 else None,

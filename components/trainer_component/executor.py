@@ -19,7 +19,7 @@ from components import component_keys as keys
 from components import layout
 from components.index_component.executor import LABEL_FEATURE_PROPERTY
 from components.inputs import PairCoverage, PairCoverageCallback
-from components.trainer_component import training_inputs
+from components.trainer_component import input_options, training_inputs
 from components.trainer_component.checkpoints import TrainingCheckpoints, checkpoint_dir
 from components.trainer_component.fn_args import FnArgs
 
@@ -123,7 +123,13 @@ class Executor(base_executor.BaseExecutor):
             else None
         )
         tf_transform_output = _transform_output(input_dict)
-        options = _json_dict(exec_properties, keys.INPUT_OPTIONS_KEY)
+        # Read back through the typed options the component checked (the same checks again,
+        # for an execution built without the component, e.g. a compiled spec edited by hand).
+        options = input_options.as_dict(
+            input_options.input_options(
+                input_kind, _json_dict(exec_properties, keys.INPUT_OPTIONS_KEY)
+            )
+        )
         custom_config = _json_dict(exec_properties, keys.CUSTOM_CONFIG_KEY)
         seed = int(exec_properties.get(keys.SEED_KEY) or 0)
         callbacks: list = []

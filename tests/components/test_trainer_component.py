@@ -11,10 +11,10 @@ import tensorflow as tf
 from tensorflow_metadata.proto.v0 import anomalies_pb2
 from tfx.types import standard_artifacts
 
+from components import artifacts, layout
 from components import component_keys as keys
-from components import layout
 from components.inputs import ValidPairs
-from components.trainer_component import ResampledTrainer
+from components.trainer_component import PairsInputOptions, ResampledTrainer, input_options
 from components.trainer_component import executor as trainer_executor
 from tests.components import contract_trainer
 from tests.components.conftest import DIGIT_IMAGE_SIZE, make_artifact
@@ -272,3 +272,77 @@ def test_component_checks_its_configuration():
             module_path=CONTRACT_MODULE,
             module_file="trainer.py",
         )
+
+
+@pytest.mark.parametrize(
+    "input_kind, options, error, message",
+    [
+        (
+            keys.DYNAMIC_PAIRS,
+            {"image": {"height": 8, "width": 8, "channels": 1}, "stratgy": "uniform"},
+            ValueError,
+            "no option 'stratgy'; did you mean 'strategy'",
+        ),
+        (
+            keys.DYNAMIC_PAIRS,
+            {"image": {"height": 8, "width": 8, "channels": 1}, "strategy": "least_sampeld"},
+            ValueError,
+            "did you mean 'least_sampled'",
+        ),
+        (keys.DYNAMIC_PAIRS, {"held_out": 2}, ValueError, "needs image"),
+        (
+            keys.DYNAMIC_PAIRS,
+            {"image": {"height": 8, "width": 8.5, "channels": 1}},
+            TypeError,
+            "image width must be an int",
+        ),
+        (keys.CLASS_BALANCED, {"epoch_mod": "samples"}, ValueError, "did you mean 'epoch_mode'"),
+        (keys.CLASS_BALANCED, {"eval_batch_size": True}, TypeError, "eval_batch_size must be"),
+        (
+            keys.CLASS_BALANCED,
+            {"features": {"num_mel_bin": 40}},
+            TypeError,
+            "num_mel_bin",
+        ),
+    ],
+)
+def test_input_options_are_checked_in_the_pipeline_file(input_kind, options, error, message):
+    """A misspelt option fails where the pipeline is written, naming itself (issue 21.3)."""
+    from tfx.types import channel
+
+    examples = channel.Channel(type=standard_artifacts.Examples)
+    with pytest.raises(error, match=message):
+        ResampledTrainer(
+            examples,
+            examples,
+            pair_index=examples,
+            class_index=examples,
+            input_kind=input_kind,
+            num_epochs=1,
+            batch_size=4,
+            n_classes_per_batch=2,
+            n_samples_per_class=2,
+            module_path=CONTRACT_MODULE,
+            input_options=options,
+        )
+
+
+def test_typed_input_options_travel_as_the_json_of_what_differs_from_the_defaults():
+    from tfx.types import channel
+
+    options = PairsInputOptions(image={"height": 8, "width": 8, "channels": 1}, held_out=2)
+    trainer = ResampledTrainer(
+        channel.Channel(type=standard_artifacts.Examples),
+        channel.Channel(type=artifacts.OffsetIndex),
+        pair_index=channel.Channel(type=artifacts.PairIndex),
+        input_kind=keys.DYNAMIC_PAIRS,
+        num_epochs=1,
+        batch_size=4,
+        module_path=CONTRACT_MODULE,
+        input_options=options,
+    )
+    sent = trainer.exec_properties[keys.INPUT_OPTIONS_KEY]
+    assert json.loads(sent) == {"held_out": 2, "image": {"channels": 1, "height": 8, "width": 8}}
+    assert input_options.input_options(keys.DYNAMIC_PAIRS, json.loads(sent)) == options
+    with pytest.raises(TypeError, match="takes ClassBalancedInputOptions"):
+        input_options.input_options(keys.CLASS_BALANCED, options)
