@@ -127,16 +127,15 @@ def prepare_output_dir(
             f"{layout.SUMMARY_FILE} or index naming a run id): nothing deleted; choose an empty "
             "--output_dir"
         )
-    entries = [os.path.join(output_dir, entry) for entry in _RUN_ENTRIES]
-    entries.append(spill_dir(output_dir, previous))
-    links = [path for path in entries if owned_files.is_link(path)]
+    run_parts = [os.path.join(output_dir, entry) for entry in _RUN_ENTRIES]
+    links = [p for p in (*run_parts, spill_dir(output_dir, previous)) if owned_files.is_link(p)]
     if links:
         raise MaterializeError(
             f"--overwrite: {links[0]} is a symbolic link, which a run never writes: nothing "
             f"deleted (neither it nor what it points to); remove it yourself to reuse {output_dir}"
         )
     _log.info("%s: --overwrite removes the parts of run %s", output_dir, previous)
-    for path in entries[:-1]:
+    for path in run_parts:
         owned_files.remove_path(path)
     remove_spill_dir(output_dir, previous)
 

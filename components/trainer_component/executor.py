@@ -123,13 +123,7 @@ class Executor(base_executor.BaseExecutor):
             else None
         )
         tf_transform_output = _transform_output(input_dict)
-        # Read back through the typed options the component checked (the same checks again,
-        # for an execution built without the component, e.g. a compiled spec edited by hand).
-        options = input_options.as_dict(
-            input_options.input_options(
-                input_kind, _json_dict(exec_properties, keys.INPUT_OPTIONS_KEY)
-            )
-        )
+        sent_options = _json_dict(exec_properties, keys.INPUT_OPTIONS_KEY)
         custom_config = _json_dict(exec_properties, keys.CUSTOM_CONFIG_KEY)
         seed = int(exec_properties.get(keys.SEED_KEY) or 0)
         callbacks: list = []
@@ -139,6 +133,7 @@ class Executor(base_executor.BaseExecutor):
             class_index = _required_uri(input_dict, keys.CLASS_INDEX_KEY, input_kind)
             n_c = _required_int(exec_properties, keys.N_CLASSES_PER_BATCH_KEY)
             n_p = _required_int(exec_properties, keys.N_SAMPLES_PER_CLASS_KEY)
+            options = _checked_options(input_kind, sent_options)
             eval_batch_size = int(options.pop("eval_batch_size", n_c * n_p))
             parser = training_inputs.example_parser(
                 options,
@@ -181,6 +176,7 @@ class Executor(base_executor.BaseExecutor):
         else:
             pair_index = _required_uri(input_dict, keys.PAIR_INDEX_KEY, input_kind)
             batch_size = _required_int(exec_properties, keys.BATCH_SIZE_KEY)
+            options = _checked_options(input_kind, sent_options)
             train_dataset, coverage, eval_dataset = training_inputs.pairs_train_dataset(
                 offset_index,
                 pair_index,
@@ -274,6 +270,13 @@ def _load_run_fn(exec_properties: Mapping[str, Any]) -> Callable[[FnArgs], objec
     if module_path:
         return import_utils.import_func_from_module(module_path, RUN_FN)
     return import_utils.import_func_from_source(module_file, RUN_FN)
+
+
+def _checked_options(input_kind: str, sent: dict) -> dict[str, Any]:
+    """The input options read back through the typed options the component checked (the same
+    checks again, for an execution built without the component: a compiled spec edited by
+    hand), as the dict of what differs from the defaults that the input functions take."""
+    return input_options.as_dict(input_options.input_options(input_kind, sent))
 
 
 def _json_dict(exec_properties: Mapping[str, Any], key: str) -> dict[str, Any]:
