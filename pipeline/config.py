@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from components import component_keys as keys
+from components.materialize.config import AudioConfig
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMAS_DIR = os.path.join(REPO_ROOT, "schemas")
@@ -98,7 +99,7 @@ class SpeakerConfig:
     audio_root: str = SPEAKER_CORPUS_DIR
     speaker_from_path: bool = False
     pipeline_name: str = "speaker-class-balanced"
-    sample_rate: int = 16000
+    sample_rate: int = AudioConfig.sample_rate  # the audio job's own default, said once
     eval_fraction: float = 0.3
     split_seed: int = 0
     num_shards: int = 2

@@ -86,7 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     speech.add_argument("--root", required=True, help="folder the audio paths are under")
     speech.add_argument("--manifest_format", default="auto", choices=MANIFEST_FORMATS)
-    speech.add_argument("--sample_rate", type=int, default=16000)
+    speech.add_argument("--sample_rate", type=int, default=AudioConfig.sample_rate)
     speech.add_argument("--split_mode", default="speaker", choices=SPLIT_MODES)
     speech.add_argument("--eval_fraction", type=float, default=0.1)
     speech.add_argument("--split_seed", type=int, default=0)
