@@ -128,9 +128,12 @@ def decode_audio_files(
             [
                 "audio item",
                 position,
-                f"is not a {accepted} file; it starts with",
-                tf.strings.substr(data, 0, 12),
+                f"is not a {accepted} file; its first bytes are",
+                # As numbers: the raw bytes of another format are not text, and TensorFlow would
+                # fail decoding them into the message (UnicodeDecodeError) instead of raising it.
+                tf.io.decode_raw(tf.strings.substr(data, 0, 12), tf.uint8),
             ],
+            summarize=12,
         )
         with tf.control_dependencies([check]):
             data = tf.identity(data)
@@ -152,8 +155,36 @@ def decode_audio_files(
 
 
 def _decode_wav(data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """float32 [n, channels] samples (int16 / 32768) and the int64 rate of a 16-bit WAV."""
-    samples, rate = tf.audio.decode_wav(data)
+    """float32 [n, channels] samples (int16 / 32768) and the int64 rate of a 16-bit WAV.
+
+    A WAV whose `fmt ` chunk (where it usually is, right after the RIFF header) declares float
+    samples or another width is refused naming what it holds: `tf.audio.decode_wav` would say
+    only "Bad format chunk size for WAV".
+    """
+    # Bytes 12-35 of the file (zero-padded, so a short file reaches TensorFlow's own check):
+    # the `fmt ` chunk id, then at 20 the format tag and at 34 the bits per sample.
+    header = tf.io.decode_raw(
+        tf.strings.substr(data + tf.constant(bytes(36)), 12, 24), tf.uint8, fixed_length=24
+    )
+    header = tf.cast(header, tf.int32)
+    has_fmt = tf.reduce_all(tf.equal(header[:4], tf.constant(list(b"fmt "), tf.int32)))
+    format_tag = header[8] + 256 * header[9]
+    bits = header[22] + 256 * header[23]
+    readable = tf.logical_or(
+        tf.logical_not(has_fmt),
+        tf.logical_and(tf.reduce_any(tf.equal(format_tag, [1, 0xFFFE])), tf.equal(bits, 16)),
+    )
+    check = tf.debugging.Assert(
+        readable,
+        [
+            "only 16-bit PCM WAV is decoded here; this WAV has format tag (1: PCM, 3: float)",
+            format_tag,
+            "and bits per sample",
+            bits,
+        ],
+    )
+    with tf.control_dependencies([check]):
+        samples, rate = tf.audio.decode_wav(data)
     return samples, tf.cast(rate, tf.int64)
 
 
