@@ -9,12 +9,11 @@ the reason and exits with status 1, without a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 
-from apache_beam.options import pipeline_options
-
-from components.materialize.audio_pipeline import run_audio
+from components.materialize import preflight
 from components.materialize.config import (
     GROUPS_FORMATS,
     IMAGE_STORAGE_MODES,
@@ -31,10 +30,13 @@ from components.materialize.config import (
     from_flat,
 )
 from components.materialize.errors import MaterializeError
-from components.materialize.pairs_pipeline import run_pairs
 
-# Each sub-command's config class and job; the flags are named after the config's fields.
-_JOBS = {"pairs": (PairsConfig, run_pairs), "audio": (AudioConfig, run_audio)}
+# Each sub-command's config class and the module of its job (imported once the flags are
+# checked: Beam and TensorFlow take seconds to load); the flags are named after the fields.
+_JOBS = {
+    "pairs": (PairsConfig, "components.materialize.pairs_pipeline", "run_pairs"),
+    "audio": (AudioConfig, "components.materialize.audio_pipeline", "run_audio"),
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -156,6 +158,8 @@ def _one_line(summary: dict) -> str:
 def _not_beam_options(args: list[str]) -> list[str]:
     """The arguments in `args` that no Beam pipeline option takes, as Beam's own parser (built
     from every `PipelineOptions` subclass, and handed to `add_extra_args_fn`) sees them."""
+    from apache_beam.options import pipeline_options
+
     unknown: list[str] = []
 
     def collect(parser: argparse.ArgumentParser) -> None:
@@ -174,6 +178,15 @@ def _not_beam_options(args: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = _parser().parse_known_args(argv)
+    config_class, module, job = _JOBS[args.job]
+    try:
+        config = from_flat(config_class, {**vars(args), "beam_pipeline_args": tuple(beam_args)})
+        # What needs neither Beam nor TensorFlow first: a bad folder is one line at once.
+        config.validate()
+        preflight.check_output_dir(config.output_dir, config.overwrite, config.input_dirs())
+    except MaterializeError as error:
+        print(f"materialize {args.job}: error: {error}", file=sys.stderr)
+        return 1
     unknown = _not_beam_options(beam_args)
     if unknown:
         print(
@@ -182,9 +195,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    config_class, run = _JOBS[args.job]
+    run = getattr(importlib.import_module(module), job)
     try:
-        config = from_flat(config_class, {**vars(args), "beam_pipeline_args": tuple(beam_args)})
         summary = run(config)
     except MaterializeError as error:
         print(f"materialize {args.job}: error: {error}", file=sys.stderr)

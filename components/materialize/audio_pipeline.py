@@ -52,9 +52,7 @@ def run_audio(
     """
     config.validate()
     manifest_format = _inspect_manifest(config)
-    return common.run_materialize(
-        MaterializeAudio(config, manifest_format), config, make_pipeline, {"--root": config.root}
-    )
+    return common.run_materialize(MaterializeAudio(config, manifest_format), config, make_pipeline)
 
 
 class Utterance(NamedTuple):

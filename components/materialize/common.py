@@ -12,7 +12,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
 from components import layout
-from components.materialize import beam_worker, claims, pictures, run_dir, spill, staging
+from components.materialize import beam_worker, claims, pictures, preflight, run_dir, spill, staging
 from components.materialize.config import ShardingConfig
 from components.materialize.errors import MaterializeError
 from components.materialize.id_index import IdIndex
@@ -65,7 +65,7 @@ def run_job(
     outlives its launcher, and its shard writers still read the spill files. A job not seen to
     stop keeps both; the next run on the folder takes the claim over as stale and removes them.
     """
-    run_dir.check_apart(output_dir, input_dirs or {})
+    preflight.check_apart(output_dir, input_dirs or {})
     run_id = layout.new_run_id()
     stale_run_ids = run_dir.claim_output_dir(output_dir, run_id)
     job_stopped = True
@@ -108,18 +108,17 @@ def run_materialize(
     transform: beam.PTransform,
     config,
     make_pipeline: Callable[[], beam.Pipeline] | None,
-    input_dirs: dict[str, str],
 ) -> dict:
     """Runs a materialize job (`transform` applied to the pipeline's root) under `run_job` with
-    `config`'s output folder and Beam arguments, reading `input_dirs` (flag -> folder), then
-    draws the run's pictures; returns its summary."""
+    `config`'s output folder, Beam arguments and input folders, then draws the run's pictures;
+    returns its summary."""
     summary = run_job(
         lambda pipeline: pipeline | transform,
         config.output_dir,
         config.overwrite,
         config.beam_pipeline_args,
         make_pipeline,
-        input_dirs,
+        config.input_dirs(),
     )
     # In the launcher, after the commit: the pictures need TensorFlow, which workers never load.
     pictures.write_run_pictures(config.output_dir, summary)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -128,6 +129,10 @@ class PairsConfig:
     overwrite: bool = False
     beam_pipeline_args: tuple[str, ...] = ()
 
+    def input_dirs(self) -> dict[str, str]:
+        """The input folders, by flag: the output folder must stay apart from them."""
+        return {"--x_dir": self.x_dir, "--y_dir": self.y_dir}
+
     def validate(self) -> None:
         group_files = bool(self.x_groups or self.y_groups)
         if [bool(self.pairs), group_files, bool(self.groups_from_subfolder)].count(True) != 1:
@@ -205,6 +210,10 @@ class AudioConfig:
     overwrite: bool = False
     beam_pipeline_args: tuple[str, ...] = ()
 
+    def input_dirs(self) -> dict[str, str]:
+        """The input folders, by flag: the output folder must stay apart from them."""
+        return {"--root": self.root}
+
     def validate(self) -> None:
         if bool(self.manifest) == self.speaker_from_path:
             raise MaterializeError(
@@ -261,17 +270,23 @@ def _validate_common(
 
 
 def _require_dir(path: str, flag: str) -> None:
-    import tensorflow as tf  # on use: the configs alone stay importable without TensorFlow
-
-    if not path or not tf.io.gfile.isdir(path):
+    if not path or not _isdir(path):
         raise MaterializeError(f"--{flag}: not a directory: {path!r}")
 
 
 def _require_file(path: str, flag: str) -> None:
-    import tensorflow as tf
-
-    if not path or not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
+    if not path or not _exists(path) or _isdir(path):
         raise MaterializeError(f"--{flag}: file not found: {path!r}")
+
+
+# Local paths are checked with `os`: a CLI refuses a bad folder before TensorFlow loads (2-3 s);
+# `tf.io.gfile` (imported on use) reaches the object stores.
+def _isdir(path: str) -> bool:
+    return os.path.isdir(path) if "://" not in path else layout.gfile().isdir(path)
+
+
+def _exists(path: str) -> bool:
+    return os.path.exists(path) if "://" not in path else layout.gfile().exists(path)
 
 
 def _require_choice(value: str, choices: tuple[str, ...], flag: str) -> None:

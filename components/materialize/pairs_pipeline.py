@@ -49,12 +49,7 @@ def run_pairs(
     arguments, when nothing is left, or when rejects exceed `config.max_reject_fraction`.
     """
     config.validate()
-    return common.run_materialize(
-        MaterializePairs(config),
-        config,
-        make_pipeline,
-        {"--x_dir": config.x_dir, "--y_dir": config.y_dir},
-    )
+    return common.run_materialize(MaterializePairs(config), config, make_pipeline)
 
 
 def _list_batches(record_set_root: tuple[str, str], batch_size: int) -> Iterator[tuple]:

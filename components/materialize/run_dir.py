@@ -11,7 +11,7 @@ import os
 import socket
 
 from components import layout
-from components.materialize import claims, owned_files
+from components.materialize import claims, owned_files, preflight
 from components.materialize.errors import MaterializeError
 from components.materialize.pictures import PICTURES_DIR
 from components.materialize.spill import remove_spill_dir, spill_dir
@@ -40,11 +40,7 @@ def claim_output_dir(output_dir: str, run_id: str) -> list[str]:
     (`spill.remove_spill_dir`: only the folder named by that run's id).
     """
     gfile = layout.gfile()
-    if owned_files.is_link(output_dir) and not os.path.exists(output_dir):
-        raise MaterializeError(
-            f"--output_dir {output_dir} is a symbolic link to {os.readlink(output_dir)!r}, "
-            "which does not exist"
-        )
+    preflight.check_output_path(output_dir)
     if gfile.exists(output_dir) and not gfile.isdir(output_dir):
         raise MaterializeError(f"--output_dir is a file: {output_dir}")
     gfile.makedirs(output_dir)
@@ -116,9 +112,7 @@ def prepare_output_dir(
     if not in_use:
         return
     if not overwrite:
-        raise MaterializeError(
-            f"--output_dir {output_dir} is not empty (pass --overwrite to replace a run)"
-        )
+        raise preflight.not_empty(output_dir)
     previous = previous_run_id(output_dir) or next(iter(stale_run_ids), None)
     if previous is None:
         raise MaterializeError(
@@ -167,25 +161,6 @@ def _named_run(path: str) -> str | None:
         return None
     run_id = value.get(layout.RUN_ID_KEY) if isinstance(value, dict) else None
     return run_id if isinstance(run_id, str) and run_id else None
-
-
-def check_apart(output_dir: str, input_dirs: dict[str, str]) -> None:
-    """Refuses an `output_dir` that is, holds or lies inside one of `input_dirs` (flag -> folder):
-    the job would read its own files as inputs, and `--overwrite` could delete inputs."""
-    if not owned_files.is_local(output_dir):
-        return
-    output = os.path.realpath(output_dir)
-    for flag, input_dir in input_dirs.items():
-        if not input_dir or not owned_files.is_local(input_dir):
-            continue
-        source = os.path.realpath(input_dir)
-        common = os.path.commonpath([output, source])
-        if common in (output, source):
-            relation = "is" if output == source else "lies inside" if common == source else "holds"
-            raise MaterializeError(
-                f"--output_dir {output_dir} {relation} {flag} {input_dir}: the job would read "
-                f"its own output as input; choose an --output_dir outside the inputs"
-            )
 
 
 def record_failure(output_dir: str, run_id: str, error: BaseException) -> None:

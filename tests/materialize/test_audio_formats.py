@@ -281,7 +281,8 @@ def test_voxceleb_layout_of_every_format_materializes_from_the_folders(tmp_path,
 
 
 def test_unknown_flags_are_an_error_naming_the_flag(tmp_path, capsys):
-    argv = ["audio", "--speaker_from_path", "--root", str(tmp_path)]
+    (tmp_path / "vox").mkdir()
+    argv = ["audio", "--speaker_from_path", "--root", str(tmp_path / "vox")]
     argv += ["--output_dir", str(tmp_path / "out")]
     for flag in ("--sample-rate=8000", "--x_dir", "--direct_num_wrokers=2"):
         assert materialize_cli.main([*argv, flag]) == 2

@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 from components.materialize import __main__ as cli
+from components.materialize import pairs_pipeline
 
 
 def test_interrupt_exits_130_with_one_line(monkeypatch, capsys, tmp_path):
     def interrupted(config):
         raise KeyboardInterrupt
 
-    config_class, _ = cli._JOBS["pairs"]
-    monkeypatch.setitem(cli._JOBS, "pairs", (config_class, interrupted))
+    monkeypatch.setattr(pairs_pipeline, "run_pairs", interrupted)
+    for folder in ("x", "y"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "pairs.jsonl").write_text("")
     status = cli.main(
         [
             "pairs",
             "--x_dir",
-            str(tmp_path),
+            str(tmp_path / "x"),
             "--y_dir",
-            str(tmp_path),
+            str(tmp_path / "y"),
             "--pairs",
             str(tmp_path / "pairs.jsonl"),
             "--output_dir",

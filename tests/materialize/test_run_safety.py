@@ -13,6 +13,7 @@ import pathlib
 import shutil
 import socket
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -212,3 +213,30 @@ def test_a_dangling_output_dir_link_is_one_line(inputs, tmp_path, capsys):
     os.symlink(tmp_path / "gone", link)
     _refused(capsys, _flags(inputs, str(link)), f"is a symbolic link to {str(tmp_path / 'gone')!r}")
     assert not os.path.exists(tmp_path / "gone")
+
+
+@pytest.mark.parametrize("case", ["not empty", "missing input", "inside an input"])
+def test_the_cli_refuses_a_bad_folder_before_importing_beam_or_tensorflow(inputs, tmp_path, case):
+    """A bad folder is one line at once: the checks need neither Beam nor TensorFlow (which
+    cost 4-5 s to import)."""
+    output_dir = tmp_path / "out"
+    flags = _flags(inputs, str(output_dir))
+    if case == "not empty":
+        output_dir.mkdir()
+        (output_dir / "mine.txt").write_text("x")
+    elif case == "missing input":
+        flags[flags.index("--x_dir") + 1] = str(tmp_path / "nowhere")
+    else:
+        flags[flags.index("--output_dir") + 1] = os.path.join(inputs["x"], "out")
+    script = (
+        "import sys\n"
+        "from components.materialize import __main__ as cli\n"
+        f"status = cli.main({flags!r})\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'tensorflow', 'apache_beam'})\n"
+        "print(status, heavy)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.stdout.strip() == "1 []", result.stderr
+    assert result.stderr.count("\n") == 1 and "materialize pairs: error:" in result.stderr

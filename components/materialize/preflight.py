@@ -1,0 +1,63 @@
+"""What a job checks before it imports Beam or TensorFlow: a bad folder is one line at once.
+
+Pure `os` on local paths (object-store paths are left to the job, which reaches them through
+`tf.io.gfile`), so the CLI answers in well under a second where importing the job costs 4-5 s.
+The job checks the same again (`run_dir`), for callers that do not come through the CLI.
+"""
+
+from __future__ import annotations
+
+import os
+
+from components.materialize import owned_files
+from components.materialize.errors import MaterializeError
+
+
+def not_empty(output_dir: str) -> MaterializeError:
+    return MaterializeError(
+        f"--output_dir {output_dir} is not empty (pass --overwrite to replace a run)"
+    )
+
+
+def check_output_path(output_dir: str) -> None:
+    """Refuses a dangling `--output_dir` link (and says where it points)."""
+    if owned_files.is_link(output_dir) and not os.path.exists(output_dir):
+        raise MaterializeError(
+            f"--output_dir {output_dir} is a symbolic link to {os.readlink(output_dir)!r}, "
+            "which does not exist"
+        )
+
+
+def check_output_dir(output_dir: str, overwrite: bool, input_dirs: dict[str, str]) -> None:
+    """The checks of `run_dir.claim_output_dir` / `prepare_output_dir` that need no claim, made
+    early on a local `output_dir`: a dangling link, a file, a folder that is not empty without
+    `overwrite`, and one that is, holds or lies inside an input folder (`check_apart`)."""
+    check_apart(output_dir, input_dirs)
+    if not owned_files.is_local(output_dir):
+        return
+    check_output_path(output_dir)
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise MaterializeError(f"--output_dir is a file: {output_dir}")
+    entries = os.listdir(output_dir) if os.path.isdir(output_dir) else []
+    # A folder with a claim is a job's (live, or stale): the claim logic judges it, naming it.
+    if entries and not overwrite and ".claim" not in entries:
+        raise not_empty(output_dir)
+
+
+def check_apart(output_dir: str, input_dirs: dict[str, str]) -> None:
+    """Refuses an `output_dir` that is, holds or lies inside one of `input_dirs` (flag -> folder):
+    the job would read its own files as inputs, and `--overwrite` could delete inputs."""
+    if not owned_files.is_local(output_dir):
+        return
+    output = os.path.realpath(output_dir)
+    for flag, input_dir in input_dirs.items():
+        if not input_dir or not owned_files.is_local(input_dir):
+            continue
+        source = os.path.realpath(input_dir)
+        common = os.path.commonpath([output, source])
+        if common in (output, source):
+            relation = "is" if output == source else "lies inside" if common == source else "holds"
+            raise MaterializeError(
+                f"--output_dir {output_dir} {relation} {flag} {input_dir}: the job would read "
+                f"its own output as input; choose an --output_dir outside the inputs"
+            )
