@@ -9,6 +9,7 @@ the reason and exits with status 1, without a traceback.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import logging
 import sys
@@ -39,6 +40,21 @@ _JOBS = {
 }
 
 
+def _no_default(action: argparse.Action) -> bool:
+    # By identity: 0 == False, and a default of 0 is worth saying.
+    return action.default is None or action.default is False or action.default is argparse.SUPPRESS
+
+
+class _HelpWithDefaults(argparse.HelpFormatter):
+    """Help that states each flag's default, unless it has none or already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if _no_default(action) or "default" in text:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m components.materialize",
@@ -49,7 +65,9 @@ def _parser() -> argparse.ArgumentParser:
     jobs = parser.add_subparsers(dest="job", required=True)
 
     pairs = jobs.add_parser(
-        "pairs", help="image domains X, Y and their valid-pair list, or the group of each image"
+        "pairs",
+        formatter_class=_HelpWithDefaults,
+        help="image domains X, Y and their valid-pair list, or the group of each image",
     )
     pairs.add_argument("--x_dir", required=True, help="folder of X images; ids = relative paths")
     pairs.add_argument("--y_dir", required=True, help="folder of Y images")
@@ -78,7 +96,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     pairs.add_argument("--files_per_batch", type=int, default=256)
 
-    speech = jobs.add_parser("audio", help="labelled utterances in a manifest or speaker folders")
+    speech = jobs.add_parser(
+        "audio",
+        formatter_class=_HelpWithDefaults,
+        help="labelled utterances in a manifest or speaker folders",
+    )
     speech.add_argument("--manifest", help="CSV (header) or JSON Lines: path, speaker[, split]")
     speech.add_argument(
         "--speaker_from_path",
@@ -129,6 +151,10 @@ def _parser() -> argparse.ArgumentParser:
             "(below --temp_location when given, else the output dir), or none: through the "
             "runner's shuffle (Dataflow, Flink, Spark); auto: files on the DirectRunner only",
         )
+    for job in (pairs, speech):
+        for action in job._actions:
+            if action.help is None and not _no_default(action):
+                action.help = "default: %(default)s"  # a flag without help still shows it
     return parser
 
 
@@ -176,6 +202,19 @@ def _not_beam_options(args: list[str]) -> list[str]:
     return unknown
 
 
+def _did_you_mean(argument: str, job: str) -> str:
+    """ "; did you mean '--flag'?" for the closest flag of `job` to `argument`, or ""."""
+    [subparsers] = [a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    flags = [
+        option
+        for action in subparsers.choices[job]._actions
+        for option in action.option_strings
+        if option.startswith("--")
+    ]
+    close = difflib.get_close_matches(argument.split("=")[0], flags, n=1, cutoff=0.75)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = _parser().parse_known_args(argv)
     config_class, module, job = _JOBS[args.job]
@@ -191,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(
             f"materialize {args.job}: error: unrecognized argument {unknown[0]!r}: neither a "
-            f"flag of `{args.job}` (see --help) nor a Beam pipeline option",
+            f"flag of `{args.job}` (see --help) nor a Beam pipeline option"
+            f"{_did_you_mean(unknown[0], args.job)}",
             file=sys.stderr,
         )
         return 2

@@ -4,6 +4,7 @@ a VoxCeleb-layout corpus of all of them materialized with `--speaker_from_path`.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -289,6 +290,32 @@ def test_unknown_flags_are_an_error_naming_the_flag(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and repr(flag.split("=")[0])[:-1] in err, err
     assert not os.path.exists(tmp_path / "out")
+
+
+def test_an_unknown_flag_close_to_a_flag_says_which(tmp_path, capsys):
+    (tmp_path / "vox").mkdir()
+    argv = ["audio", "--speaker_from_path", "--root", str(tmp_path / "vox")]
+    argv += ["--output_dir", str(tmp_path / "out"), "--eval-fraction=0.2"]
+    assert materialize_cli.main(argv) == 2
+    assert capsys.readouterr().err.strip().endswith("; did you mean '--eval_fraction'?")
+
+
+@pytest.mark.parametrize("job", ["audio", "pairs"])
+def test_help_states_every_default(job, capsys):
+    with pytest.raises(SystemExit):
+        materialize_cli.main([job, "--help"])
+    assert "default: 0.1" in capsys.readouterr().out  # --max_reject_fraction, as printed
+    [subparsers] = [
+        a for a in materialize_cli._parser()._actions if isinstance(a, argparse._SubParsersAction)
+    ]
+    formatter = materialize_cli._HelpWithDefaults(job)
+    for action in subparsers.choices[job]._actions:
+        if action.default is None or action.default is False or action.default == argparse.SUPPRESS:
+            continue
+        text = formatter._get_help_string(action)
+        assert "default" in text and (
+            "%(default)s" in text or str(action.default).split(".")[0] in text
+        ), (action.option_strings, text)
 
 
 @pytest.mark.parametrize("extra", [[], ["--manifest", "m.csv", "--speaker_from_path"]])
