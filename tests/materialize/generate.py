@@ -134,3 +134,17 @@ def write_manifest_jsonl(path: str, rows: list[dict]) -> None:
     with open(path, "w") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")
+
+
+def empty_pairs_argv(root, *extra: str) -> list[str]:
+    """The materialize CLI's flags for a pairs job over empty `x/` and `y/` folders and an empty
+    pair list below `root` (a pathlib folder), into `root/out`, then `extra`."""
+    for folder in ("x", "y"):
+        (root / folder).mkdir(exist_ok=True)
+    (root / "pairs.jsonl").write_text("")
+    return [
+        "pairs",
+        *("--x_dir", str(root / "x"), "--y_dir", str(root / "y")),
+        *("--pairs", str(root / "pairs.jsonl"), "--output_dir", str(root / "out")),
+        *extra,
+    ]

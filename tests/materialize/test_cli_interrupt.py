@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from components.materialize import __main__ as cli
 from components.materialize import pairs_pipeline
+from tests.materialize import generate
 
 
 def test_interrupt_exits_130_with_one_line(monkeypatch, capsys, tmp_path):
@@ -11,21 +12,6 @@ def test_interrupt_exits_130_with_one_line(monkeypatch, capsys, tmp_path):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(pairs_pipeline, "run_pairs", interrupted)
-    for folder in ("x", "y"):
-        (tmp_path / folder).mkdir()
-    (tmp_path / "pairs.jsonl").write_text("")
-    status = cli.main(
-        [
-            "pairs",
-            "--x_dir",
-            str(tmp_path / "x"),
-            "--y_dir",
-            str(tmp_path / "y"),
-            "--pairs",
-            str(tmp_path / "pairs.jsonl"),
-            "--output_dir",
-            str(tmp_path / "out"),
-        ]
-    )
+    status = cli.main(generate.empty_pairs_argv(tmp_path))
     assert status == 130
     assert capsys.readouterr().err.strip() == "materialize pairs: interrupted"

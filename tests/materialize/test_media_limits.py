@@ -455,24 +455,6 @@ def test_a_raw_size_past_the_limit_is_refused_before_anything_is_allocated():
 # Flags and config fields
 
 
-def _pairs_argv(tmp_path, *extra: str) -> list[str]:
-    for folder in ("x", "y"):
-        (tmp_path / folder).mkdir(exist_ok=True)
-    (tmp_path / "pairs.jsonl").write_text("")
-    return [
-        "pairs",
-        "--x_dir",
-        str(tmp_path / "x"),
-        "--y_dir",
-        str(tmp_path / "y"),
-        "--pairs",
-        str(tmp_path / "pairs.jsonl"),
-        "--output_dir",
-        str(tmp_path / "out"),
-        *extra,
-    ]
-
-
 def _audio_argv(tmp_path, *extra: str) -> list[str]:
     return [
         "audio",
@@ -513,7 +495,7 @@ def _audio_argv(tmp_path, *extra: str) -> list[str]:
     ],
 )
 def test_bad_limits_are_one_line_errors_before_the_job_starts(tmp_path, capsys, job, flags, named):
-    argv = (_pairs_argv if job == "pairs" else _audio_argv)(tmp_path, *flags)
+    argv = (generate.empty_pairs_argv if job == "pairs" else _audio_argv)(tmp_path, *flags)
     assert materialize_cli.main(argv) == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and named in err, err
@@ -537,16 +519,22 @@ def test_limit_flags_set_the_config_fields_with_documented_defaults(tmp_path):
         AudioConfig,
     )
     assert given.limits == AudioLimits(30.0, 8000, 48000)
-    assert parsed(_pairs_argv(tmp_path), PairsConfig).max_image_pixels == 1 << 25
+    assert parsed(generate.empty_pairs_argv(tmp_path), PairsConfig).max_image_pixels == 1 << 25
     # The raw size bounds only raw storage: encoded storage takes a limit under 256 x 256.
-    parsed(_pairs_argv(tmp_path, "--max_image_pixels", "1000"), PairsConfig).validate()
+    parsed(
+        generate.empty_pairs_argv(tmp_path, "--max_image_pixels", "1000"), PairsConfig
+    ).validate()
     with pytest.raises(MaterializeError, match="max_image_pixels=1000"):
         parsed(
-            _pairs_argv(tmp_path, "--max_image_pixels", "1000", "--image_storage", "raw"),
+            generate.empty_pairs_argv(
+                tmp_path, "--max_image_pixels", "1000", "--image_storage", "raw"
+            ),
             PairsConfig,
         ).validate()
     assert (
-        parsed(_pairs_argv(tmp_path, "--max_image_pixels", "1000"), PairsConfig).max_image_pixels
+        parsed(
+            generate.empty_pairs_argv(tmp_path, "--max_image_pixels", "1000"), PairsConfig
+        ).max_image_pixels
         == 1000
     )
     with pytest.raises(MaterializeError, match="max_audio_seconds"):
