@@ -227,15 +227,37 @@ def local_configs(
     return config.CycleGanConfig(**args.settings), run_settings
 
 
+# The data fields of the pipeline configs: a file, or a folder, that must exist before a run.
+_INPUT_FILES = ("manifest", "pairs")
+_INPUT_DIRS = ("audio_root", "x_dir", "y_dir")
+
+
+def check_inputs(pipeline_config: config.CycleGanConfig | config.SpeakerConfig) -> None:
+    """Raises `cli.ConfigError` naming the first local input path that does not exist (or is not
+    a file / folder): said in one line before TFX loads (10-25 s), not as a traceback from the
+    input fingerprint."""
+    for names, is_kind, kind in (
+        (_INPUT_FILES, os.path.isfile, "file"),
+        (_INPUT_DIRS, os.path.isdir, "folder"),
+    ):
+        for name in names:
+            path = getattr(pipeline_config, name, None)
+            if path and "://" not in path and not is_kind(path):
+                if name == "manifest" and getattr(pipeline_config, "speaker_from_path", False):
+                    continue
+                raise cli.ConfigError(f"--{name}: no such {kind}: {path}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs the pipeline `argv` asks for; 0 when it succeeded, 1 when it failed."""
     try:
         args = cli.parse_local_args(argv)
+        pipeline_config, run_settings = local_configs(args)
+        check_inputs(pipeline_config)
     except cli.ConfigError as error:
         cli.fail(error)
     from pipeline import cyclegan_pipeline, report, speaker_pipeline  # they import TFX: see `run`
 
-    pipeline_config, run_settings = local_configs(args)
     factory = cyclegan_pipeline if args.pipeline == "cyclegan" else speaker_pipeline
     pipeline = factory.create_pipeline(pipeline_config, run_settings)
     outcome = execute(pipeline, run_settings.metadata_path)

@@ -221,20 +221,29 @@ def test_unreadable_config_files_are_one_line(tmp_path):
             "(did you mean n_classes_per_batch?)",
         ),
         (["--num_epochs", "x"], "error: --num_epochs: expected an int, got 'x'"),
+        # Checked before TFX loads: was a 15-line FileNotFoundError traceback after 16.7 s.
+        (
+            ["--audio_root", "{missing}", "--manifest", config.SPEAKER_MANIFEST],
+            "error: --audio_root: no such folder: {missing}",
+        ),
+        (
+            ["--manifest", "{missing}", "--audio_root", config.SPEAKER_CORPUS_DIR],
+            "error: --manifest: no such file: {missing}",
+        ),
     ],
 )
 def test_the_command_prints_one_line_and_exits_2(tmp_path, argv, line):
     path = tmp_path / "config.yaml"
     path.write_text("speaker:\n  n_clases_per_batch: 4\n")
+    names = {"config": path, "missing": tmp_path / "missing"}
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline.run_local", "speaker"]
-        + [a.format(config=path) for a in argv],
+        [sys.executable, "-m", "pipeline.run_local", "speaker"] + [a.format(**names) for a in argv],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode == 2
-    assert done.stderr.splitlines() == [line]
+    assert done.stderr.splitlines() == [line.format(**names)]
     assert done.stdout == ""
 
 
