@@ -6,10 +6,13 @@
 
 Writes `<output-dir>/<pipeline name>.json` (a `PipelineJob` whose `pipelineSpec` every task of
 which runs `python -m tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor` in
-`--image`). Paths in the spec are read inside the pods: by default the bundled sample data at
-the image's `/app/sample_data` (the Dockerfile generates the digit domains there) and a
-`gs://` pipeline root to replace with yours. Input fingerprints are not computed at compile
-time (the data need not be reachable from here); the cluster's own caching keys on parameters.
+`--image`: Vertex AI's `PipelineJob(template_path=...)` takes it) and beside it
+`<pipeline name>.yaml`, the bare `PipelineSpec` the KFP client uploads
+(`kfp.Client().create_run_from_pipeline_package(...)`). Paths in the spec are read inside
+the pods: by default the bundled sample data at the image's `/app/sample_data` (the
+Dockerfile generates the digit domains there) and a `gs://` pipeline root to replace with yours.
+Input fingerprints are not computed at compile time (the data need not be reachable from here);
+the cluster's own caching keys on parameters.
 
 `--config FILE` is the file `python -m pipeline.run_local` reads (`pipeline.cli`): its
 `kubeflow` section sets `KubeflowConfig` fields (the flags above override them), its `cyclegan`
@@ -29,6 +32,7 @@ import json
 import os
 from typing import Any
 
+import yaml
 from tfx import v1 as tfx
 from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 
@@ -68,14 +72,28 @@ def compile_pipeline(
         # The runner refuses to overwrite; a re-compile replaces the spec.
         os.remove(path)
     runner.run(pipeline)
+    with open(path) as f:
+        job = json.load(f)
     if trainer_retries:
-        with open(path) as f:
-            job = json.load(f)
         for task in trainer_tasks(job):
             task["retryPolicy"] = {"maxRetryCount": trainer_retries}
         with open(path, "w") as f:
             json.dump(job, f, sort_keys=True)
+    write_kfp_package(job, kfp_package_path(path))
     return path
+
+
+def kfp_package_path(job_path: str) -> str:
+    """Where `compile_pipeline` writes the KFP package beside the PipelineJob JSON at `job_path`."""
+    return os.path.splitext(job_path)[0] + ".yaml"
+
+
+def write_kfp_package(job: dict[str, Any], path: str) -> None:
+    """Writes the bare `PipelineSpec` of the Vertex `PipelineJob` `job` as YAML at `path`: what the
+    KFP client loads (`kfp.Client().create_run_from_pipeline_package(path)`), which refuses a
+    `.json` name and, given the whole job, fails on its `displayName` field."""
+    with open(path, "w") as f:
+        yaml.safe_dump(job["pipelineSpec"], f, sort_keys=True)
 
 
 def trainer_tasks(job: dict[str, Any]) -> list[dict[str, Any]]:

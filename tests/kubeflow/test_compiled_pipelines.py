@@ -290,3 +290,24 @@ def test_every_task_of_the_speaker_spec_runs_and_hands_on_its_outputs(compiled, 
     for task in outputs:
         written = os.path.exists(os.path.join(run_root, task, local_run.EXECUTOR_OUTPUT_FILE))
         assert written == (task not in RESOLVERS)
+
+
+def test_the_kfp_client_loads_the_yaml_package_beside_each_spec(compiled):
+    """What `kfp.Client().create_run_from_pipeline_package` reads: the pinned client refuses
+    the `.json` name and, given the whole PipelineJob, fails on `displayName`; the `.yaml`
+    holds the bare PipelineSpec (issue 23.5)."""
+    from kfp.client import client as kfp_client
+
+    specs, _ = compiled
+    for name, path in specs.items():
+        with pytest.raises(ValueError, match="should end with one of"):
+            kfp_client._extract_pipeline_yaml(path)
+        package = runner.kfp_package_path(path)
+        loaded = kfp_client._extract_pipeline_yaml(package)
+        with open(path) as f:
+            job_spec = json.load(f)["pipelineSpec"]
+        assert loaded.pipeline_spec.pipeline_info.name == job_spec["pipelineInfo"]["name"]
+        assert sorted(loaded.pipeline_spec.root.dag.tasks) == sorted(
+            job_spec["root"]["dag"]["tasks"]
+        )
+        assert name.replace("_", "-") in loaded.pipeline_spec.pipeline_info.name
