@@ -18,11 +18,24 @@ FIND_PY310 = for p in "$(PYTHON310)" python3.10 $$HOME/.pyenv/versions/3.10*/bin
 	  [ -n "$$p" ] && "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 10)' 2>/dev/null \
 	  && { command -v "$$p" || echo "$$p"; } && break; done
 
-.PHONY: help setup demo test lint bench kubeflow lock clean
+# python3.12 for the core venv (the newest TensorFlow, the core install only).
+FIND_PY312 = for p in "$(PYTHON312)" python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3.12 \
+	/usr/local/bin/python3.12 /usr/bin/python3.12; do \
+	  [ -n "$$p" ] && "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null \
+	  && { command -v "$$p" || echo "$$p"; } && break; done
+CORE_VENV := .venv-core
+CORE_PY := $(CORE_VENV)/bin/python
+WHEEL_DIR := build/wheel
+# The folders of the tests marked `core` (tests/conftest.py); the others import Beam or TFX.
+CORE_TESTS := tests/inputs tests/class_balanced tests/core tests/docs
+
+.PHONY: help setup demo test test-core lint bench kubeflow lock clean
 
 help:
 	@echo "make demo      set up, then run both pipelines on the bundled sample data"
-	@echo "make test      set up, then run the test suite"
+	@echo "make test      set up, then run the test suite, then make test-core"
+	@echo "make test-core build the wheel, install it with the newest TensorFlow in a Python 3.12"
+	@echo "               venv (.venv-core), run the README quickstart and the library's tests there"
 	@echo "make setup     create .venv (python3.10) from requirements.lock, build the native op (idempotent)"
 	@echo "make lint      ruff"
 	@echo "make bench     run every benchmark under bench/ (BENCH_ARGS=$(BENCH_ARGS))"
@@ -51,6 +64,23 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-core
+
+# The core install where its users are: the wheel in a clean venv with TensorFlow 2.21 and no
+# Beam or TFX; the README's quickstart runs from an empty folder outside the checkout (so the
+# wheel is what it imports), then the tests marked `core` (tests/conftest.py).
+test-core: setup
+	@py=$$($(FIND_PY312) | head -n 1); \
+	if [ -z "$$py" ]; then \
+	  echo "error: python3.12 not found: install it (e.g. 'pyenv install 3.12') or pass PYTHON312=/path/to/python3.12." >&2; \
+	  exit 1; fi; \
+	set -e; rm -rf $(WHEEL_DIR) $(CORE_VENV); \
+	$(VENV)/bin/uv build --quiet --wheel --out-dir $(WHEEL_DIR) .; \
+	$(VENV)/bin/uv venv --quiet --python "$$py" $(CORE_VENV); \
+	$(VENV)/bin/uv pip install --quiet --python $(CORE_PY) $(WHEEL_DIR)/*.whl -r tests/core/requirements.txt
+	work=$$(mktemp -d) && cd "$$work" && $(abspath $(CORE_PY)) $(abspath tests/docs/snippets.py) \
+	  --tag core $(abspath README.md) $(abspath docs/migration.md); status=$$?; rm -rf "$$work"; exit $$status
+	$(CORE_PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m core $(PYTEST_ARGS) $(CORE_TESTS)
 
 lint: setup
 	$(VENV)/bin/ruff check .
@@ -63,8 +93,8 @@ kubeflow: setup
 	$(PY) -m kubeflow.runner
 
 lock:
-	uv pip compile pyproject.toml --extra dev --python-version 3.10 \
+	uv pip compile pyproject.toml --extra kubeflow --extra dev --python-version 3.10 \
 	  --python-platform x86_64-unknown-linux-gnu -o requirements.lock
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(CORE_VENV) $(WHEEL_DIR) .pytest_cache .ruff_cache

@@ -36,6 +36,7 @@ import tempfile
 import time
 
 import numpy as np
+from json_report import write_report
 
 N_C, N_P = 32, 4
 
@@ -404,7 +405,7 @@ def bench_end_to_end(num_records, num_classes, n_c, num_batches, repeats, scratc
     import tensorflow as tf
 
     from components import layout
-    from components.inputs import class_balanced
+    from components.inputs import StoreOptions, class_balanced
     from components.inputs.audio_features import AudioFeatureConfig, audio_features
     from components.inputs.record_store import RecordStore
 
@@ -455,7 +456,7 @@ def bench_end_to_end(num_records, num_classes, n_c, num_batches, repeats, scratc
             n_classes_per_batch=n_c,
             n_samples_per_class=N_P,
             features=config,
-            backend=backend,
+            store_options=StoreOptions(backend=backend),
         ).repeat()
     rates = batches_per_second(datasets, num_batches, repeats)
     for name, rate in rates.items():
@@ -537,10 +538,7 @@ def main() -> None:
             f"({e2e['disk_reader']} reader) {e2e['ratio_disk_vs_sequential']:.2f}x (goal >= 0.9x)"
         )
     report["load_average_1min_at_end"] = os.getloadavg()[0]
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w") as f:
-        json.dump(report, f, indent=2, default=float)
-    print(json.dumps(report, indent=2, default=float))
+    write_report(args.output, report)
 
 
 if __name__ == "__main__":

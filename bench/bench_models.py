@@ -22,7 +22,6 @@ Prints ratios and a JSON result (also written to `--output`).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -30,6 +29,7 @@ import time
 import keras
 import numpy as np
 import tensorflow as tf
+from json_report import write_report
 
 from components.models import cyclegan
 from components.models.verification import equal_error_rate
@@ -229,10 +229,7 @@ def main() -> None:
         f" -> ours {eer['ours_s']:.2f} s ({eer['speedup']:.2f}x); EER "
         f"{eer['baseline_eer']:.5f} vs {eer['ours_eer']:.5f}"
     )
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w") as f:
-        json.dump(result, f, indent=2, sort_keys=True)
-    print(json.dumps(result, indent=2, sort_keys=True))
+    write_report(args.output, result, sort_keys=True)
 
 
 if __name__ == "__main__":

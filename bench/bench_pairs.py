@@ -37,7 +37,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 from components import layout  # noqa: E402
-from components.inputs import ValidPairs, dynamic_pairs, open_pairs_run  # noqa: E402
+from components.inputs import (  # noqa: E402
+    StoreOptions,
+    ValidPairs,
+    dynamic_pairs,
+    open_pairs_run,
+)
 from components.inputs.pair_plan import PairPlanner  # noqa: E402
 
 BATCH_SIZE = 256
@@ -212,13 +217,10 @@ def sequential_baseline(paths: list[str]) -> tf.data.Dataset:
 def pairs_dataset(
     run_dir: str, backend: str, verify_crc: bool = True, reader: str = "auto"
 ) -> tf.data.Dataset:
-    x_store, y_store, valid = open_pairs_run(
-        run_dir,
-        backend=backend,
-        memory_budget_bytes=1 << 40,
-        verify_crc=verify_crc,
-        reader=reader,
+    options = StoreOptions(
+        backend=backend, memory_budget_bytes=1 << 40, verify_crc=verify_crc, reader=reader
     )
+    x_store, y_store, valid = open_pairs_run(run_dir, store_options=options)
     return dynamic_pairs(x_store, y_store, valid, batch_size=BATCH_SIZE, parse_fn=parse)
 
 
@@ -258,8 +260,9 @@ def end_to_end(run_dir: str, repeats: int) -> dict:
             rate, cpu_us = records_per_s(dataset, per_row)
             rates[name].append(rate)
             cpu[name].append(cpu_us)
+    disk_store = open_pairs_run(run_dir, store_options=StoreOptions(backend="disk"))[0]
     result = {
-        "disk_reader": open_pairs_run(run_dir, backend="disk")[0].disk_reader,
+        "disk_reader": disk_store.disk_reader,
         "baseline_sequential_records_per_s": statistics.median(rates["baseline"]),
         "baseline_cpu_us_per_record": statistics.median(cpu["baseline"]),
         "repeats_records_per_s": rates,

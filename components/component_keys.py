@@ -5,14 +5,15 @@ executors, pipeline factories and tests name every channel and execution paramet
 these constants. Nothing here imports TFX.
 """
 
-# Channels: outputs of MaterializePairs / MaterializeAudio, inputs of ResampledTrainer.
+# Channels: outputs of MaterializePairs / MaterializeAudio, inputs of the trainers
+# (PairsTrainer: PAIR_INDEX_KEY, ClassBalancedTrainer: CLASS_INDEX_KEY).
 EXAMPLES_KEY = "examples"
 OFFSET_INDEX_KEY = "offset_index"
 PAIR_INDEX_KEY = "pair_index"
 CLASS_INDEX_KEY = "class_index"
-# Input of ResampledTrainer (ExampleValidator's output).
+# Input of the trainers (ExampleValidator's output).
 ANOMALIES_KEY = "anomalies"
-# Outputs of ResampledTrainer.
+# Outputs of the trainers.
 MODEL_KEY = "model"
 MODEL_RUN_KEY = "model_run"
 
@@ -49,25 +50,21 @@ MAX_REJECT_FRACTION_KEY = "max_reject_fraction"
 INPUT_FINGERPRINT_KEY = "input_fingerprint"
 SPILL_KEY = "spill"
 
-# Parameters of ResampledTrainer.
-INPUT_KIND_KEY = "input_kind"
+# Parameters of both trainers (PairsTrainer, ClassBalancedTrainer).
 MODULE_PATH_KEY = "module_path"
 MODULE_FILE_KEY = "module_file"
 NUM_EPOCHS_KEY = "num_epochs"
 SEED_KEY = "seed"
-BATCH_SIZE_KEY = "batch_size"
-N_CLASSES_PER_BATCH_KEY = "n_classes_per_batch"
-N_SAMPLES_PER_CLASS_KEY = "n_samples_per_class"
 TRAIN_SPLIT_KEY = "train_split"
 EVAL_SPLIT_KEY = "eval_split"
 INPUT_OPTIONS_KEY = "input_options"
 CUSTOM_CONFIG_KEY = "custom_config"
 CHECKPOINT_EVERY_STEPS_KEY = "checkpoint_every_steps"
-
-# Values of INPUT_KIND_KEY.
-DYNAMIC_PAIRS = "dynamic_pairs"
-CLASS_BALANCED = "class_balanced"
-INPUT_KINDS = (DYNAMIC_PAIRS, CLASS_BALANCED)
+# Parameter of PairsTrainer.
+BATCH_SIZE_KEY = "batch_size"
+# Parameters of ClassBalancedTrainer.
+N_CLASSES_PER_BATCH_KEY = "n_classes_per_batch"
+N_SAMPLES_PER_CLASS_KEY = "n_samples_per_class"
 
 # ModelGate (components.evaluator_component): inputs `model` (MODEL_KEY) and BASELINE_MODEL_KEY,
 # output BLESSING_KEY; the names the standard Evaluator gives the same channels.
@@ -93,6 +90,6 @@ X_SPLIT_KEY = "x_split"
 Y_SPLIT_KEY = "y_split"
 # Output of IndexExamples (an input key cannot name an output too).
 INDEXED_EXAMPLES_KEY = "indexed_examples"
-# Inputs of ResampledTrainer, as the standard Trainer names them.
+# Inputs of the trainers, as the standard Trainer names them.
 TRANSFORM_GRAPH_KEY = "transform_graph"
 SCHEMA_KEY = "schema"

@@ -32,7 +32,22 @@ def worker_config(
 ) -> tf.data.experimental.service.WorkerConfig:
     """The `WorkerConfig` of a worker on `port` (0: any free one) that clients reach at
     `worker_address` (a host name), serving the dispatcher at `dispatcher_address` ("HOST:PORT",
-    a "grpc://" prefix allowed)."""
+    a "grpc://" prefix allowed).
+
+    Args:
+        dispatcher_address: the dispatcher, "HOST:PORT" or "grpc://HOST:PORT".
+        port: the port to serve on; 0 picks a free one.
+        worker_address: the host name clients reach this worker at.
+
+    Returns:
+        The `tf.data.experimental.service.WorkerConfig`.
+
+    Raises:
+        ValueError: for a dispatcher address with another protocol.
+
+    Example:
+        worker_config("grpc://dispatcher:5050", port=5051)
+    """
     protocol, _, address = dispatcher_address.rpartition("://")
     if protocol not in ("", "grpc"):
         raise ValueError(f"the dispatcher address must be HOST:PORT, got {dispatcher_address!r}")
@@ -42,6 +57,19 @@ def worker_config(
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Serves a tf.data service worker until interrupted.
+
+    Args:
+        argv: `--dispatcher_address HOST:PORT [--port N] [--worker_address HOST]
+            [--without_native_ops]`; None reads `sys.argv`.
+
+    Returns:
+        The exit status: 0 after an interrupt, 1 when the native op is missing (unless
+        `--without_native_ops`).
+
+    Example:
+        main(["--dispatcher_address", "localhost:5050"])
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dispatcher_address", required=True, help="HOST:PORT of the dispatcher")
     parser.add_argument("--port", type=int, default=0, help="port to serve on (0: any free one)")

@@ -50,7 +50,11 @@ class RunExecutor(base_beam_executor.BaseBeamExecutor):
 
 def clear_outputs(outputs: Iterable[types.Artifact]) -> None:
     """Removes what the output URIs hold: a retried execution may reuse them, and no shard or
-    index file of an earlier attempt may survive next to the new ones."""
+    index file of an earlier attempt may survive next to the new ones.
+
+    Args:
+        outputs: the execution's output artifacts; what each URI holds is removed.
+    """
     for artifact in outputs:
         if tf.io.gfile.exists(artifact.uri):
             tf.io.gfile.rmtree(artifact.uri)
@@ -60,7 +64,17 @@ def split_examples(
     run_dir: str, summary: dict, examples: types.Artifact, offset_index: types.Artifact
 ) -> list[str]:
     """Moves the run's shards into `examples`, describes it and `offset_index` (whose URI is
-    `run_dir`); returns the record sets, sorted."""
+    `run_dir`); returns the record sets, sorted.
+
+    Args:
+        run_dir: the run folder (the offset index's URI).
+        summary: the run's `summary.json` content (its rejects are recorded).
+        examples: the Examples output artifact; gets the shards, split names and payload format.
+        offset_index: the OffsetIndex output artifact; gets record sets, counts and rejects.
+
+    Returns:
+        The record set names, sorted.
+    """
     record_sets = _record_sets_of(run_dir)
     for record_set in record_sets:
         _move_shards(run_dir, record_set, examples.uri)
@@ -81,7 +95,13 @@ def split_examples(
 
 
 def move_class_index(run_dir: str, record_sets: list[str], index_uri: str) -> None:
-    """Moves the class index of each record set into `<index_uri>/index/<record_set>/`."""
+    """Moves the class index of each record set into `<index_uri>/index/<record_set>/`.
+
+    Args:
+        run_dir: the run folder.
+        record_sets: the labelled record sets.
+        index_uri: the ClassIndex artifact's URI.
+    """
     for record_set in record_sets:
         source = layout.index_dir(run_dir, record_set)
         target = layout.index_dir(index_uri, record_set)
@@ -95,13 +115,23 @@ def move_class_index(run_dir: str, record_sets: list[str], index_uri: str) -> No
 
 
 def move_pair_index(run_dir: str, index_uri: str) -> None:
-    """Moves the valid-pair index into `<index_uri>/index/pairs/`."""
+    """Moves the valid-pair index into `<index_uri>/index/pairs/`.
+
+    Args:
+        run_dir: the run folder.
+        index_uri: the PairIndex artifact's URI.
+    """
     _move_tree(layout.pairs_index_dir(run_dir), layout.pairs_index_dir(index_uri))
 
 
 def commit_index(run_dir: str, index_uri: str) -> None:
     """Copies the run's `summary.json` to an index URI, once its parts are there: the copy
-    commits them (`layout.check_part`)."""
+    commits them (`layout.check_part`).
+
+    Args:
+        run_dir: the run folder.
+        index_uri: an index artifact's URI that holds the moved parts.
+    """
     tf.io.gfile.copy(
         os.path.join(run_dir, layout.SUMMARY_FILE),
         os.path.join(index_uri, layout.SUMMARY_FILE),

@@ -50,7 +50,18 @@ class LocalRunError(RuntimeError):
 
 
 def load_pipeline_job(path: str) -> dict[str, Any]:
-    """Reads a `KubeflowV2DagRunner` output file and checks it parses as a KFP `PipelineSpec`."""
+    """Reads a `KubeflowV2DagRunner` output file and checks it parses as a KFP `PipelineSpec`.
+
+    Args:
+      path: the compiled pipeline job (JSON).
+
+    Returns:
+      The job as a dict, with its `pipelineSpec`.
+
+    Raises:
+      LocalRunError: when it has no `pipelineSpec`.
+      google.protobuf.json_format.ParseError: when that is not a KFP `PipelineSpec`.
+    """
     from google.protobuf import json_format
     from kfp.pipeline_spec import pipeline_spec_pb2
 
@@ -63,7 +74,17 @@ def load_pipeline_job(path: str) -> dict[str, Any]:
 
 
 def task_order(pipeline_spec: Mapping[str, Any]) -> list[str]:
-    """Task names of the root DAG in dependency order (ties broken by name, so deterministic)."""
+    """Task names of the root DAG in dependency order (ties broken by name, so deterministic).
+
+    Args:
+      pipeline_spec: the job's `pipelineSpec`.
+
+    Returns:
+      The task names, each after the tasks it depends on.
+
+    Raises:
+      LocalRunError: when a task depends on an unknown task, or the tasks form a cycle.
+    """
     tasks = pipeline_spec["root"]["dag"]["tasks"]
     upstream = {name: set(_upstream_tasks(task)) for name, task in tasks.items()}
     for name, producers in upstream.items():
@@ -99,6 +120,19 @@ def executor_input(
 
     `upstream_outputs[task]` is that task's `ExecutorOutput` (as JSON); output artifacts go to
     `<task_root>/<output key>`, the entrypoint writes `<task_root>/executor_output.json`.
+
+    Args:
+      job: the compiled pipeline job.
+      task_name: the task to run.
+      task_root: its folder for outputs.
+      upstream_outputs: task name -> `ExecutorOutput` JSON of every task run before.
+
+    Returns:
+      The `ExecutorInput` as a JSON-ready dict.
+
+    Raises:
+      LocalRunError: for an input source or parameter this runner does not support, a
+        parameter without a value, or an upstream task (not a resolver) that produced nothing.
     """
     spec = job["pipelineSpec"]
     task = spec["root"]["dag"]["tasks"][task_name]
@@ -194,19 +228,46 @@ def _executor(job: Mapping[str, Any], task_name: str) -> Mapping[str, Any]:
 
 
 def is_resolver(job: Mapping[str, Any], task_name: str) -> bool:
-    """Whether `task_name` is an ML Metadata query (a resolver), not a container."""
+    """Whether `task_name` is an ML Metadata query (a resolver), not a container.
+
+    Args:
+      job: the compiled pipeline job.
+      task_name: a task of its root DAG.
+
+    Returns:
+      True for a resolver task.
+    """
     return "resolver" in _executor(job, task_name)
 
 
 def resolved_nothing(job: Mapping[str, Any], task_name: str) -> dict[str, Any]:
     """The output of resolver task `task_name` that found nothing: each of its output keys with
-    an empty artifact list."""
+    an empty artifact list.
+
+    Args:
+      job: the compiled pipeline job.
+      task_name: a resolver task.
+
+    Returns:
+      `{"artifacts": {key: {"artifacts": []}, ...}}`.
+    """
     keys = _component(job, task_name).get("outputDefinitions", {}).get("artifacts", {})
     return {"artifacts": {key: {"artifacts": []} for key in keys}}
 
 
 def container_command(job: Mapping[str, Any], task_name: str) -> list[str]:
-    """The task's container `command + args`, as compiled (still holding the placeholder)."""
+    """The task's container `command + args`, as compiled (still holding the placeholder).
+
+    Args:
+      job: the compiled pipeline job.
+      task_name: a container task.
+
+    Returns:
+      The argv, e.g. `["python", "-m", ENTRYPOINT_MODULE, ...]`.
+
+    Raises:
+      LocalRunError: when the task's executor is not a container.
+    """
     executor = _executor(job, task_name)
     if "container" not in executor:
         raise LocalRunError(f"task {task_name!r}: only container executors run locally")
@@ -217,7 +278,18 @@ def container_command(job: Mapping[str, Any], task_name: str) -> list[str]:
 def run_task(
     command: list[str], invocation: Mapping[str, Any], *, in_process: bool, cwd: str | None
 ) -> None:
-    """Runs one container command with `{{$}}` replaced by the `ExecutorInput` JSON."""
+    """Runs one container command with `{{$}}` replaced by the `ExecutorInput` JSON.
+
+    Args:
+      command: the task's `container_command`.
+      invocation: its `ExecutorInput` (`executor_input`).
+      in_process: call the entrypoint's `main` in this process instead of a subprocess.
+      cwd: the subprocess's working folder (None: this one's).
+
+    Raises:
+      LocalRunError: for leftover placeholders, a command that is not the TFX Kubeflow V2
+        entrypoint, or (subprocess) a non-zero exit, with the log's tail.
+    """
     invocation_json = json.dumps(invocation)
     argv = [invocation_json if arg == EXECUTOR_INPUT_PLACEHOLDER else arg for arg in command]
     leftover = [arg for arg in argv if "{{$" in arg and arg != invocation_json]
@@ -258,6 +330,22 @@ def run_pipeline_job(
 
     Task `T` writes under `<pipeline_root>/<run_id>/T/`: one folder per output key, the
     `executor_output.json` and (subprocess mode) `log.txt`; a resolver task writes nothing.
+
+    Args:
+      job_path: the compiled pipeline job (JSON).
+      pipeline_root: the local folder for the tasks' artifacts.
+      in_process: run every task in this process (`run_task`).
+      run_id: the run's folder name below `pipeline_root`.
+      cwd: the tasks' working folder (subprocess mode).
+
+    Returns:
+      Task name -> its `ExecutorOutput` JSON.
+
+    Raises:
+      LocalRunError: when a task cannot be built, fails, or writes no executor output.
+
+    Example:
+      run_pipeline_job("kubeflow/speaker-class-balanced.json", "/tmp/kfp-root", in_process=True)
     """
     job = load_pipeline_job(job_path)
     outputs: dict[str, dict[str, Any]] = {}
@@ -280,6 +368,17 @@ def run_pipeline_job(
 
 
 def main(argv: list[str] | None = None) -> None:
+    """`python -m kubeflow.local_run`: runs a compiled job and prints each task's output URIs.
+
+    Args:
+      argv: `<pipeline.json> <pipeline_root> [--in-process]`; None reads `sys.argv`.
+
+    Raises:
+      LocalRunError: as `run_pipeline_job`.
+
+    Example:
+      main(["kubeflow/speaker-class-balanced.json", "/tmp/kfp-root", "--in-process"])
+    """
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("job", help="compiled pipeline JSON (KubeflowV2DagRunner output)")
     parser.add_argument("pipeline_root", help="local folder for the tasks' artifacts")

@@ -30,17 +30,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
 from tfx import v1 as tfx
 from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 
+from components.trainer_component import ClassBalancedTrainer, PairsTrainer
 from pipeline import cli, config, cyclegan_pipeline, speaker_pipeline
 from pipeline.sample_data import PAIRS_FILE, X_DIR, Y_DIR
 
-# The ResampledTrainer executor as a compiled task names it (`--executor_class_path`).
-TRAINER_EXECUTOR = "components.trainer_component.executor.Executor"
+# The trainers' executors as a compiled task names them (`--executor_class_path`).
+TRAINER_EXECUTORS = tuple(
+    trainer.EXECUTOR_SPEC.class_path for trainer in (PairsTrainer, ClassBalancedTrainer)
+)
 DIGITS_DIR = "digits"
 SPEAKERS_DIR = "speakers"
 
@@ -52,12 +56,31 @@ def compile_pipeline(
     filename: str | None = None,
     trainer_retries: int = config.KubeflowConfig.trainer_retries,
 ) -> str:
-    """Compiles `pipeline` to `<output_dir>/<filename or pipeline name>.json`; returns the path.
+    """Compiles `pipeline` to `<output_dir>/<filename or pipeline name>.json` (and the KFP
+    package beside it, `kfp_package_path`).
 
-    Every `ResampledTrainer` task gets a KFP `retryPolicy` of `trainer_retries` retries (0: none):
-    a preempted or killed trainer pod is started again with the same executor input, and resumes
-    from its checkpoints (`components.trainer_component.checkpoints`). TFX's compiler sets no
-    retry policy, so it is added to the compiled spec.
+    Every trainer task (`PairsTrainer`, `ClassBalancedTrainer`) gets a KFP `retryPolicy` of
+    `trainer_retries` retries (0: none): a preempted or killed trainer pod is started again with
+    the same executor input, and resumes from its checkpoints
+    (`components.trainer_component.checkpoints`). TFX's compiler sets no retry policy, so it is
+    added to the compiled spec.
+
+    Args:
+      pipeline: the TFX pipeline.
+      output_dir: the folder the specs go to.
+      image: the container image every task runs in.
+      filename: the PipelineJob file's name (default `<pipeline name>.json`).
+      trainer_retries: retries of a failed trainer pod.
+
+    Returns:
+      The path of the PipelineJob JSON.
+
+    Raises:
+      ValueError: `trainer_retries` is negative.
+
+    Example:
+
+        compile_pipeline(cyclegan_pipeline.create_pipeline(cyclegan, run), "kubeflow", image)
     """
     if trainer_retries < 0:
         raise ValueError(f"trainer_retries must be >= 0, got {trainer_retries}")
@@ -84,64 +107,108 @@ def compile_pipeline(
 
 
 def kfp_package_path(job_path: str) -> str:
-    """Where `compile_pipeline` writes the KFP package beside the PipelineJob JSON at `job_path`."""
+    """Where `compile_pipeline` writes the KFP package beside the PipelineJob JSON at `job_path`.
+
+    Args:
+      job_path: the PipelineJob JSON's path.
+
+    Returns:
+      The same path ending in `.yaml`.
+
+    Example:
+
+        kfp_package_path("kubeflow/speaker.json")  # "kubeflow/speaker.yaml"
+    """
     return os.path.splitext(job_path)[0] + ".yaml"
 
 
 def write_kfp_package(job: dict[str, Any], path: str) -> None:
     """Writes the bare `PipelineSpec` of the Vertex `PipelineJob` `job` as YAML at `path`: what the
     KFP client loads (`kfp.Client().create_run_from_pipeline_package(path)`), which refuses a
-    `.json` name and, given the whole job, fails on its `displayName` field."""
+    `.json` name and, given the whole job, fails on its `displayName` field.
+
+    Args:
+      job: the compiled PipelineJob, as JSON.
+      path: the YAML file to write.
+    """
     with open(path, "w") as f:
         yaml.safe_dump(job["pipelineSpec"], f, sort_keys=True)
 
 
 def trainer_tasks(job: dict[str, Any]) -> list[dict[str, Any]]:
-    """The tasks of compiled `job` (a `PipelineJob` JSON) that run the ResampledTrainer executor."""
+    """The tasks of compiled `job` that run a trainer's executor (`TRAINER_EXECUTORS`).
+
+    Args:
+      job: the compiled PipelineJob, as JSON.
+
+    Returns:
+      The task dicts of `job` itself (changing one changes `job`).
+    """
     spec = job["pipelineSpec"]
     executors = spec["deploymentSpec"]["executors"]
     found = []
     for task in spec["root"]["dag"]["tasks"].values():
         label = spec["components"][task["componentRef"]["name"]]["executorLabel"]
         args = executors[label].get("container", {}).get("args", [])
-        if TRAINER_EXECUTOR in args:
+        if any(executor in args for executor in TRAINER_EXECUTORS):
             found.append(task)
     return found
 
 
 def pipeline_configs(
-    data_root: str, schemas: str, **overrides
+    data_root: str,
+    schemas: str,
+    *,
+    cyclegan: Mapping[str, Any] | None = None,
+    speaker: Mapping[str, Any] | None = None,
 ) -> tuple[config.CycleGanConfig, config.SpeakerConfig]:
     """The two pipelines' configs over sample data laid out under `data_root` as in the image.
 
-    `overrides["cyclegan"]` / `overrides["speaker"]` replace fields of that config, the data
-    paths and schema file included.
+    Args:
+      data_root: the folder holding `digits/` and `speakers/`, as the pods see it.
+      schemas: the folder holding the record schemas, as the pods see it.
+      cyclegan: fields of the CycleGAN config to replace, the data paths and schema file
+        included.
+      speaker: the same for the speaker config.
+
+    Returns:
+      The CycleGAN and speaker configs.
+
+    Raises:
+      TypeError: an override names no field of its config.
     """
     digits = os.path.join(data_root, DIGITS_DIR)
     speakers = os.path.join(data_root, SPEAKERS_DIR)
-    cyclegan = config.CycleGanConfig(
+    cyclegan_config = config.CycleGanConfig(
         **{
             "x_dir": os.path.join(digits, X_DIR),
             "y_dir": os.path.join(digits, Y_DIR),
             "pairs": os.path.join(digits, PAIRS_FILE),
             "schema_file": os.path.join(schemas, config.IMAGE_SCHEMA),
-            **overrides.get("cyclegan", {}),
+            **(cyclegan or {}),
         }
     )
-    speaker = config.SpeakerConfig(
+    speaker_config = config.SpeakerConfig(
         **{
             "manifest": os.path.join(speakers, os.path.basename(config.SPEAKER_MANIFEST)),
             "audio_root": speakers,
             "schema_file": os.path.join(schemas, config.AUDIO_SCHEMA),
-            **overrides.get("speaker", {}),
+            **(speaker or {}),
         }
     )
-    return cyclegan, speaker
+    return cyclegan_config, speaker_config
 
 
 def run_config(kubeflow_config: config.KubeflowConfig) -> config.RunConfig:
     """The `RunConfig` a pipeline is built with for `kubeflow_config`'s specs: its pipeline
-    root and Beam arguments, the cluster's ML Metadata, no input fingerprints."""
+    root and Beam arguments, the cluster's ML Metadata, no input fingerprints.
+
+    Args:
+      kubeflow_config: the compile settings.
+
+    Returns:
+      The run settings.
+    """
     return config.RunConfig(
         pipeline_root=kubeflow_config.pipeline_root,
         metadata_path=None,
@@ -155,7 +222,16 @@ def compile_all(
     cyclegan: config.CycleGanConfig,
     speaker: config.SpeakerConfig,
 ) -> list[str]:
-    """Compiles both pipelines into `kubeflow_config.output_dir`; returns the spec paths."""
+    """Compiles both pipelines into `kubeflow_config.output_dir`.
+
+    Args:
+      kubeflow_config: image, output folder, pipeline root, retries.
+      cyclegan: the CycleGAN pipeline's config.
+      speaker: the speaker pipeline's config.
+
+    Returns:
+      The PipelineJob paths, CycleGAN's first.
+    """
     run = run_config(kubeflow_config)
     return [
         compile_pipeline(
@@ -174,7 +250,17 @@ def compile_all(
 def parse_args(
     argv: list[str] | None = None,
 ) -> tuple[config.KubeflowConfig, config.CycleGanConfig, config.SpeakerConfig]:
-    """What `argv` asks to compile: the config file's sections, then the flags over them."""
+    """What `argv` asks to compile: the config file's sections, then the flags over them.
+
+    Args:
+      argv: the command-line arguments (None: `sys.argv[1:]`).
+
+    Returns:
+      The Kubeflow config and the two pipelines' configs.
+
+    Raises:
+      SystemExit: a bad flag or config file (one line on stderr, exit status 2).
+    """
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     defaults = config.KubeflowConfig()
     parser.add_argument("--config", metavar="FILE", help="JSON or YAML config file (see above)")
@@ -229,6 +315,17 @@ def parse_args(
 
 
 def main(argv: list[str] | None = None) -> None:
+    """`python -m kubeflow.runner`: compiles both pipelines and prints each path written.
+
+    Args:
+      argv: the command-line arguments (None: `sys.argv[1:]`), as `parse_args` reads them.
+
+    Raises:
+      SystemExit: a bad flag or config file (`parse_args`).
+
+    Example:
+      main(["--image", "REGISTRY/tfx-dynamic-inputs:TAG", "--output-dir", "out/kubeflow"])
+    """
     for path in compile_all(*parse_args(argv)):
         print(f"wrote {path}")
 

@@ -65,7 +65,14 @@ class ConfigError(ValueError):
 
 
 def fail(error: ConfigError) -> NoReturn:
-    """Prints `error: <message>` (one line, no traceback) and exits with status 2."""
+    """Prints `error: <message>` (one line, no traceback) and exits with status 2.
+
+    Args:
+        error: the error to print.
+
+    Raises:
+        SystemExit: always, with status 2.
+    """
     print(f"error: {error}", file=sys.stderr)
     raise SystemExit(2)
 
@@ -83,7 +90,14 @@ class Section:
 
 
 def dataclass_section(cls: type) -> Section:
-    """The section of the config dataclass `cls`: its fields, their types and defaults."""
+    """The section of the config dataclass `cls`: its fields, their types and defaults.
+
+    Args:
+        cls: a config dataclass, e.g. `config.SpeakerConfig`.
+
+    Returns:
+        The `Section`; fields without a default are left out of `defaults`.
+    """
     fields = dataclasses.fields(cls)
     defaults = {
         f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
@@ -149,6 +163,21 @@ def convert(tp: Any, value: Any, where: str) -> Any:
     Text is parsed (a flag's value; also a YAML scalar such as `1e-3`, which YAML 1.1 reads as
     a string); other values must already have the type (ints pass as floats, bools never pass
     as numbers).
+
+    Args:
+        tp: the field's type: int, float, bool, str, `tuple[str, ...]`, a mapping, or one of
+            those `| None`.
+        value: a flag's text, or a value from a config file.
+        where: what the message names, e.g. "--num_epochs".
+
+    Returns:
+        The value as `tp`.
+
+    Raises:
+        ConfigError: when `value` is not a `tp`.
+
+    Example:
+        convert(int | None, "none", "--max_steps")  # None
     """
     inner = _optional_of(tp)
     if inner is not None:
@@ -192,7 +221,18 @@ def convert(tp: Any, value: Any, where: str) -> Any:
 
 
 def check_section(name: str, values: Any) -> dict[str, Any]:
-    """The checked (converted) keys of section `name` of a config file."""
+    """The checked (converted) keys of section `name` of a config file.
+
+    Args:
+        name: the section's name, a key of `SECTIONS` ("speaker", "run", ...).
+        values: the section as the file holds it.
+
+    Returns:
+        key -> value, each converted to its field's type.
+
+    Raises:
+        ConfigError: when `values` is not a mapping, or a key is unknown or its value bad.
+    """
     section = SECTIONS[name]
     if not isinstance(values, dict):
         raise ConfigError(f"config section {name!r}: expected a mapping, got {values!r}")
@@ -210,7 +250,21 @@ def check_section(name: str, values: Any) -> dict[str, Any]:
 
 
 def load_file(path: str) -> dict[str, dict[str, Any]]:
-    """Section -> checked keys of the config file at `path` (JSON for `.json`, else YAML)."""
+    """Section -> checked keys of the config file at `path` (JSON for `.json`, else YAML).
+
+    Args:
+        path: the config file.
+
+    Returns:
+        Section name -> its checked keys; {} for an empty file.
+
+    Raises:
+        ConfigError: when the file cannot be read or parsed, or holds an unknown section, key
+            or bad value.
+
+    Example:
+        load_file("config.yaml").get("speaker", {})  # e.g. {"num_epochs": 20}
+    """
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -316,7 +370,21 @@ class LocalArgs:
 
 
 def parse_local_args(argv: Sequence[str] | None = None) -> LocalArgs:
-    """The run `argv` asks for: file sections, then flags over them; raises ConfigError."""
+    """The run `argv` asks for: file sections, then flags over them; raises ConfigError.
+
+    Args:
+        argv: the arguments without the program name; None reads `sys.argv`.
+
+    Returns:
+        The `LocalArgs`.
+
+    Raises:
+        ConfigError: for an unknown flag or argument, a bad value, or data paths given only
+            in part.
+
+    Example:
+        parse_local_args(["speaker", "--num_epochs", "2"]).settings  # {"num_epochs": 2}
+    """
     parser = local_parser()
     namespace, unknown = parser.parse_known_args(argv)
     if unknown:

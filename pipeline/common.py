@@ -10,7 +10,7 @@ it, with its trainer's own arguments, to `training_pipeline`.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from tfx import v1 as tfx
@@ -19,7 +19,7 @@ from tfx.types import standard_component_specs
 
 from components import component_keys as keys
 from components.evaluator_component import ModelGate
-from components.trainer_component import ResampledTrainer
+from components.trainer_component import ClassBalancedTrainer, PairsTrainer
 from pipeline.config import SERVING_DIR, CycleGanConfig, RunConfig, SpeakerConfig
 from pipeline.fingerprint import input_fingerprint
 
@@ -31,7 +31,20 @@ def materialize_parameters(
     config: CycleGanConfig | SpeakerConfig, run: RunConfig
 ) -> dict[str, Any]:
     """The materialize component's sharding and reject budget from `config`, and the
-    fingerprint of its input files, or None where `run` does not fingerprint."""
+    fingerprint of its input files, or None where `run` does not fingerprint.
+
+    Args:
+      config: the pipeline's settings.
+      run: the run's settings (`fingerprint_inputs`).
+
+    Returns:
+      The materialize component's `num_shards`, `max_reject_fraction` and `input_fingerprint`
+      arguments, by name.
+
+    Example:
+
+        MaterializeAudio(manifest, root, **materialize_parameters(config, run))
+    """
     return {
         keys.NUM_SHARDS_KEY: config.num_shards,
         keys.MAX_REJECT_FRACTION_KEY: config.max_reject_fraction,
@@ -46,27 +59,46 @@ class GatedConfig(Protocol):
     `SpeakerConfig`, `standard_pipeline.StandardConfig`."""
 
     @property
-    def pipeline_name(self) -> str: ...
+    def pipeline_name(self) -> str:
+        """The pipeline's name (its ML Metadata context)."""
+        ...
 
     @property
-    def blessing_metric(self) -> str: ...
+    def blessing_metric(self) -> str:
+        """The trainer metric ModelGate compares."""
+        ...
 
     @property
-    def blessing_direction(self) -> str: ...
+    def blessing_direction(self) -> str:
+        """Whether a higher or a lower `blessing_metric` is better."""
+        ...
 
     @property
-    def blessing_threshold(self) -> float | None: ...
+    def blessing_threshold(self) -> float | None:
+        """The value a model must reach to be blessed; None for no bound."""
+        ...
 
     @property
-    def blessing_tolerance(self) -> float: ...
+    def blessing_tolerance(self) -> float:
+        """How much worse than the latest blessed model's metric a candidate's may be."""
+        ...
 
     @property
-    def serving_dir(self) -> str | None: ...
+    def serving_dir(self) -> str | None:
+        """Where Pusher pushes; None for `<pipeline root>/serving/<pipeline name>`."""
+        ...
 
 
 def serving_dir(config: GatedConfig, run: RunConfig) -> str:
-    """Where Pusher pushes the blessed models of `config`'s pipeline (one folder per version):
-    `config.serving_dir`, else `<run.pipeline_root>/serving/<pipeline name>`."""
+    """Where Pusher pushes the blessed models of `config`'s pipeline (one folder per version).
+
+    Args:
+      config: the pipeline's settings (`serving_dir`, `pipeline_name`).
+      run: the run's settings (`pipeline_root`).
+
+    Returns:
+      `config.serving_dir`, else `<run.pipeline_root>/serving/<pipeline name>`.
+    """
     return config.serving_dir or os.path.join(run.pipeline_root, SERVING_DIR, config.pipeline_name)
 
 
@@ -79,6 +111,18 @@ def gate_and_push(
     ModelGate blesses the model by the held-out `config.blessing_metric` the trainer recorded,
     against the latest blessed model of this pipeline (the resolver's, none on a first run);
     Pusher copies a blessed model to `serving_dir(config, run)/<version>`.
+
+    Args:
+      config: the gate's rule and the pipeline's name and serving folder.
+      run: the run's settings.
+      model: the trainer's `model` channel.
+
+    Returns:
+      The resolver, ModelGate and Pusher, in that order.
+
+    Example:
+
+        components = [..., trainer, *gate_and_push(config, run, trainer.outputs["model"])]
     """
     baseline = tfx.dsl.Resolver(
         strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
@@ -107,7 +151,16 @@ def assemble(
     pipeline_name: str, run: RunConfig, components: Sequence[base_node.BaseNode]
 ) -> tfx.dsl.Pipeline:
     """`components` as the TFX pipeline `pipeline_name`, with `run`'s root, cache, sqlite ML
-    Metadata (where `run.metadata_path` is set) and Beam arguments."""
+    Metadata (where `run.metadata_path` is set) and Beam arguments.
+
+    Args:
+      pipeline_name: the pipeline's name.
+      run: the run's settings.
+      components: the pipeline's nodes.
+
+    Returns:
+      The TFX pipeline.
+    """
     return tfx.dsl.Pipeline(
         pipeline_name=pipeline_name,
         pipeline_root=run.pipeline_root,
@@ -127,16 +180,33 @@ def training_pipeline(
     run: RunConfig,
     materialize: base_component.BaseComponent,
     index_key: str,
-    **trainer_args: Any,
+    trainer: Callable[..., PairsTrainer | ClassBalancedTrainer],
 ) -> tfx.dsl.Pipeline:
-    """`materialize` -> StatisticsGen -> ImportSchemaGen -> ExampleValidator ->
-    ResampledTrainer -> `gate_and_push`, assembled as the pipeline `config.pipeline_name`
-    (`assemble`).
+    """`materialize` -> StatisticsGen -> ImportSchemaGen -> ExampleValidator -> `trainer` ->
+    `gate_and_push`, assembled as the pipeline `config.pipeline_name` (`assemble`).
 
     ExampleValidator checks `materialize`'s examples against `config.schema_file`. The trainer
     reads the examples, the offset index and the `index_key` output, refuses splits with
-    anomalies, and runs `config.trainer_module` for `config.num_epochs` with `config.seed` and
-    `trainer_args`.
+    anomalies, and runs `config.trainer_module` for `config.num_epochs` with `config.seed`.
+
+    Args:
+      config: the pipeline's settings.
+      run: where the run writes, and its Beam arguments.
+      materialize: the materialize component.
+      index_key: `materialize`'s index output the trainer reads (pair or class index).
+      trainer: `PairsTrainer` or `ClassBalancedTrainer` with its own arguments bound (batch
+        geometry, input options, custom config); called here with the channels and the
+        settings every trainer takes.
+
+    Returns:
+      The TFX pipeline.
+
+    Example:
+
+        training_pipeline(
+            config, run, materialize, keys.PAIR_INDEX_KEY,
+            functools.partial(PairsTrainer, batch_size=32, input_options=options),
+        )
     """
     examples = materialize.outputs[keys.EXAMPLES_KEY]
     statistics_gen = tfx.components.StatisticsGen(examples=examples)
@@ -145,16 +215,15 @@ def training_pipeline(
         statistics=statistics_gen.outputs[standard_component_specs.STATISTICS_KEY],
         schema=schema_gen.outputs[standard_component_specs.SCHEMA_KEY],
     )
-    trainer = ResampledTrainer(
-        examples=examples,
-        offset_index=materialize.outputs[keys.OFFSET_INDEX_KEY],
+    trained = trainer(
+        examples,
+        materialize.outputs[keys.OFFSET_INDEX_KEY],
+        materialize.outputs[index_key],
         anomalies=example_validator.outputs[standard_component_specs.ANOMALIES_KEY],
         module_path=config.trainer_module,
         num_epochs=config.num_epochs,
         seed=config.seed,
         checkpoint_every_steps=config.checkpoint_every_steps,
-        **{index_key: materialize.outputs[index_key]},
-        **trainer_args,
     )
     return assemble(
         config.pipeline_name,
@@ -164,7 +233,7 @@ def training_pipeline(
             statistics_gen,
             schema_gen,
             example_validator,
-            trainer,
-            *gate_and_push(config, run, trainer.outputs[keys.MODEL_KEY]),
+            trained,
+            *gate_and_push(config, run, trained.outputs[keys.MODEL_KEY]),
         ],
     )

@@ -41,7 +41,7 @@ SERVING_DIR = "serving"
 @dataclasses.dataclass(frozen=True)
 class CycleGanConfig:
     """CycleGAN pipeline: MaterializePairs -> StatisticsGen -> ImportSchemaGen ->
-    ExampleValidator -> ResampledTrainer(dynamic_pairs) -> ModelGate -> Pusher.
+    ExampleValidator -> PairsTrainer -> ModelGate -> Pusher.
 
     Images are stored as raw `image_size x image_size x channels` uint8 pixels (resized once by
     the Beam stage), so the trainer decodes a batch with one vectorized op.
@@ -80,13 +80,14 @@ class CycleGanConfig:
     serving_dir: str | None = None
 
     def input_paths(self) -> list[str]:
+        """The input files and folders (what `pipeline.fingerprint` fingerprints)."""
         return [self.x_dir, self.y_dir, self.pairs]
 
 
 @dataclasses.dataclass(frozen=True)
 class SpeakerConfig:
     """Speaker pipeline: MaterializeAudio -> StatisticsGen -> ImportSchemaGen ->
-    ExampleValidator -> ResampledTrainer(class_balanced) -> ModelGate -> Pusher.
+    ExampleValidator -> ClassBalancedTrainer -> ModelGate -> Pusher.
 
     `manifest` lists the audio files by paths relative to `audio_root`; with `speaker_from_path`
     the manifest is not read: every audio file below `audio_root` is an utterance of the speaker
@@ -127,6 +128,7 @@ class SpeakerConfig:
     serving_dir: str | None = None
 
     def input_paths(self) -> list[str]:
+        """The input files and folders (what `pipeline.fingerprint` fingerprints)."""
         return [self.audio_root] if self.speaker_from_path else [self.manifest, self.audio_root]
 
     def feature_options(self) -> dict[str, Any]:
@@ -186,5 +188,16 @@ TEST_OVERRIDES = {
 
 
 def for_tests(config: CycleGanConfig | SpeakerConfig) -> CycleGanConfig | SpeakerConfig:
-    """`config` with `TEST_OVERRIDES` applied."""
+    """`config` with `TEST_OVERRIDES` applied.
+
+    Args:
+      config: a pipeline config.
+
+    Returns:
+      A copy with its type's `TEST_OVERRIDES`.
+
+    Example:
+
+        for_tests(SpeakerConfig()).num_epochs  # 3
+    """
     return dataclasses.replace(config, **TEST_OVERRIDES[type(config)])

@@ -1,22 +1,37 @@
 """The CycleGAN pipeline: image domains + valid-pair list -> CycleGAN trained on dynamic pairs.
 
-MaterializePairs -> StatisticsGen -> ImportSchemaGen -> ExampleValidator -> ResampledTrainer
+MaterializePairs -> StatisticsGen -> ImportSchemaGen -> ExampleValidator -> PairsTrainer
 -> ModelGate (held-out cycle loss vs the latest blessed model) -> Pusher
 """
 
 from __future__ import annotations
 
+import functools
+
 from tfx import v1 as tfx
 
 from components import component_keys as keys
 from components.materialize_component import MaterializePairs
-from components.trainer_component import PairsInputOptions
+from components.trainer_component import PairsInputOptions, PairsTrainer
 from pipeline import common
 from pipeline.config import CycleGanConfig, RunConfig
 
 
 def create_pipeline(config: CycleGanConfig, run: RunConfig) -> tfx.dsl.Pipeline:
-    """The TFX pipeline of `config`, writing under `run.pipeline_root`."""
+    """The TFX pipeline of `config`, writing under `run.pipeline_root`.
+
+    Args:
+      config: the image domains, their pairs, the model and gate settings.
+      run: where the run writes (pipeline root, ML Metadata) and its Beam arguments.
+
+    Returns:
+      MaterializePairs (raw pixels of `config.image_size`) then `common.training_pipeline`,
+      its trainer node `PairsTrainer`.
+
+    Example:
+      create_pipeline(
+          run_local.cyclegan_config("/tmp/digits"), RunConfig(pipeline_root="/tmp/root"))
+    """
     materialize = MaterializePairs(
         x_dir=config.x_dir,
         y_dir=config.y_dir,
@@ -33,14 +48,16 @@ def create_pipeline(config: CycleGanConfig, run: RunConfig) -> tfx.dsl.Pipeline:
         run,
         materialize,
         keys.PAIR_INDEX_KEY,
-        input_kind=keys.DYNAMIC_PAIRS,
-        batch_size=config.batch_size,
-        input_options=PairsInputOptions(
-            image=image, strategy=config.pairing_strategy, held_out=config.held_out
+        functools.partial(
+            PairsTrainer,
+            batch_size=config.batch_size,
+            input_options=PairsInputOptions(
+                image=image, strategy=config.pairing_strategy, held_out=config.held_out
+            ),
+            custom_config={
+                **config.custom_config,
+                "image_size": config.image_size,
+                "channels": config.channels,
+            },
         ),
-        custom_config={
-            **config.custom_config,
-            "image_size": config.image_size,
-            "channels": config.channels,
-        },
     )

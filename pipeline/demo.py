@@ -30,6 +30,17 @@ from pipeline import config, cyclegan_pipeline, report, run_local, speaker_pipel
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs the CycleGAN and speaker pipelines on the bundled data and reports both.
+
+    Args:
+        argv: the arguments (`--work-dir`, `--no-cache`); None reads `sys.argv`.
+
+    Returns:
+        The exit status: 0 when both pipelines succeeded.
+
+    Example:
+        main(["--work-dir", "/tmp/demo", "--no-cache"])
+    """
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--work-dir", default=os.path.join(config.REPO_ROOT, "out", "demo"))
     parser.add_argument("--no-cache", action="store_true", help="re-execute every component")
@@ -61,10 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         for result in outcome.results.values():
             if keys.MODEL_RUN_KEY in result.outputs:
                 trainer_states.add(report.state(result))
-            for model_run in result.outputs.get(keys.MODEL_RUN_KEY, []):
-                log_dirs[f"{name.lower()}-training"] = model_run.uri
-            for offset_index in result.outputs.get(keys.OFFSET_INDEX_KEY, []):
-                log_dirs[f"{name.lower()}-data"] = pictures.run_pictures_dir(offset_index.uri)
+        log_dirs.update(report.log_dirs(name.lower(), outcome.results))
 
     if trainer_states == {"cached"}:
         print(

@@ -18,7 +18,18 @@ def input_fingerprint(paths: Sequence[str]) -> str:
     """sha256 hex digest over (path, size, mtime) of every file at or below each of `paths`.
 
     Local paths are walked with `os.scandir`; other URIs (gs://, s3://, ...) with `tf.io.gfile`.
-    Raises FileNotFoundError for a path that does not exist.
+
+    Args:
+        paths: files or folders, local or remote.
+
+    Returns:
+        64 hex characters; it changes when a file is added, removed, resized or touched.
+
+    Raises:
+        FileNotFoundError: for a path that does not exist.
+
+    Example:
+        input_fingerprint(["data/manifest.csv", "data/audio"])
     """
     digest = hashlib.sha256()
     for path in paths:

@@ -33,15 +33,52 @@ PUSHED_PROPERTY = "pushed"
 PUSHED_DESTINATION_PROPERTY = "pushed_destination"
 
 
+def log_dirs(name: str, results: Mapping[str, NodeResult]) -> dict[str, str]:
+    """The TensorBoard folders of a run: `<name>-training` (the trainer's ModelRun: losses,
+    coverage, DET curves) and `<name>-data` (the materialize run's pictures), as they exist.
+
+    Args:
+      name: the pipeline's short name, e.g. "speaker".
+      results: the run's nodes (`run_local.RunOutcome.results`).
+
+    Returns:
+      label -> folder, for `pictures.tensorboard_hint`.
+    """
+    from components.materialize import pictures
+
+    found = {}
+    for result in results.values():
+        for model_run in result.outputs.get(keys.MODEL_RUN_KEY, []):
+            found[f"{name}-training"] = model_run.uri
+        for offset_index in result.outputs.get(keys.OFFSET_INDEX_KEY, []):
+            found[f"{name}-data"] = pictures.run_pictures_dir(offset_index.uri)
+    return found
+
+
 def state(result: NodeResult | None) -> str:
-    """`ran`, `cached`, `failed`, or `not run` (the node never started)."""
+    """`ran`, `cached`, `failed`, or `not run` (the node never started).
+
+    Args:
+        result: the node's result, or None when it has none.
+
+    Returns:
+        The state's name.
+    """
     if result is None:
         return NOT_RUN
     return STATES.get(result.state, result.state.lower())
 
 
 def nodes(node_ids: Sequence[str], results: Mapping[str, NodeResult]) -> list[str]:
-    """One line per node with its state, then one per output artifact with its URI."""
+    """One line per node with its state, then one per output artifact with its URI.
+
+    Args:
+        node_ids: the pipeline's nodes, in order.
+        results: node id -> `NodeResult` of the run.
+
+    Returns:
+        The report's lines.
+    """
     lines = []
     for node_id in node_ids:
         result = results.get(node_id)
@@ -52,7 +89,14 @@ def nodes(node_ids: Sequence[str], results: Mapping[str, NodeResult]) -> list[st
 
 
 def rejects(results: Mapping[str, NodeResult]) -> list[str]:
-    """The Beam stage's rejects by reason; nothing when no materialize output was published."""
+    """The Beam stage's rejects by reason; nothing when no materialize output was published.
+
+    Args:
+        results: node id -> `NodeResult` of the run.
+
+    Returns:
+        The report's lines, most frequent reason first.
+    """
     lines = []
     for node_id, result in results.items():
         for offset_index in result.outputs.get(keys.OFFSET_INDEX_KEY, []):
@@ -76,7 +120,14 @@ def rejects(results: Mapping[str, NodeResult]) -> list[str]:
 
 def trainer_metrics(results: Mapping[str, NodeResult]) -> dict[str, float] | None:
     """The trainer's metrics (its model run artifact's float properties), None if it did not
-    publish them."""
+    publish them.
+
+    Args:
+        results: node id -> `NodeResult` of the run.
+
+    Returns:
+        Metric name -> value, or None.
+    """
     for result in results.values():
         for model_run in result.outputs.get(keys.MODEL_RUN_KEY, []):
             return {k: v for k, v in model_run.properties.items() if isinstance(v, float)}
@@ -86,7 +137,14 @@ def trainer_metrics(results: Mapping[str, NodeResult]) -> dict[str, float] | Non
 def blessing_and_push(results: Mapping[str, NodeResult]) -> list[str]:
     """The model gate's decision (with both metric values and the reason) and where Pusher put
     the model: "pushed to <serving dir>/<version>" or "not pushed"; nothing when no gate
-    published a blessing."""
+    published a blessing.
+
+    Args:
+        results: node id -> `NodeResult` of the run.
+
+    Returns:
+        The report's lines.
+    """
     blessings = _outputs(results, keys.BLESSING_KEY)
     if not blessings:
         return []
@@ -153,7 +211,15 @@ def metrics(
     pipeline_config: config.CycleGanConfig | config.SpeakerConfig, values: Mapping[str, float]
 ) -> list[str]:
     """The headline of the pipeline's own trainer module, or every metric by name where the
-    trainer (a custom `trainer_module`) did not report the headline's metrics."""
+    trainer (a custom `trainer_module`) did not report the headline's metrics.
+
+    Args:
+        pipeline_config: the pipeline's config (its type picks the headline).
+        values: the trainer's metrics (`trainer_metrics`).
+
+    Returns:
+        The headline line, then one line per figure.
+    """
     try:
         return _HEADLINES[type(pipeline_config)](pipeline_config, values)
     except KeyError:
@@ -167,7 +233,20 @@ def describe(
     results: Mapping[str, NodeResult],
 ) -> str:
     """The report of one run: nodes and artifact URIs, rejects by reason, metrics, the blessing
-    and the push."""
+    and the push.
+
+    Args:
+        title: the report's first line, e.g. the pipeline name and work dir.
+        pipeline_config: the pipeline's config.
+        node_ids: the pipeline's nodes, in order.
+        results: node id -> `NodeResult` of the run.
+
+    Returns:
+        The report, lines joined with newlines.
+
+    Example:
+        print(describe("speaker", config, outcome.node_ids, outcome.results))
+    """
     lines = [f"== {title}", *nodes(node_ids, results)]
     reject_lines = rejects(results)
     if reject_lines:

@@ -67,6 +67,18 @@ class NodeResult:
     outputs: dict[str, list[OutputArtifact]]
 
     def uri(self, key: str) -> str:
+        """The URI of the node's one output artifact under `key`.
+
+        Args:
+            key: the output's key, e.g. `component_keys.MODEL_RUN_KEY`.
+
+        Returns:
+            The artifact's URI.
+
+        Raises:
+            KeyError: when the node has no such output.
+            ValueError: when it has not exactly one artifact there.
+        """
         [artifact] = self.outputs[key]
         return artifact.uri
 
@@ -82,7 +94,14 @@ class RunOutcome:
 
 
 def run(pipeline: tfx.dsl.Pipeline) -> None:
-    """Runs `pipeline` to completion in this process (raises if a component fails)."""
+    """Runs `pipeline` to completion in this process (raises if a component fails).
+
+    Args:
+        pipeline: the TFX pipeline (its metadata connection config says where MLMD is).
+
+    Example:
+        run(speaker_pipeline.create_pipeline(SpeakerConfig(), run_config("/tmp/work")))
+    """
     # Imported here, as in `main`: a bad flag of `python -m pipeline.run_local` is answered
     # before TFX's import (10-25 s, and pages of warnings).
     from tfx import v1 as tfx
@@ -96,6 +115,19 @@ def execute(pipeline: tfx.dsl.Pipeline, metadata_path: str) -> RunOutcome:
     A MaterializeError is the Beam stage's verdict, written for the user: its message is the
     error. Any other failure prints its traceback to stderr first, as nothing else shows it
     (the orchestrator logs only that the execution failed).
+
+    Args:
+        pipeline: the TFX pipeline.
+        metadata_path: its sqlite ML Metadata file, read for the results.
+
+    Returns:
+        The `RunOutcome`.
+
+    Raises:
+        LookupError: when the run succeeded but ML Metadata holds no run of the pipeline.
+
+    Example:
+        outcome = execute(pipeline, run_settings.metadata_path); print(outcome.error)
     """
     error = None
     try:
@@ -123,6 +155,12 @@ def root_cause(error: BaseException) -> BaseException:
     LocalDagRunner cleans up a failed execution's outputs, and when that cleanup fails itself
     (e.g. a `NotFoundError` for the output folder the component never wrote), that is what
     it raises, with the component's error as its context.
+
+    Args:
+        error: the exception raised.
+
+    Returns:
+        The first of its chain (`error` itself when it has no cause or context).
     """
     while True:
         parent = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
@@ -132,7 +170,18 @@ def root_cause(error: BaseException) -> BaseException:
 
 
 def run_config(work_dir: str, **overrides) -> config.RunConfig:
-    """A local `RunConfig` under `work_dir`: pipeline root and one shared sqlite MLMD file."""
+    """A local `RunConfig` under `work_dir`: pipeline root and one shared sqlite MLMD file.
+
+    Args:
+        work_dir: the folder of local runs.
+        **overrides: other `RunConfig` fields, e.g. `enable_cache=False`.
+
+    Returns:
+        The `RunConfig`.
+
+    Example:
+        run_config("/tmp/work", enable_cache=False).metadata_path  # under /tmp/work
+    """
     return config.RunConfig(
         pipeline_root=os.path.join(work_dir, PIPELINE_ROOT_DIR),
         metadata_path=os.path.join(work_dir, METADATA_FILE),
@@ -141,7 +190,15 @@ def run_config(work_dir: str, **overrides) -> config.RunConfig:
 
 
 def cyclegan_config(digits_dir: str, **overrides) -> config.CycleGanConfig:
-    """The CycleGAN config over the bundled digit domains, written to `digits_dir` if needed."""
+    """The CycleGAN config over the bundled digit domains, written to `digits_dir` if needed.
+
+    Args:
+        digits_dir: where the digit domains and their pair list are (or are written).
+        **overrides: other `CycleGanConfig` fields, e.g. `num_epochs=1`.
+
+    Returns:
+        The `CycleGanConfig`.
+    """
     image_size = overrides.get("image_size", config.CycleGanConfig.image_size)
     domains = write_digit_domains(digits_dir, image_size=image_size)
     return config.CycleGanConfig(
@@ -150,7 +207,21 @@ def cyclegan_config(digits_dir: str, **overrides) -> config.CycleGanConfig:
 
 
 def latest_run(metadata_path: str, pipeline_name: str) -> dict[str, NodeResult]:
-    """Node id -> `NodeResult` of the newest run of `pipeline_name` recorded at `metadata_path`."""
+    """Node id -> `NodeResult` of the newest run of `pipeline_name` recorded at `metadata_path`.
+
+    Args:
+        metadata_path: the sqlite ML Metadata file (opened read-only).
+        pipeline_name: the pipeline's name.
+
+    Returns:
+        Node id -> `NodeResult`, for the nodes that ran (or were cached) in that run.
+
+    Raises:
+        LookupError: when there is no run of the pipeline.
+
+    Example:
+        latest_run(run_settings.metadata_path, config.pipeline_name)["ClassBalancedTrainer"].state
+    """
     connection = metadata_store_pb2.ConnectionConfig()
     connection.sqlite.filename_uri = metadata_path
     connection.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
@@ -216,7 +287,14 @@ def _value(value: metadata_store_pb2.Value) -> Any:
 def local_configs(
     args: cli.LocalArgs,
 ) -> tuple[config.CycleGanConfig | config.SpeakerConfig, config.RunConfig]:
-    """The pipeline and run configs of `args`; without data paths, the bundled sample data."""
+    """The pipeline and run configs of `args`; without data paths, the bundled sample data.
+
+    Args:
+        args: the checked flags (`cli.parse_local_args`).
+
+    Returns:
+        `(pipeline config, run config)`.
+    """
     run_fields = dict(args.run)
     work_dir = run_fields.pop(cli.WORK_DIR)
     run_settings = run_config(work_dir, **run_fields)
@@ -235,7 +313,14 @@ _INPUT_DIRS = ("audio_root", "x_dir", "y_dir")
 def check_inputs(pipeline_config: config.CycleGanConfig | config.SpeakerConfig) -> None:
     """Raises `cli.ConfigError` naming the first local input path that does not exist (or is not
     a file / folder): said in one line before TFX loads (10-25 s), not as a traceback from the
-    input fingerprint."""
+    input fingerprint.
+
+    Args:
+        pipeline_config: the pipeline's config.
+
+    Raises:
+        cli.ConfigError: naming the missing path.
+    """
     for names, is_kind, kind in (
         (_INPUT_FILES, os.path.isfile, "file"),
         (_INPUT_DIRS, os.path.isdir, "folder"),
@@ -249,7 +334,17 @@ def check_inputs(pipeline_config: config.CycleGanConfig | config.SpeakerConfig) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Runs the pipeline `argv` asks for; 0 when it succeeded, 1 when it failed."""
+    """Runs the pipeline `argv` asks for; 0 when it succeeded, 1 when it failed.
+
+    Args:
+        argv: the arguments without the program name; None reads `sys.argv`.
+
+    Raises:
+        SystemExit: status 2 for a bad flag, config or input path (`cli.fail`).
+
+    Example:
+        main(["speaker", "--num_epochs", "1", "--work_dir", "/tmp/work"])
+    """
     try:
         args = cli.parse_local_args(argv)
         pipeline_config, run_settings = local_configs(args)
@@ -267,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     if outcome.error is not None:
         print(f"error: {outcome.error}", file=sys.stderr)
         return 1
+    from components.materialize import pictures
+
+    print(pictures.tensorboard_hint(report.log_dirs(args.pipeline, outcome.results)))
     return 0
 
 

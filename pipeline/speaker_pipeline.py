@@ -1,17 +1,19 @@
 """The speaker pipeline: manifest (or speaker folders) + audio -> speaker embedding on
 class-balanced batches.
 
-MaterializeAudio -> StatisticsGen -> ImportSchemaGen -> ExampleValidator -> ResampledTrainer
+MaterializeAudio -> StatisticsGen -> ImportSchemaGen -> ExampleValidator -> ClassBalancedTrainer
 -> ModelGate (held-out speakers' EER vs the latest blessed model) -> Pusher
 """
 
 from __future__ import annotations
 
+import functools
+
 from tfx import v1 as tfx
 
 from components import component_keys as keys
 from components.materialize_component import MaterializeAudio
-from components.trainer_component import ClassBalancedInputOptions
+from components.trainer_component import ClassBalancedInputOptions, ClassBalancedTrainer
 from pipeline import common
 from pipeline.config import RunConfig, SpeakerConfig
 
@@ -20,7 +22,21 @@ EVAL_SPLIT = "eval"
 
 
 def create_pipeline(config: SpeakerConfig, run: RunConfig) -> tfx.dsl.Pipeline:
-    """The TFX pipeline of `config`, writing under `run.pipeline_root`."""
+    """The speaker pipeline of `config` (`common.training_pipeline` after MaterializeAudio, its
+    trainer node `ClassBalancedTrainer` on `train`, evaluated on `eval` when `config` holds
+    speakers out), writing where `run` says.
+
+    Args:
+        config: the pipeline's settings (data, features, training, gate).
+        run: where it runs: pipeline root, ML Metadata, caching, Beam arguments.
+
+    Returns:
+        The `tfx.dsl.Pipeline`.
+
+    Example:
+
+        create_pipeline(SpeakerConfig(), RunConfig(pipeline_root="/tmp/root"))
+    """
     materialize = MaterializeAudio(
         manifest=None if config.speaker_from_path else config.manifest,
         root=config.audio_root,
@@ -36,13 +52,15 @@ def create_pipeline(config: SpeakerConfig, run: RunConfig) -> tfx.dsl.Pipeline:
         run,
         materialize,
         keys.CLASS_INDEX_KEY,
-        input_kind=keys.CLASS_BALANCED,
-        n_classes_per_batch=config.n_classes_per_batch,
-        n_samples_per_class=config.n_samples_per_class,
-        train_split=TRAIN_SPLIT,
-        eval_split=EVAL_SPLIT if config.eval_fraction > 0 else None,
-        input_options=ClassBalancedInputOptions(
-            epoch_mode=config.epoch_mode, features=config.feature_options()
+        functools.partial(
+            ClassBalancedTrainer,
+            n_classes_per_batch=config.n_classes_per_batch,
+            n_samples_per_class=config.n_samples_per_class,
+            train_split=TRAIN_SPLIT,
+            eval_split=EVAL_SPLIT if config.eval_fraction > 0 else None,
+            input_options=ClassBalancedInputOptions(
+                epoch_mode=config.epoch_mode, features=config.feature_options()
+            ),
+            custom_config=dict(config.custom_config),
         ),
-        custom_config=dict(config.custom_config),
     )

@@ -1,11 +1,11 @@
 """The standard-TFX composition: re-sampled class-balanced training on ExampleGen's Examples.
 
     ImportExampleGen -> StatisticsGen -> SchemaGen -> Transform -> IndexExamples
-        -> ResampledTrainer (class_balanced over Transform's transformed_examples)
+        -> ClassBalancedTrainer (over Transform's transformed_examples)
         -> ModelGate -> Pusher (as the demo pipelines end: `common.gate_and_push`)
 
 Transform's GZIP-compressed `transformed_examples` cannot be read by record number; IndexExamples
-writes them as indexed shards with a class index from `label_feature`, and ResampledTrainer
+writes them as indexed shards with a class index from `label_feature`, and ClassBalancedTrainer
 draws exact `n_classes_per_batch x n_samples_per_class` batches of them every epoch, parsed with
 Transform's `transformed_feature_spec()`, and hands `run_fn` the `tf_transform_output` and the
 schema (for a serving signature over raw Examples). ModelGate blesses the model by a held-out
@@ -30,11 +30,8 @@ from tfx.types import standard_component_specs
 from components import component_keys as keys
 from components.evaluator_component import ModelGate
 from components.index_component import IndexExamples
-from components.trainer_component import (
-    ClassBalancedInputOptions,
-    ResampledTrainer,
-    training_inputs,
-)
+from components.trainer_component import ClassBalancedInputOptions, ClassBalancedTrainer
+from components.trainer_component.input_options import TRANSFORMED_SPEC
 from pipeline import common
 from pipeline.config import RunConfig
 
@@ -86,15 +83,31 @@ class StandardComponents(NamedTuple):
     schema_gen: base_node.BaseNode
     transform: base_node.BaseNode
     index_examples: IndexExamples
-    trainer: ResampledTrainer
+    trainer: ClassBalancedTrainer
     baseline_resolver: base_node.BaseNode
     model_gate: ModelGate
     pusher: base_node.BaseNode
 
 
 def standard_components(config: StandardConfig, run: RunConfig) -> StandardComponents:
-    """The components of `config`'s pipeline, wired to each other (`run`: where Pusher pushes
-    when `config.serving_dir` is None)."""
+    """The components of `config`'s pipeline, wired to each other.
+
+    Args:
+      config: the pipeline's settings.
+      run: the run's settings (where Pusher pushes when `config.serving_dir` is None).
+
+    Returns:
+      The components by role; the trainer is a `ClassBalancedTrainer` over Transform's
+      `transformed_examples`, parsed with its `transformed_feature_spec()`.
+
+    Raises:
+      ValueError: a bad trainer or gate setting in `config`, named.
+
+    Example:
+
+        components = standard_components(config, run)
+        evaluator = tfx.components.Evaluator(model=components.trainer.outputs["model"], ...)
+    """
     example_gen = tfx.components.ImportExampleGen(input_base=config.input_base)
     examples = example_gen.outputs[standard_component_specs.EXAMPLES_KEY]
     statistics_gen = tfx.components.StatisticsGen(examples=examples)
@@ -111,13 +124,12 @@ def standard_components(config: StandardConfig, run: RunConfig) -> StandardCompo
         num_shards=config.num_shards,
         max_reject_fraction=config.max_reject_fraction,
     )
-    trainer = ResampledTrainer(
+    trainer = ClassBalancedTrainer(
         examples=index_examples.outputs[keys.INDEXED_EXAMPLES_KEY],
         offset_index=index_examples.outputs[keys.OFFSET_INDEX_KEY],
         class_index=index_examples.outputs[keys.CLASS_INDEX_KEY],
         transform_graph=transform.outputs[standard_component_specs.TRANSFORM_GRAPH_KEY],
         schema=schema,
-        input_kind=keys.CLASS_BALANCED,
         module_path=config.trainer_module,
         num_epochs=config.num_epochs,
         seed=config.seed,
@@ -126,7 +138,7 @@ def standard_components(config: StandardConfig, run: RunConfig) -> StandardCompo
         train_split=config.train_split,
         eval_split=config.eval_split,
         input_options=ClassBalancedInputOptions(
-            feature_spec=training_inputs.TRANSFORMED_SPEC, epoch_mode=config.epoch_mode
+            feature_spec=TRANSFORMED_SPEC, epoch_mode=config.epoch_mode
         ),
         custom_config=dict(config.custom_config),
     )
@@ -147,8 +159,21 @@ def create_pipeline(
     extra_components: Sequence[base_node.BaseNode] = (),
     components: StandardComponents | None = None,
 ) -> tfx.dsl.Pipeline:
-    """The TFX pipeline `config.pipeline_name`: `components` (default
-    `standard_components(config, run)`; pass them when `extra_components` are wired to them),
-    then `extra_components`."""
+    """The TFX pipeline `config.pipeline_name`: `components`, then `extra_components`.
+
+    Args:
+      config: the pipeline's settings.
+      run: the run's settings.
+      extra_components: more nodes, after the standard ones.
+      components: the standard components (default `standard_components(config, run)`; pass
+        them when `extra_components` are wired to them).
+
+    Returns:
+      The TFX pipeline.
+
+    Example:
+
+        create_pipeline(StandardConfig(...), RunConfig(pipeline_root="/tmp/root"))
+    """
     components = components if components is not None else standard_components(config, run)
     return common.assemble(config.pipeline_name, run, [*components, *extra_components])

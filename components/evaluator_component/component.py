@@ -3,13 +3,14 @@ recorded.
 
 Takes the trainer's `model` and, optionally, the latest blessed model (`baseline_model`, from
 `tfx.dsl.Resolver` with `LatestBlessedModelStrategy`), reads the held-out `metric` the trainer
-recorded on each (`ResampledTrainer` sets every metric its `run_fn` returns as a float custom
-property of its `Model`: the speaker EER on held-out speakers, the CycleGAN held-out cycle
-loss), and writes a standard `ModelBlessing` (`blessing`) that the standard `Pusher` and the
-resolver read: the `blessed` (1/0), `current_model`, `current_model_id`, `baseline_model`,
-`baseline_model_id` and `blessing_message` custom properties and the `BLESSED` /
-`NOT_BLESSED` marker file, as the standard Evaluator writes them, plus the metric values and
-an evaluation record (`evaluation.json`). See `decision` for the rule.
+recorded on each (the trainers, `PairsTrainer` and `ClassBalancedTrainer`, set every metric
+their `run_fn` returns as a float custom property of their `Model`: the speaker EER on
+held-out speakers, the CycleGAN held-out cycle loss), and writes a standard `ModelBlessing`
+(`blessing`) that the standard `Pusher` and the resolver read: the `blessed` (1/0),
+`current_model`, `current_model_id`, `baseline_model`, `baseline_model_id` and
+`blessing_message` custom properties and the `BLESSED` / `NOT_BLESSED` marker file, as the
+standard Evaluator writes them, plus the metric values and an evaluation record
+(`evaluation.json`). See `decision` for the rule.
 
 The metrics are compared as ML Metadata holds them: its sqlite store keeps 6 significant digits
 of a double, so a tolerance below that resolution means "not worse at that resolution".
@@ -27,6 +28,8 @@ from components.evaluator_component import decision, executor
 
 
 class ModelGateSpec(types.ComponentSpec):
+    """`ModelGate`'s spec: the rule's parameters, the model and baseline, the blessing."""
+
     PARAMETERS = {
         keys.METRIC_KEY: ExecutionParameter(type=str),
         keys.DIRECTION_KEY: ExecutionParameter(type=str),
@@ -43,7 +46,29 @@ class ModelGateSpec(types.ComponentSpec):
 
 
 class ModelGate(base_component.BaseComponent):
-    """Blesses the trainer's model when its held-out metric passes the rule (see `decision`)."""
+    """Blesses the trainer's model when its held-out metric passes the rule (see `decision`).
+
+    Args:
+      model: the trainer's `Model`.
+      metric: the held-out metric the trainer recorded on its model (a float custom property).
+      baseline_model: the latest blessed model (a `LatestBlessedModelStrategy` resolver's), or
+        None.
+      direction: `lower_is_better` or `higher_is_better`.
+      threshold: the value the metric must not be worse than (None: any).
+      tolerance: how much worse than the baseline's the metric may be.
+
+    Raises:
+      ValueError: a bad rule (direction, threshold, tolerance), when the pipeline is built.
+
+    Example:
+
+        gate = ModelGate(
+            model=trainer.outputs["model"],
+            baseline_model=resolver.outputs["model"],
+            metric="eer",
+            threshold=0.3,
+        )
+    """
 
     SPEC_CLASS = ModelGateSpec
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)

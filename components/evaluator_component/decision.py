@@ -38,11 +38,30 @@ class Rule:
             raise ValueError(f"tolerance must be finite and >= 0, got {self.tolerance}")
 
     def regression(self, value: float, baseline: float) -> float:
-        """How much worse `value` is than `baseline` (negative: better)."""
+        """How much worse `value` is than `baseline` (negative: better).
+
+        Args:
+            value: the model's metric.
+            baseline: the baseline's metric.
+
+        Returns:
+            `value - baseline` when lower is better, else `baseline - value`.
+
+        Example:
+            Rule("eer").regression(0.12, 0.10)  # about 0.02: lower is better, so worse by 0.02
+        """
         difference = value - baseline
         return difference if self.direction == keys.LOWER_IS_BETTER else -difference
 
     def beyond_threshold(self, value: float) -> bool:
+        """Whether `value` fails the absolute threshold (never, without one).
+
+        Args:
+            value: the model's metric.
+
+        Returns:
+            True when it is above the threshold (lower is better) or below it (higher is better).
+        """
         if self.threshold is None:
             return False
         if self.direction == keys.LOWER_IS_BETTER:
@@ -75,6 +94,21 @@ def decide(rule: Rule, model: Scored, baseline: Scored | None) -> Decision:
 
     A baseline without the metric cannot be compared: only the threshold applies (refusing
     would refuse every later model too, as the latest blessed model would never change).
+
+    Args:
+        rule: what the gate checks.
+        model: the candidate and its metric.
+        baseline: the latest blessed model and its metric, or None.
+
+    Returns:
+        The `Decision`.
+
+    Raises:
+        ValueError: when the model has no value of the metric, or either value is not finite.
+
+    Example:
+        decide(Rule("eer", threshold=0.3), Scored("/m/2", 2, 0.12), Scored("/m/1", 1, 0.15)).blessed
+        # True: better by 0.03
     """
     for scored in (model, baseline):
         if scored is not None and scored.value is not None and not math.isfinite(scored.value):
@@ -122,7 +156,17 @@ def decide(rule: Rule, model: Scored, baseline: Scored | None) -> Decision:
 def evaluation_record(
     rule: Rule, model: Scored, baseline: Scored | None, decision: Decision
 ) -> dict[str, Any]:
-    """The JSON record the gate writes beside its blessing: rule, both models, decision."""
+    """The JSON record the gate writes beside its blessing: rule, both models, decision.
+
+    Args:
+        rule: the gate's rule.
+        model: the candidate.
+        baseline: the baseline, or None.
+        decision: the gate's decision.
+
+    Returns:
+        A JSON-ready dict.
+    """
     return {
         "metric": rule.metric,
         "direction": rule.direction,

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
 
 from tfx import types
 from tfx.components.evaluator import constants
-from tfx.dsl.components.base import base_executor
 from tfx.dsl.io import fileio
-from tfx.types import artifact_utils
 
 from components import component_keys as keys
+from components import execution
 from components.evaluator_component import decision
 
 EVALUATION_FILE = "evaluation.json"
@@ -23,32 +21,34 @@ METRIC_VALUE_PROPERTY = "metric_value"
 BASELINE_METRIC_VALUE_PROPERTY = "baseline_metric_value"
 
 
-class Executor(base_executor.BaseExecutor):
+class Executor(execution.LoggedExecutor):
     """Reads the metric of `model` and `baseline_model`, decides, writes the blessing."""
 
-    def Do(
-        self,
-        input_dict: dict[str, list[types.Artifact]],
-        output_dict: dict[str, list[types.Artifact]],
-        exec_properties: dict[str, Any],
-    ) -> None:
-        self._log_startup(input_dict, output_dict, exec_properties)
-        threshold = exec_properties.get(keys.THRESHOLD_KEY)
+    def execute(self, run: execution.Execution) -> None:
+        """Scores the model (and the baseline), decides, and writes and marks the blessing.
+
+        Args:
+          run: the execution: `model`, at most one `baseline_model`, the rule's parameters.
+
+        Raises:
+          ValueError: more than one baseline, a model without the metric, or a bad rule.
+        """
+        threshold = run.properties.get(keys.THRESHOLD_KEY)
         rule = decision.Rule(
-            metric=exec_properties[keys.METRIC_KEY],
-            direction=exec_properties[keys.DIRECTION_KEY],
+            metric=run.properties[keys.METRIC_KEY],
+            direction=run.properties[keys.DIRECTION_KEY],
             threshold=None if threshold is None else float(threshold),
-            tolerance=float(exec_properties[keys.TOLERANCE_KEY]),
+            tolerance=float(run.properties[keys.TOLERANCE_KEY]),
         )
-        model = artifact_utils.get_single_instance(input_dict[keys.MODEL_KEY])
-        baselines = input_dict.get(keys.BASELINE_MODEL_KEY) or []
+        model = run.input(keys.MODEL_KEY)
+        baselines = run.inputs.get(keys.BASELINE_MODEL_KEY) or []
         if len(baselines) > 1:
             raise ValueError(f"expected at most one baseline model, got {len(baselines)}")
         current = scored(model, rule.metric)
         baseline = scored(baselines[0], rule.metric, required=False) if baselines else None
         verdict = decision.decide(rule, current, baseline)
 
-        blessing = artifact_utils.get_single_instance(output_dict[keys.BLESSING_KEY])
+        blessing = run.output(keys.BLESSING_KEY)
         # The Kubeflow v2 entrypoint does not create output folders; LocalDagRunner does.
         fileio.makedirs(blessing.uri)
         with fileio.open(os.path.join(blessing.uri, EVALUATION_FILE), "w") as f:
@@ -61,8 +61,19 @@ class Executor(base_executor.BaseExecutor):
 
 
 def scored(model: types.Artifact, metric: str, *, required: bool = True) -> decision.Scored:
-    """`model` with its value of `metric`, a float custom property the trainer set; a model
-    without it is an error where `required`, else scored None."""
+    """`model` with its value of `metric`, a float custom property the trainer set.
+
+    Args:
+      model: a `Model` artifact.
+      metric: the metric's name.
+      required: whether a model without the metric is an error (else it is scored None).
+
+    Returns:
+      The model's URI, id and value.
+
+    Raises:
+      ValueError: `required` and the model records no `metric` (its properties named).
+    """
     if model.has_custom_property(metric):
         return decision.Scored(model.uri, model.id, model.get_float_custom_property(metric))
     if required:
@@ -82,7 +93,15 @@ def mark_blessing(
     verdict: decision.Decision,
 ) -> None:
     """Sets the custom properties the standard Evaluator sets (which Pusher and
-    LatestBlessedModelStrategy read), and the metric values."""
+    LatestBlessedModelStrategy read), and the metric values.
+
+    Args:
+      blessing: the `ModelBlessing` to mark.
+      metric: the metric's name.
+      model: the scored model.
+      baseline: the scored baseline, or None.
+      verdict: the decision.
+    """
     blessing.set_int_custom_property(
         constants.ARTIFACT_PROPERTY_BLESSED_KEY,
         constants.BLESSED_VALUE if verdict.blessed else constants.NOT_BLESSED_VALUE,

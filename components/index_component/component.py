@@ -1,4 +1,4 @@
-"""`IndexExamples`: any TFX `Examples` -> the indexed record sets `ResampledTrainer` reads.
+"""`IndexExamples`: any TFX `Examples` -> the indexed record sets the trainers read.
 
 ExampleGen and Transform write GZIP-compressed TFRecord files, which cannot be read by record
 number. This Beam-backed component reads the splits of any `Examples` artifact of
@@ -10,11 +10,11 @@ files:
 - `offset_index` (`OffsetIndex`): where every record is, for by-index reads;
 - `class_index` (`ClassIndex`, with `label_feature`): the class of every record, one vocabulary
   for all splits (int64 labels are class ids as they stand; bytes labels are names numbered in
-  sorted order), for `input_kind="class_balanced"`;
+  sorted order), for `ClassBalancedTrainer`;
 - `pair_index` (`PairIndex`, with `pairs` or `group_feature`): the valid `y` of each `x` record,
   from a pair list over `id_feature` values (the pairs job's JSON Lines / CSV formats) or from a
   shared group (x and y records with equal `group_feature` values may pair), for
-  `input_kind="dynamic_pairs"`. A pairing indexes the input splits `x_split` and `y_split` as
+  `PairsTrainer`. A pairing indexes the input splits `x_split` and `y_split` as
   the record sets `x` and `y`; without one, every input split is indexed under its own name.
 
 A record that lacks a feature the indexes need, or holds it with another type or several values,
@@ -37,6 +37,9 @@ from components.index_component import executor
 
 
 class IndexExamplesSpec(types.ComponentSpec):
+    """`IndexExamples`' spec: the indexing parameters, the input `examples`, and the indexed
+    Examples, offset index and optional class and pair indexes."""
+
     PARAMETERS = {
         keys.LABEL_FEATURE_KEY: ExecutionParameter(type=str, optional=True),
         keys.ID_FEATURE_KEY: ExecutionParameter(type=str, optional=True),
@@ -82,18 +85,30 @@ class IndexExamples(base_beam_component.BaseBeamComponent):
         max_shard_bytes: int | None = None,
         max_reject_fraction: float | None = None,
     ):
-        """Args:
-        examples: the `Examples` to index (ExampleGen's, Transform's `transformed_examples`).
-        label_feature: int64 or bytes feature holding each record's class: a ClassIndex.
-        id_feature: int64 or bytes feature holding each record's id (unique within a split):
-          the ids a pair list names, and the record order; default `<file name>:<position>`.
-        x_split, y_split: the input splits paired as record sets `x` and `y`.
-        pairs: a valid-pair list (`{"x": id, "y": [ids]}` JSON Lines, or an `x,y` CSV edge
-          list; `pairs_format` "auto" | "jsonl" | "csv") over `id_feature` values.
-        group_feature: int64 or bytes feature; x and y records with equal values may pair.
-        num_shards, max_shard_bytes: how each record set is cut into shards (default: shards
-          of up to 128 MiB).
-        max_reject_fraction: the largest share of records read that may be rejected (0.1).
+        """Checks the indexing settings and declares the outputs they call for.
+
+        Args:
+          examples: the `Examples` to index (ExampleGen's, Transform's `transformed_examples`).
+          label_feature: int64 or bytes feature holding each record's class: a ClassIndex.
+          id_feature: int64 or bytes feature holding each record's id (unique within a split):
+            the ids a pair list names, and the record order; default `<file name>:<position>`.
+          x_split: the input split paired as record set `x`.
+          y_split: the input split paired as record set `y`.
+          pairs: a valid-pair list (`{"x": id, "y": [ids]}` JSON Lines, or an `x,y` CSV edge
+            list) over `id_feature` values.
+          pairs_format: "auto" | "jsonl" | "csv".
+          group_feature: int64 or bytes feature; x and y records with equal values may pair.
+          num_shards: shards per record set (default: shards of up to `max_shard_bytes`).
+          max_shard_bytes: the largest shard (default 128 MiB).
+          max_reject_fraction: the largest share of records read that may be rejected (0.1).
+
+        Raises:
+          ValueError: nothing to index, both pairings, a pairing without its splits, splits
+            without a pairing, or a pair list without `id_feature`.
+
+        Example:
+
+            IndexExamples(transform.outputs["transformed_examples"], label_feature="label")
         """
         paired = bool(pairs or group_feature)
         if pairs and group_feature:

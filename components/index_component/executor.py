@@ -18,7 +18,7 @@ from tfx.components.util import examples_utils
 from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
 
-from components import artifacts, layout, run_artifacts
+from components import artifacts, execution, layout, run_artifacts
 from components import component_keys as keys
 from components.index_component.indexing import IndexConfig, run_index
 from components.materialize.config import ShardingConfig
@@ -32,23 +32,26 @@ BY_GROUP_PROPERTY = "by_group"  # 1: valid pairs by group (layout.has_group_inde
 _TFRECORD_FORMAT = "tfrecords_gzip"
 
 
-class Executor(run_artifacts.RunExecutor):
+class Executor(execution.LoggedExecutor, run_artifacts.RunExecutor):
     """Indexes the input `examples` into `indexed_examples`, `offset_index` and the class and/or
     pair index."""
 
-    def Do(
-        self,
-        input_dict: dict[str, list[types.Artifact]],
-        output_dict: dict[str, list[types.Artifact]],
-        exec_properties: dict[str, Any],
-    ) -> None:
-        self._log_startup(input_dict, output_dict, exec_properties)
-        source = artifact_utils.get_single_instance(input_dict[keys.EXAMPLES_KEY])
-        inputs = input_splits(source, exec_properties)
-        examples = artifact_utils.get_single_instance(output_dict[keys.INDEXED_EXAMPLES_KEY])
-        offset_index = artifact_utils.get_single_instance(output_dict[keys.OFFSET_INDEX_KEY])
-        class_index = _optional_output(output_dict, keys.CLASS_INDEX_KEY)
-        pair_index = _optional_output(output_dict, keys.PAIR_INDEX_KEY)
+    def execute(self, run: execution.Execution) -> None:
+        """Runs the indexing job into `offset_index`, then moves its parts to the other outputs.
+
+        Args:
+          run: the execution: the `examples` input, the indexing parameters, the outputs.
+
+        Raises:
+          ValueError: unreadable input Examples, a missing split, or outputs that do not match
+            the parameters; the job's own errors (too many rejects, an empty record set).
+        """
+        exec_properties = run.properties
+        inputs = input_splits(run.input(keys.EXAMPLES_KEY), exec_properties)
+        examples = run.output(keys.INDEXED_EXAMPLES_KEY)
+        offset_index = run.output(keys.OFFSET_INDEX_KEY)
+        class_index = run.optional_output(keys.CLASS_INDEX_KEY)
+        pair_index = run.optional_output(keys.PAIR_INDEX_KEY)
         run_artifacts.clear_outputs(
             a for a in (examples, offset_index, class_index, pair_index) if a is not None
         )
@@ -109,8 +112,19 @@ class Executor(run_artifacts.RunExecutor):
 
 def input_splits(source: types.Artifact, exec_properties: dict[str, Any]) -> dict[str, str]:
     """Record set -> the split folder of `source` it is read from: `x` and `y` from `x_split` and
-    `y_split` for a pairing, else every split under its own name. Refuses Examples that are not
-    TFRecord files of `tf.train.Example`, and split names the artifact does not have."""
+    `y_split` for a pairing, else every split under its own name.
+
+    Args:
+      source: the input `Examples`.
+      exec_properties: the execution parameters (`x_split`, `y_split`).
+
+    Returns:
+      Record set name -> split folder URI.
+
+    Raises:
+      ValueError: Examples that are not TFRecord files of `tf.train.Example`, that have no
+        splits, or that lack a named split.
+    """
     payload = examples_utils.get_payload_format(source)
     if payload != example_gen_pb2.PayloadFormat.FORMAT_TF_EXAMPLE:
         raise ValueError(
@@ -135,9 +149,3 @@ def input_splits(source: types.Artifact, exec_properties: dict[str, Any]) -> dic
         record_set: artifact_utils.get_split_uri([source], split)
         for record_set, split in (chosen or {s: s for s in available}).items()
     }
-
-
-def _optional_output(
-    output_dict: dict[str, list[types.Artifact]], key: str
-) -> types.Artifact | None:
-    return artifact_utils.get_single_instance(output_dict[key]) if output_dict.get(key) else None

@@ -6,10 +6,10 @@ worker, in file order; every record is checked for the features the indexes need
 group; `screening`) and spilled (`components.materialize.spill`; through a distributed runner's
 shuffle instead), and only its ref travels on. Records are numbered by id: the `id_feature`
 value, or `<file name>:<position>` without one (file order).
-From there the job is the materialize jobs' own: ids sorted into shard plans
-(`materialize.shards`), valid pairs resolved from a pair list (`materialize.pair_index`) or from
-groups (`layout.save_group_index`), rejects judged against `max_reject_fraction`, the shards and
-indexes written only when the verdict is ok, and `summary.json` written last to commit the run.
+From there the job is composed of the materialize jobs' own stages (`components.materialize.
+stages`): ids sorted into shard plans, valid pairs resolved from a pair list or from groups,
+rejects judged against `max_reject_fraction`, the shards and indexes written only when the
+verdict is ok, and `summary.json` written last to commit the run.
 
 Record sets: with a pairing (`pairs` or `group_feature`), `x` and `y` (from the two input splits
 the config names); otherwise one per input split, of the same name. A `label_feature` gives
@@ -25,39 +25,39 @@ import posixpath
 from collections.abc import Callable, Mapping
 
 import apache_beam as beam
-import numpy as np
 
 from components import layout
 from components.index_component import records, screening
-from components.materialize import (
-    claims,
-    common,
-    outcome,
-    pair_index,
-    pair_list,
-    rejects,
-    shards,
-    spill,
-)
-from components.materialize.config import PAIRS_FORMATS, ShardingConfig
-from components.materialize.errors import MaterializeError
-from components.materialize.id_index import IdIndex
-from components.materialize.shards import IdTable
-from components.materialize.verdict import Verdict
+from components.materialize import stages
+from components.materialize.stages import MaterializeError, ShardingConfig
 
 X = layout.X_RECORD_SET
 Y = layout.Y_RECORD_SET
-REJECTED = common.REJECTED
+REJECTED = stages.REJECTED
 
 
 @dataclasses.dataclass(frozen=True)
 class IndexConfig:
     """What to index and how.
 
-    `inputs`: record set -> the input split folder whose files become it (`x` and `y` with a
-    pairing). `pairs`: a valid-pair list over the `id_feature` values of the x and y records (the
-    pairs job's formats, `pairs_format`); `group_feature`: x and y records with equal values of
-    it may pair instead. `label_feature`: every record set gets a class index.
+    Attributes:
+        inputs: record set -> the input split folder whose files become it (`x` and `y` with a
+            pairing).
+        output_dir: the run's folder.
+        label_feature: every record set gets a class index of this feature's values.
+        id_feature: the feature holding each record's id (else `<file name>:<position>`).
+        group_feature: x and y records with equal values of it may pair.
+        pairs: a valid-pair list over the `id_feature` values of the x and y records (the pairs
+            job's formats, `pairs_format`), instead of `group_feature`.
+        pairs_format: "auto" (by extension), "jsonl" or "csv".
+        sharding: how each record set is cut into shards.
+        max_reject_fraction: the largest fraction of records that may be rejected.
+        overwrite: whether a previous run in `output_dir` may be replaced.
+        beam_pipeline_args: Beam options for the default pipeline.
+
+    Example:
+        >>> IndexConfig(inputs={"train": split_dir}, output_dir=out, label_feature="label")
+        ... # doctest: +SKIP
     """
 
     inputs: Mapping[str, str]
@@ -74,9 +74,15 @@ class IndexConfig:
 
     @property
     def paired(self) -> bool:
+        """Whether x records pair with y records (by a pair list or a group feature)."""
         return bool(self.pairs or self.group_feature)
 
     def validate(self) -> None:
+        """Checks the config before any folder is touched.
+
+        Raises:
+            MaterializeError: naming the first setting that is wrong.
+        """
         if not self.inputs:
             raise MaterializeError("no input splits to index")
         if self.paired:
@@ -95,9 +101,10 @@ class IndexConfig:
                 "nothing to index: set label_feature (a class index), and/or pairs or "
                 "group_feature with x and y splits (a valid-pair index)"
             )
-        if self.pairs_format not in PAIRS_FORMATS:
+        if self.pairs_format not in stages.PAIRS_FORMATS:
             raise MaterializeError(
-                f"pairs_format must be one of {', '.join(PAIRS_FORMATS)}; got {self.pairs_format!r}"
+                f"pairs_format must be one of {', '.join(stages.PAIRS_FORMATS)}; "
+                f"got {self.pairs_format!r}"
             )
         gfile = layout.gfile()
         if self.pairs and (not gfile.exists(self.pairs) or gfile.isdir(self.pairs)):
@@ -112,15 +119,28 @@ class IndexConfig:
 def run_index(
     config: IndexConfig, make_pipeline: Callable[[], beam.Pipeline] | None = None
 ) -> dict:
-    """Runs the indexing job into `config.output_dir` and returns its summary.
+    """Runs the indexing job into `config.output_dir` (`stages.run_job`).
 
-    Raises MaterializeError on bad arguments, when a record set is left empty, or when rejects
-    exceed `config.max_reject_fraction`; `records.RecordFileError` (naming the file and record)
-    when an input file is damaged.
+    Args:
+        config: the job's config; validated first.
+        make_pipeline: returns a fresh `beam.Pipeline` (TFX's `_make_beam_pipeline`); None
+            builds one from `config.beam_pipeline_args`.
+
+    Returns:
+        The run's summary (the content of `summary.json`).
+
+    Raises:
+        MaterializeError: on bad arguments, when a record set is left empty, or when rejects
+            exceed `config.max_reject_fraction`.
+        records.RecordFileError: naming the file and record, when an input file is damaged.
+
+    Example:
+        run_index(IndexConfig(inputs={"train": split_dir}, output_dir="/tmp/run",
+                              label_feature="label"))
     """
     config.validate()
     files = {record_set: input_files(split) for record_set, split in config.inputs.items()}
-    return common.run_job(
+    return stages.run_job(
         lambda pipeline: pipeline | IndexRecords(config, files),
         config.output_dir,
         config.overwrite,
@@ -131,7 +151,17 @@ def run_index(
 
 
 def input_files(split_dir: str) -> list[str]:
-    """The files of one input split folder, sorted (TFX reads `Split-<name>/*` the same way)."""
+    """The files of one input split folder, sorted (TFX reads `Split-<name>/*` the same way).
+
+    Args:
+        split_dir: the split folder (any gfile path).
+
+    Returns:
+        The paths of its files (folders left out).
+
+    Raises:
+        MaterializeError: when it holds no file.
+    """
     gfile = layout.gfile()
     found = sorted(p for p in gfile.glob(posixpath.join(split_dir, "*")) if not gfile.isdir(p))
     if not found:
@@ -139,103 +169,9 @@ def input_files(split_dir: str) -> list[str]:
     return found
 
 
-class _CollectValues(beam.CombineFn):
-    """(ids, values) batches of one record set -> `(IdIndex, values)` aligned with its ids."""
-
-    def create_accumulator(self) -> tuple[list[str], list]:
-        return [], []
-
-    def add_input(self, accumulator, batch):
-        accumulator[0].extend(batch[0])
-        accumulator[1].extend(batch[1])
-        return accumulator
-
-    def merge_accumulators(self, accumulators):
-        ids: list[str] = []
-        values: list = []
-        for more_ids, more_values in accumulators:
-            ids.extend(more_ids)
-            values.extend(more_values)
-        return ids, values
-
-    def extract_output(self, accumulator) -> tuple[IdIndex, np.ndarray]:
-        ids, values = accumulator
-        index, order = IdIndex.sorting(ids)
-        return index, np.asarray(values, dtype=object)[order]
-
-
-# ------------------------------------------------------------------------------ record numbers
-
-
-def _plan_record_sets(
-    record_sets: tuple[str, ...], tables: dict[str, IdTable], sharding: ShardingConfig
-) -> dict[str, shards.ShardPlan]:
-    return {rs: shards.plan_shards(rs, common.table(tables, rs), sharding) for rs in record_sets}
-
-
-def _group_of(groups: dict, record_set: str, ids: list[str]) -> np.ndarray:
-    index, values = groups.get(record_set, (IdIndex.from_ids([]), np.zeros([0], object)))
-    return values[index.lookup(ids)] if ids else np.zeros([0], object)
-
-
-def _select_by_group(
-    _, groups: dict, tables: dict[str, IdTable], sharding: ShardingConfig
-) -> pair_index.XSelection:
-    """The x records whose group has a y record, planned (every x has a group by now)."""
-    _, y_group_values = groups.get(Y, (None, np.zeros([0], object)))
-    y_groups = set(y_group_values.tolist())
-    x_table = common.table(tables, X)
-    x_group = _group_of(groups, X, x_table.ids.id_list())
-    has_y = np.fromiter((group in y_groups for group in x_group), bool, len(x_group))
-    survivors = np.flatnonzero(has_y).astype(np.int64)
-    return pair_index.select_x(x_table, survivors, np.arange(len(x_table)), sharding)
-
-
-def _with_y_plan(
-    selection: pair_index.XSelection, tables: dict[str, IdTable], sharding: ShardingConfig
-) -> dict[str, shards.ShardPlan]:
-    return {X: selection.plan, Y: shards.plan_shards(Y, common.table(tables, Y), sharding)}
-
-
-class _Assign(beam.DoFn):
-    """Screened `RecordBatch` -> ((record_set, shard), [ShardRecord]) with record numbers and
-    class ids; x records without a y to pair with become rejects."""
-
-    def __init__(self, by_group: bool):
-        super().__init__()
-        self._by_group = by_group
-
-    def process(
-        self,
-        batch: screening.RecordBatch,
-        plans,
-        selection,
-        vocabulary: screening.Vocabulary | None,
-    ):
-        record_set, ids = batch.record_set, batch.ids
-        if selection is not None and record_set == X:
-            numbers = selection.candidate_record[selection.candidates.lookup(ids)]
-            for i in np.flatnonzero(numbers < 0).tolist():
-                detail = (
-                    f"no y record has its group {batch.groups[i]!r}"
-                    if self._by_group
-                    else "every y listed for it is unknown or rejected, or none is listed"
-                )
-                yield beam.pvalue.TaggedOutput(
-                    REJECTED,
-                    rejects.Reject(f"{X}: {ids[i]}", screening.NO_VALID_PAIRS, detail, X, ids[i]),
-                )
-        else:
-            numbers = plans[record_set].ids.lookup(ids)
-        kept = np.flatnonzero(numbers >= 0)
-        class_ids = (
-            vocabulary.class_ids([batch.labels[i] for i in kept.tolist()])
-            if vocabulary is not None
-            else np.full([len(kept)], -1, np.int64)
-        )
-        yield from shards.group_by_shard(
-            plans[record_set], numbers[kept], [batch.refs[i] for i in kept.tolist()], class_ids
-        )
+def _record_source(record_set: str, record_id: str) -> str:
+    """What a reject of a record names as its source: its record set and id."""
+    return f"{record_set}: {record_id}"
 
 
 # ------------------------------------------------------------------------------------- summary
@@ -267,28 +203,6 @@ def _labels_section(
     }
 
 
-def _write_groups(
-    verdict: Verdict,
-    output_dir: str,
-    run_id: str,
-    plans: dict[str, shards.ShardPlan],
-    groups: dict,
-) -> dict:
-    if not verdict.ok:
-        return {"pairs": {"num_pairs": 0}}
-    x_group = _group_of(groups, X, plans[X].ids.id_list())
-    y_group = _group_of(groups, Y, plans[Y].ids.id_list())
-    names = sorted(set(x_group.tolist()) | set(y_group.tolist()))
-    lookup = np.asarray(names, dtype=object)
-    return layout.save_group_index(
-        output_dir,
-        np.searchsorted(lookup, x_group).astype(np.int64),
-        np.searchsorted(lookup, y_group).astype(np.int64),
-        names,
-        run_id,
-    )
-
-
 def _static_summary(config: IndexConfig) -> dict:
     return {
         "job": "index_examples",
@@ -299,7 +213,7 @@ def _static_summary(config: IndexConfig) -> dict:
             "group_feature": config.group_feature or None,
             "pairs": config.pairs or None,
             "max_reject_fraction": config.max_reject_fraction,
-            **common.sharding_summary(config.sharding),
+            **stages.sharding_summary(config.sharding),
         },
     }
 
@@ -308,8 +222,15 @@ def _static_summary(config: IndexConfig) -> dict:
 
 
 class IndexRecords(beam.PTransform):
-    """The indexing job as one transform (`run_index` runs it). `files`: record set -> its input
-    files. Output: a singleton PCollection, the summary (the content of `summary.json`)."""
+    """The indexing job as one transform (`run_index` runs it).
+
+    Args:
+        config: the job's config.
+        files: record set -> its input files.
+
+    Returns (of `expand`):
+        A singleton PCollection, the summary (the content of `summary.json`).
+    """
 
     def __init__(self, config: IndexConfig, files: dict[str, list[str]]):
         super().__init__()
@@ -317,30 +238,124 @@ class IndexRecords(beam.PTransform):
         self._files = files
 
     def expand(self, begin: beam.pvalue.PBegin) -> beam.PCollection:
+        """Builds the indexing job on the pipeline's root.
+
+        Args:
+            begin: the pipeline's root.
+
+        Returns:
+            A singleton PCollection, the summary.
+        """
         config = self._config
         output_dir = config.output_dir
         record_sets = tuple(sorted(config.inputs))
+
+        read, screened, kinds = self._read_and_screen(begin)
+        tables = screened.batches | "Tables" >> stages.CollectIdTables()
+        pairing = self._plan_pairs(begin, read, screened, tables)
+        plans = (
+            pairing.plans
+            if pairing is not None
+            else begin | "Plan" >> stages.PlanRecordSets(record_sets, tables, config.sharding)
+        )
+        sections = []
+        vocabulary = None
+        if config.label_feature:
+            vocabulary = (
+                screened.batches
+                | "Labels" >> beam.Map(lambda b: b.labels)
+                | "CollectLabels" >> beam.CombineGlobally(screening.CollectLabels())
+                | "Vocabulary" >> beam.Map(screening.vocabulary, beam.pvalue.AsSingleton(kinds))
+            )
+            sections.append(
+                vocabulary
+                | "LabelsSection"
+                >> beam.Map(_labels_section, config.label_feature, beam.pvalue.AsSingleton(kinds))
+            )
+        assigned = screened.batches | "Assign" >> stages.AssignToShards(
+            plans,
+            _record_source,
+            pairing.selection if pairing is not None else None,
+            vocabulary,
+        )
+
+        num_inputs = (
+            read[screening.COUNTS]
+            | "Counts" >> beam.Values()
+            | "AllRecords" >> beam.CombineGlobally(sum)
+        )
+        all_rejects = (read[REJECTED], screened[REJECTED], assigned[REJECTED])
+        if pairing is not None:
+            all_rejects += (pairing.rejects,)
+        # Every record set must keep a record.
+        judgement = all_rejects | "Judge" >> stages.Judge(
+            output_dir,
+            num_inputs=num_inputs,
+            plans=plans,
+            required_record_sets=record_sets,
+            max_reject_fraction=config.max_reject_fraction,
+            record_reasons=screening.RECORD_REASONS,
+            input_noun="records",
+        )
+        index_stats = assigned.shard_batches | "Write" >> stages.WriteShards(
+            output_dir,
+            plans=plans,
+            verdict=judgement.verdict,
+            vocabularies=(
+                vocabulary
+                | "PerRecordSet"
+                >> beam.Map(lambda v: {record_set: v.names for record_set in record_sets})
+                if vocabulary is not None
+                else None
+            ),
+        )
+        if pairing is not None:
+            sections.append(
+                judgement.verdict | "PairIndex" >> stages.WritePairing(output_dir, pairing, tables)
+            )
+        sections.append(
+            read[screening.FILES]
+            | "GatherFiles" >> beam.combiners.ToList()
+            | "InputsSection"
+            >> beam.Map(
+                _inputs_section,
+                beam.pvalue.AsDict(
+                    read[screening.COUNTS] | "RecordsPerSet" >> beam.CombinePerKey(sum)
+                ),
+            )
+        )
+        return judgement | "Summary" >> stages.Commit(
+            output_dir,
+            _static_summary(config),
+            plans=plans,
+            index_stats=index_stats,
+            sections=tuple(sections),
+        )
+
+    def _read_and_screen(self, begin: beam.pvalue.PBegin):
+        """Read and screen: (the reader's outputs, the screen's outputs, the singleton
+        `LabelKinds` or None without a label feature)."""
+        config = self._config
         listed = sorted((rs, path) for rs, paths_ in self._files.items() for path in paths_)
         # Spill files on this machine's runners, the records themselves through a distributed
-        # runner's shuffle (`spill.resolve_spill_root`).
-        spill_root = spill.resolve_spill_root("auto", begin.pipeline, output_dir)
+        # runner's shuffle (`stages.resolve_spill_root`).
+        spill_root = stages.resolve_spill_root("auto", begin.pipeline, config.output_dir)
         read = (
             begin
             | "Files" >> beam.Create(listed, reshuffle=False)
-            | "SpreadFiles" >> beam.Reshuffle()
             | "Read"
-            >> beam.ParDo(
+            >> stages.ReadSpread(
                 screening.ReadRecords(
                     label_feature=config.label_feature,
                     id_feature=config.id_feature,
                     group_feature=config.group_feature,
                     normalize_ids=bool(config.pairs),
                     spill_root=spill_root,
-                )
-            ).with_outputs(REJECTED, screening.FILES, screening.COUNTS, main="batches")
+                ),
+                main="batches",
+                extra_outputs=(screening.FILES, screening.COUNTS),
+            )
         )
-        all_rejects = [read[REJECTED]]
-
         # Ids from a feature may repeat; `<file>:<position>` ids cannot.
         duplicates = (
             (
@@ -365,148 +380,32 @@ class IndexRecords(beam.PTransform):
             beam.pvalue.AsList(duplicates),
             beam.pvalue.AsSingleton(kinds) if kinds is not None else None,
         ).with_outputs(REJECTED, main="batches")
-        all_rejects.append(screened[REJECTED])
+        return read, screened, kinds
 
-        tables = (
-            screened.batches
-            | "Keys"
-            >> beam.Map(
-                lambda b: (b.record_set, (b.ids, [spill.payload_length(p) for p in b.refs]))
-            )
-            | "CollectIds" >> beam.CombinePerKey(shards.CollectIds())
-        )
-        sections = []
-        selection = None
+    def _plan_pairs(self, begin, read, screened, tables) -> stages.Pairing | None:
+        """Plan ids of a pairing: by the pair list, or by the group feature; None without one."""
+        config = self._config
         if config.pairs:
             rejected_tables = (
                 (read[REJECTED], screened[REJECTED])
                 | "ReadRejects" >> beam.Flatten()
-                | "WithId" >> beam.Filter(lambda reject: bool(reject.id))
-                | "RejectedId" >> beam.Map(lambda reject: (reject.record_set, reject.id))
-                | "DistinctRejectedIds" >> beam.Distinct()
-                | "RejectedKeys" >> beam.Map(lambda key: (key[0], ([key[1]], [0])))
-                | "CollectRejectedIds" >> beam.CombinePerKey(shards.CollectIds())
+                | "RejectedTables" >> stages.CollectRejectedIds()
             )
-            pairs_format = pair_list.resolve_format(config.pairs, config.pairs_format)
-            resolved = begin | "PairList" >> pair_index.ResolvePairList(
-                config.pairs, pairs_format, tables, rejected_tables
+            return begin | "PairList" >> stages.PlanByPairList(
+                config.pairs, config.pairs_format, tables, rejected_tables, config.sharding
             )
-            all_rejects.append(resolved.rejects)
-            selected = resolved.edges | "Select" >> pair_index.SelectRecords(
-                tables, config.sharding
-            )
-            selection, plans = selected.selection, selected.plans
-        elif config.group_feature:
-            groups = (
+        if config.group_feature:
+            group_tables = (
                 screened.batches
                 | "GroupKeys" >> beam.Map(lambda b: (b.record_set, (b.ids, b.groups)))
-                | "CollectGroups" >> beam.CombinePerKey(_CollectValues())
+                | "GroupTables" >> stages.CollectGroupTables()
             )
-            selection = (
-                begin
-                | "Once" >> beam.Create([None])
-                | "SelectByGroup"
-                >> beam.Map(
-                    _select_by_group,
-                    beam.pvalue.AsDict(groups),
-                    beam.pvalue.AsDict(tables),
-                    config.sharding,
-                )
+            return begin | "ByGroup" >> stages.PlanByGroup(
+                group_tables,
+                tables,
+                config.sharding,
+                # Screening rejects a record without a group before it becomes a candidate.
+                missing_detail={rs: f"no {config.group_feature} value" for rs in (X, Y)},
+                record_noun="record",
             )
-            plans = selection | "Plans" >> beam.Map(
-                _with_y_plan, beam.pvalue.AsDict(tables), config.sharding
-            )
-        else:
-            plans = (
-                begin
-                | "RecordSets" >> beam.Create([record_sets])
-                | "Plans"
-                >> beam.Map(_plan_record_sets, beam.pvalue.AsDict(tables), config.sharding)
-            )
-
-        vocabulary = None
-        if config.label_feature:
-            vocabulary = (
-                screened.batches
-                | "Labels" >> beam.Map(lambda b: b.labels)
-                | "CollectLabels" >> beam.CombineGlobally(screening.CollectLabels())
-                | "Vocabulary" >> beam.Map(screening.vocabulary, beam.pvalue.AsSingleton(kinds))
-            )
-            sections.append(
-                vocabulary
-                | "LabelsSection"
-                >> beam.Map(_labels_section, config.label_feature, beam.pvalue.AsSingleton(kinds))
-            )
-        assigned = screened.batches | "Assign" >> beam.ParDo(
-            _Assign(by_group=bool(config.group_feature)),
-            beam.pvalue.AsSingleton(plans),
-            beam.pvalue.AsSingleton(selection) if selection is not None else None,
-            beam.pvalue.AsSingleton(vocabulary) if vocabulary is not None else None,
-        ).with_outputs(REJECTED, main="shard_batches")
-        all_rejects.append(assigned[REJECTED])
-
-        num_inputs = (
-            read[screening.COUNTS]
-            | "Counts" >> beam.Values()
-            | "AllRecords" >> beam.CombineGlobally(sum)
-        )
-        # Every record set must keep a record.
-        judgement = tuple(all_rejects) | "Judge" >> outcome.Judge(
-            output_dir,
-            num_inputs=num_inputs,
-            plans=plans,
-            required_record_sets=record_sets,
-            max_reject_fraction=config.max_reject_fraction,
-            record_reasons=screening.RECORD_REASONS,
-            input_noun="records",
-        )
-        verdict = judgement.verdict
-        index_stats = assigned.shard_batches | "Write" >> shards.WriteRecordSets(
-            output_dir,
-            plans=beam.pvalue.AsSingleton(plans),
-            verdict=beam.pvalue.AsSingleton(verdict),
-            vocabularies=(
-                beam.pvalue.AsSingleton(
-                    vocabulary
-                    | "PerRecordSet"
-                    >> beam.Map(lambda v: {record_set: v.names for record_set in record_sets})
-                )
-                if vocabulary is not None
-                else None
-            ),
-        )
-        if config.pairs:
-            sections.append(
-                resolved.edges
-                | "PairIndex" >> pair_index.WritePairIndex(output_dir, selection, tables, verdict)
-            )
-        elif config.group_feature:
-            sections.append(
-                verdict
-                | "GroupIndex"
-                >> beam.Map(
-                    _write_groups,
-                    output_dir,
-                    claims.claimed_run_id(output_dir),
-                    beam.pvalue.AsSingleton(plans),
-                    beam.pvalue.AsDict(groups),
-                )
-            )
-        sections.append(
-            read[screening.FILES]
-            | "GatherFiles" >> beam.combiners.ToList()
-            | "InputsSection"
-            >> beam.Map(
-                _inputs_section,
-                beam.pvalue.AsDict(
-                    read[screening.COUNTS] | "RecordsPerSet" >> beam.CombinePerKey(sum)
-                ),
-            )
-        )
-        return judgement | "Summary" >> outcome.WriteSummary(
-            output_dir,
-            _static_summary(config),
-            plans=plans,
-            index_stats=index_stats,
-            sections=tuple(sections) | "Sections" >> beam.Flatten(),
-        )
+        return None

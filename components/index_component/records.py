@@ -30,7 +30,17 @@ class RecordFileError(ValueError):
 def compression_of(path: str) -> str:
     """`GZIP` or `UNCOMPRESSED`: by extension as `ReadFromTFRecord`'s AUTO does (TFX writes
     `*.gz`), and by content for files without it: a file that starts with the gzip magic and not
-    with a valid TFRecord header (its length CRC) is gzip."""
+    with a valid TFRecord header (its length CRC) is gzip.
+
+    Args:
+        path: a TFRecord file (any Beam path).
+
+    Returns:
+        `GZIP` or `UNCOMPRESSED`.
+
+    Raises:
+        RecordFileError: for another compression its extension names (e.g. `.bz2`).
+    """
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
 
@@ -61,6 +71,19 @@ def read_frames(path: str, compression: str) -> Iterator[bytes]:
 
     Raises `RecordFileError` naming the file and record number when the file is damaged (a frame
     cut short, a CRC mismatch) or does not decompress.
+
+    Args:
+        path: the TFRecord file.
+        compression: `GZIP` or `UNCOMPRESSED` (`compression_of`).
+
+    Returns:
+        An iterator of the serialized records.
+
+    Raises:
+        RecordFileError: as above.
+
+    Example:
+        for record in read_frames(path, compression_of(path)): ...
     """
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
@@ -113,7 +136,15 @@ class ExampleFeatures:
 
     def read(self, serialized: bytes, keys: tuple[str, ...]) -> dict[str, Values] | None:
         """`Values` of each of `keys` the Example has (absent keys left out); None when
-        `serialized` is not an Example."""
+        `serialized` is not an Example.
+
+        Args:
+            serialized: one serialized record.
+            keys: the feature names to read.
+
+        Returns:
+            Feature name -> `Values` (its kind and values), or None.
+        """
         from google.protobuf.message import DecodeError
 
         example = self._example_class()

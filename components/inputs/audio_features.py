@@ -49,6 +49,19 @@ class SpecAugment:
     `[0, param)` and a start drawn uniformly so that the band fits, values set to 0. Unlike those
     functions (one mask per call, shared by the whole tensor, stateful RNG), masks here are drawn
     per example from a stateless seed, and time masks stay inside each record's valid frames.
+
+    Args:
+      freq_mask_param: masks are up to `freq_mask_param - 1` mel bins wide (>= 1).
+      time_mask_param: masks are up to `time_mask_param - 1` frames long (>= 1).
+      num_freq_masks: frequency masks per example (>= 0).
+      num_time_masks: time masks per example (>= 0).
+
+    Raises:
+      ValueError: a `*_mask_param` below 1 or a `num_*_masks` below 0.
+
+    Example:
+
+        AudioFeatureConfig(spec_augment=SpecAugment(freq_mask_param=8, num_time_masks=2))
     """
 
     freq_mask_param: int = 10
@@ -67,9 +80,9 @@ class SpecAugment:
 
 @dataclasses.dataclass(frozen=True)
 class AudioFeatureConfig:
-    """How a batch of int16 PCM records becomes log-mel features.
+    """How a batch of int16 PCM records becomes log-mel features; checked when built.
 
-    Attributes:
+    Args:
       mode: ``"crop"`` (fixed `crop_seconds` windows, random offsets, short records repeated) or
         ``"pad"`` (whole records, padded to the longest of the batch).
       sample_rate: Hz; every record must have this rate (the Beam stage resamples to one rate).
@@ -89,6 +102,17 @@ class AudioFeatureConfig:
         and most of Speakers in the Wild (up to 180 s), and is more audio than a speaker
         embedding gains from; the audio job stores records of up to 600 s
         (`--max_audio_seconds`).
+
+    Raises:
+      ValueError: an unknown `mode`; a rate or bin count below 1; frames shorter than 2
+        samples (or steps under 1); edges outside `0 <= lower < upper <= sample_rate / 2`; a
+        frame longer than `layout.MIN_AUDIO_SECONDS`; a `max_pad_seconds` that is not finite
+        or shorter than a frame; in ``"crop"`` mode, `crop_seconds` shorter than a frame.
+
+    Example:
+
+        config = AudioFeatureConfig(mode="crop", crop_seconds=2.0, num_mel_bins=80)
+        config.crop_frames  # 198 frames of 25 ms every 10 ms
     """
 
     mode: str = "crop"
@@ -153,6 +177,7 @@ class AudioFeatureConfig:
 
     @property
     def fft_length(self) -> int:
+        """FFT size: the smallest power of two that holds one frame."""
         return 1 << math.ceil(math.log2(self.frame_length))
 
     @property
@@ -176,7 +201,12 @@ class AudioFeatureConfig:
 def num_frames(num_samples, config: AudioFeatureConfig):
     """Frames fully inside `num_samples` samples (0 when shorter than one frame).
 
-    Works on Python ints and on int64 tensors.
+    Args:
+      num_samples: a Python int, or an integer tensor of any shape (cast to int64).
+      config: gives the frame length and step.
+
+    Returns:
+      A Python int for an int input, else int64 of the shape of `num_samples`.
     """
     if isinstance(num_samples, int):
         if num_samples < config.frame_length:
@@ -188,10 +218,18 @@ def num_frames(num_samples, config: AudioFeatureConfig):
 
 
 def pcm16_num_samples(audio: tf.Tensor, index: tf.Tensor | None = None) -> tf.Tensor:
-    """int64 [B]: samples in each int16 PCM string of `audio` (tf.string [B]).
+    """Counts the samples of each int16 PCM record of a batch.
 
-    Fails with an error naming the record numbers (`index`, int64 [B], when given) if a record
-    is empty or has an odd number of bytes.
+    Args:
+      audio: tf.string [B], int16 PCM records.
+      index: int64 [B] record numbers named in the error; default `0..B-1`.
+
+    Returns:
+      int64 [B]: samples per record (bytes / 2).
+
+    Raises:
+      tf.errors.InvalidArgumentError: when the result is computed, if a record is empty or
+        has an odd number of bytes (naming those records).
     """
     num_bytes = tf.cast(tf.strings.length(audio), tf.int64)
     bad = tf.logical_or(tf.equal(num_bytes, 0), tf.equal(num_bytes % 2, 1))
@@ -211,7 +249,16 @@ def pcm16_num_samples(audio: tf.Tensor, index: tf.Tensor | None = None) -> tf.Te
 
 
 def decode_padded(audio: tf.Tensor, num_samples: tf.Tensor) -> tf.Tensor:
-    """float32 [B, max(num_samples)]: the records decoded to [-1, 1), zero-padded at the end."""
+    """Decodes int16 PCM records to floats, zero-padded to the longest one.
+
+    Args:
+      audio: tf.string [B], int16 PCM records.
+      num_samples: int64 [B], samples per record (`pcm16_num_samples`); a smaller value cuts
+        the record to its first `num_samples[b]` samples.
+
+    Returns:
+      float32 [B, max(num_samples)]: samples in [-1, 1), zero past each record's end.
+    """
     longest = tf.reduce_max(num_samples)
     pcm = tf.io.decode_raw(
         audio, tf.int16, little_endian=True, fixed_length=tf.cast(2 * longest, tf.int32)
@@ -222,10 +269,19 @@ def decode_padded(audio: tf.Tensor, num_samples: tf.Tensor) -> tf.Tensor:
 def random_crop(
     audio: tf.Tensor, num_samples: tf.Tensor, crop_samples: int, seed: tf.Tensor
 ) -> tf.Tensor:
-    """float32 [B, crop_samples]: a uniformly placed window of each record.
+    """Decodes a uniformly placed window of `crop_samples` samples of each record.
 
     A record shorter than `crop_samples` is tiled from its start (repeat-padding) instead of
     padded with silence. Only the window's bytes are decoded.
+
+    Args:
+      audio: tf.string [B], int16 PCM records.
+      num_samples: int64 [B], samples per record (>= 1).
+      crop_samples: the window length in samples.
+      seed: int64 [2] stateless seed of the window offsets.
+
+    Returns:
+      float32 [B, crop_samples]: samples in [-1, 1).
     """
     room = tf.maximum(num_samples - crop_samples, 0) + 1
     uniform = tf.random.stateless_uniform(tf.shape(num_samples), seed=seed, dtype=tf.float64)
@@ -244,9 +300,15 @@ def random_crop(
 
 
 def log_mel(signal: tf.Tensor, config: AudioFeatureConfig) -> tf.Tensor:
-    """float32 [B, T, num_mel_bins] log-mel energies of float32 [B, N] signals.
+    """Log-mel filterbank energies of a batch of signals.
 
-    `T = num_frames(N)`; frame `t` covers samples `[t * step, t * step + length)`.
+    Args:
+      signal: float32 [B, N] samples.
+      config: the filterbank (frames, FFT length, mel bins, edges, log offset).
+
+    Returns:
+      float32 [B, T, num_mel_bins] with `T = num_frames(N, config)`; frame `t` covers samples
+      `[t * frame_step, t * frame_step + frame_length)`.
     """
     spectrum = tf.signal.stft(
         signal,
@@ -269,9 +331,14 @@ def log_mel(signal: tf.Tensor, config: AudioFeatureConfig) -> tf.Tensor:
 
 
 def mean_normalize(features: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
-    """Subtracts each record's mean over its valid frames (`mask`, bool [B, T]) per bin.
+    """Subtracts each record's mean over its valid frames, per mel bin.
 
-    Padded frames come out as 0.
+    Args:
+      features: float [B, T, F].
+      mask: bool [B, T], the valid frames.
+
+    Returns:
+      The dtype and shape of `features`; padded frames come out as 0.
     """
     weights = tf.cast(mask, features.dtype)[:, :, tf.newaxis]
     count = tf.maximum(tf.reduce_sum(weights, axis=1, keepdims=True), 1.0)
@@ -282,9 +349,18 @@ def mean_normalize(features: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
 def spec_augment(
     features: tf.Tensor, lengths: tf.Tensor, augment: SpecAugment, seed: tf.Tensor
 ) -> tf.Tensor:
-    """Zeroes random frequency bands and time spans of float32 [B, T, F] `features`.
+    """Zeroes random frequency bands and time spans of each example's features.
 
     Every example draws its own masks; time masks lie inside its first `lengths[b]` frames.
+
+    Args:
+      features: float32 [B, T, F].
+      lengths: int64 [B], valid frames per example.
+      augment: how many masks, and how wide.
+      seed: int64 [2] stateless seed of the masks.
+
+    Returns:
+      float32 [B, T, F]: `features` with the masked entries set to 0.
     """
     shape = tf.shape(features, out_type=tf.int64)
     batch, frames, bins = shape[0], shape[1], shape[2]
@@ -316,6 +392,10 @@ def parse_audio_examples(records: tf.Tensor, sample_rate: int) -> dict[str, tf.T
     Returns:
       ``audio`` tf.string [B] (int16 PCM), ``sample_rate`` int64 [B], ``label`` int64 [B]
       (-1 where a record has none).
+
+    Raises:
+      tf.errors.InvalidArgumentError: when run, for a record that is not an Example or lacks
+        ``audio``.
     """
     parsed = tf.io.parse_example(
         records,
@@ -340,7 +420,7 @@ def audio_features(
     index: tf.Tensor | None = None,
     sample_rate: tf.Tensor | None = None,
 ) -> dict[str, tf.Tensor]:
-    """Features of a batch of int16 PCM records.
+    """Log-mel features of a batch of int16 PCM records, cropped or padded (see the module).
 
     Args:
       audio: tf.string [B], little-endian int16 mono PCM (the `audio` feature of a record).
@@ -358,8 +438,16 @@ def audio_features(
       ``lengths``: int64 [B], valid frames per record.
       ``mask``: bool [B, T], `t < lengths[b]`.
 
-    Errors (tf.errors.InvalidArgumentError, naming the records): empty or odd-sized audio, a
-    record at another sample rate, and in ``"pad"`` mode a record shorter than one frame.
+    Raises:
+      ValueError: no `seed` while the config draws (``"crop"`` mode or `spec_augment`).
+      tf.errors.InvalidArgumentError: when run, naming the records: empty or odd-sized audio,
+        a record at another sample rate, and in ``"pad"`` mode a record shorter than one frame.
+
+    Example:
+
+        pcm = bytes(32000)  # 1 s of int16 silence at 16 kHz
+        out = audio_features(tf.constant([pcm]), AudioFeatureConfig(mode="pad"))
+        out["features"].shape, out["lengths"]  # [1, 98, 80], [98]
     """
     draws = config.mode == "crop" or config.spec_augment is not None
     if draws and seed is None:

@@ -32,7 +32,7 @@ from components.inputs.class_plan import (
 from components.inputs.epoch_sampler import EpochSampler
 from components.inputs.parsing import AUDIO_EXAMPLE_SPEC, ExampleGuard, ParseFn
 from components.inputs.record_store import RecordStore, describe_damaged
-from components.inputs.run import Run, open_run
+from components.inputs.run import Run, StoreOptions, open_run
 from components.inputs.variables import index_variable
 
 DEFAULT_FEATURES = AudioFeatureConfig()
@@ -57,6 +57,12 @@ class ClassBalancedSampler(EpochSampler):
       labels were strings or the run has a `classes.txt`, else None).
 
     See `class_balanced` for the arguments.
+
+    Example:
+
+        sampler = ClassBalancedSampler(run, n_classes_per_batch=8, n_samples_per_class=4)
+        print(sampler.report.summary())
+        model.fit(sampler.dataset(), epochs=10)
     """
 
     def __init__(
@@ -77,10 +83,9 @@ class ClassBalancedSampler(EpochSampler):
         feature_spec: Mapping[str, object] | None = None,
         record_set: str | None = None,
         load_fn: Callable[[object], object] | None = None,
-        backend: str = "auto",
+        store_options: StoreOptions | None = None,
         memory_budget_bytes: int = 1 << 30,
         cache_dir: str | None = None,
-        on_damaged: str = "fail",
         state: epoch_plan.EpochState | None = None,
     ):
         # Checked before the source is opened: a bad argument is one line, at once.
@@ -109,11 +114,10 @@ class ClassBalancedSampler(EpochSampler):
             labels,
             record_set=record_set,
             load_fn=load_fn,
-            backend=backend,
+            store_options=store_options,
             memory_budget_bytes=memory_budget_bytes,
             cache_dir=cache_dir,
             sample_rate=sample_rate,
-            on_damaged=on_damaged,
         )
         self.store: RecordStore = resolved.store
         self.classes = resolved.classes
@@ -240,18 +244,34 @@ def class_balanced(
     n_samples_per_class: int,
     seed: int = 0,
     input_context: tf.distribute.InputContext | None = None,
+    worker_index: int | None = None,
+    num_workers: int | None = None,
+    epoch_mode: str = "classes",
+    small_classes: str = "replace",
+    features: AudioFeatureConfig | None = DEFAULT_FEATURES,
+    parse_fn: ParseFn | None = None,
+    feature_spec: Mapping[str, object] | None = None,
+    record_set: str | None = None,
+    load_fn: Callable[[object], object] | None = None,
+    store_options: StoreOptions | None = None,
+    memory_budget_bytes: int = 1 << 30,
+    cache_dir: str | None = None,
+    state: epoch_plan.EpochState | None = None,
     initial_step: int = 0,
     num_parallel_calls: int = tf.data.AUTOTUNE,
-    **options,
 ) -> tf.data.Dataset:
     """Class-balanced batches of `n_c` distinct classes x `n_p` samples, re-planned every epoch.
 
+    `ClassBalancedSampler` takes the same arguments (but `initial_step` and
+    `num_parallel_calls`, which go to its `dataset()`) and also exposes the class report, the
+    plan, the store and the state.
+
     Args:
       source: where the records are:
-        * a materialized run directory (`components.layout`; the class index comes from
-          `index/<record_set>/class_records`), with `record_set` naming the labelled record set
-          (optional when the run has only one);
-        * a `RecordStore` of audio Examples, with `labels` (int [N]);
+        * a materialized run: a `Run` (`open_run`: a run folder, or a pipeline's artifacts of
+          it) or its folder, with `record_set` naming the labelled record set (optional when
+          the run has only one); its class index is the run's;
+        * a `RecordStore` of audio Examples, with `labels`;
         * a sequence of sample ids, with `labels` and `load_fn` (what a Keras `Sequence`
           holds): `load_fn(id)` returns the waveform (int16, or float in [-1, 1]; [n] or
           [n, 1]) at `features.sample_rate`;
@@ -264,20 +284,30 @@ def class_balanced(
       n_samples_per_class: `n_p`, samples per class in a batch.
       seed: the plan and the random crops/masks are pure functions of (seed, epoch).
       input_context: `tf.distribute.InputContext`; this input pipeline takes a disjoint share
-        of whole batches (or pass `worker_index` and `num_workers` in `options`).
-      initial_step: resume point in this worker's batches of the epoch in progress (restore
-        `state` from a checkpoint first).
+        of whole batches (or pass `worker_index` and `num_workers`).
+      worker_index, num_workers: this input pipeline's slice, without an `input_context`.
+      epoch_mode: "classes" (every usable class at least once an epoch, `ceil(classes / n_c)`
+        batches) or "samples" (every record of every usable class at least once an epoch); see
+        `class_plan`.
+      small_classes: a class with fewer than `n_p` records: "replace" (drawn with repeats) or
+        "skip" (left out, reported).
+      features: the audio front end (`AudioFeatureConfig`; over a run, at the rate it stored),
+        or None for the serialized records.
+      parse_fn, feature_spec: for records of any kind (image, text, embedding Examples) instead
+        of the audio front end: tf.string [B] -> a dict of batched tensors (or a tensor), or a
+        spec for `tf.io.parse_example` (e.g. `parsing.feature_spec_from_schema(schema)`).
+      record_set: the run's labelled record set.
+      load_fn: id -> waveform, for sample ids.
+      store_options: how a run's records are read (`StoreOptions`: backend, reader, CRC checks,
+        `on_damaged` "fail" | "skip": damaged records fail the read, or their samples are left
+        out, counted in `state.skipped_samples` and logged once per epoch). Default
+        `StoreOptions(memory_budget_bytes=memory_budget_bytes)`.
+      memory_budget_bytes, cache_dir: for ids and datasets; also the budget of the class index
+        held in the graph.
+      state: an `EpochState` to track in a `tf.train.Checkpoint` (resume: restore it, then pass
+        `initial_step`).
+      initial_step: resume point in this worker's batches of the epoch in progress.
       num_parallel_calls: parallelism of the read + features `map`.
-      **options: `epoch_mode` ("classes" | "samples"), `small_classes` ("replace" | "skip"),
-        `features` (`AudioFeatureConfig`, or None for raw records), `parse_fn` (tf.string [B]
-        -> a dict of batched tensors, or a tensor) or `feature_spec` (for `tf.io.parse_example`,
-        e.g. `parsing.feature_spec_from_schema(schema)`) for records of any kind (image, text,
-        embedding Examples) instead of the audio front end, `record_set`, `load_fn`,
-        `backend` ("auto" | "memory" | "disk"), `memory_budget_bytes`, `cache_dir`,
-        `on_damaged` ("fail" | "skip": a run directory's damaged records fail the read, or their
-        samples are left out, counted in `state.skipped_samples` and logged once per epoch),
-        `state` (`EpochState`), `worker_index`, `num_workers`: see `ClassBalancedPlan` and
-        `ClassBalancedSampler`.
 
     Returns:
       A dataset of dicts, one per batch of `B = n_c * n_p` samples, grouped by class (sample `i`
@@ -289,6 +319,17 @@ def class_balanced(
         ``features``) instead. Its cardinality is the batches per epoch of this worker;
         iterating it again yields the next epoch, so `model.fit(dataset, epochs=N)` sees N
         different epochs.
+
+    Raises:
+      ValueError: a bad argument (named, with "did you mean" for a misspelt choice), or `n_c`
+        larger than the usable classes.
+      TypeError: a source of no kind above.
+      layout.IndexFileError, layout.RunCommitError: a damaged or uncommitted run.
+
+    Example:
+
+        dataset = class_balanced(open_run("runs/speakers"), record_set="train",
+                                 n_classes_per_batch=8, n_samples_per_class=4)
     """
     initial_step = int_argument("initial_step", initial_step, 0)
     sampler = ClassBalancedSampler(
@@ -298,7 +339,19 @@ def class_balanced(
         n_samples_per_class=n_samples_per_class,
         seed=seed,
         input_context=input_context,
-        **options,
+        worker_index=worker_index,
+        num_workers=num_workers,
+        epoch_mode=epoch_mode,
+        small_classes=small_classes,
+        features=features,
+        parse_fn=parse_fn,
+        feature_spec=feature_spec,
+        record_set=record_set,
+        load_fn=load_fn,
+        store_options=store_options,
+        memory_budget_bytes=memory_budget_bytes,
+        cache_dir=cache_dir,
+        state=state,
     )
     return sampler.dataset(initial_step=initial_step, num_parallel_calls=num_parallel_calls)
 

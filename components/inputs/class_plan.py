@@ -64,9 +64,9 @@ _MAX_PREFIX = 64
 
 @dataclasses.dataclass(frozen=True)
 class ClassReport:
-    """What a plan does with each class of the index.
+    """What a plan does with each class of the index (made by `class_report`).
 
-    Attributes:
+    Args:
       num_classes: rows of the class index (C).
       n_samples_per_class: the `n_p` the report was made for.
       policy: the small-class policy, ``"replace"`` or ``"skip"``.
@@ -74,6 +74,11 @@ class ClassReport:
       small_classes: int64 class ids with 0 < records < n_p.
       empty_classes: int64 class ids without records (never usable).
       class_sizes: int64 [C] records per class.
+
+    Example:
+
+        report = class_report([0, 5, 6, 6], n_samples_per_class=2)
+        report.usable_classes, report.small_classes, report.empty_classes  # [0 1], [1], [2]
     """
 
     num_classes: int
@@ -97,6 +102,15 @@ class ClassReport:
         return self.small_classes if self.policy == "replace" else self.small_classes[:0]
 
     def summary(self, max_listed: int = 10) -> str:
+        """One line for logs and errors: usable, small and empty classes.
+
+        Args:
+          max_listed: the most class ids listed per kind (then "...").
+
+        Returns:
+          For example ``"2 of 3 classes usable; 1 classes without records skipped: [2]"``.
+        """
+
         def listed(ids: np.ndarray) -> str:
             head = ", ".join(str(i) for i in ids[:max_listed])
             return f"[{head}{', ...' if len(ids) > max_listed else ''}]"
@@ -119,7 +133,22 @@ class ClassReport:
 def class_report(
     row_splits, n_samples_per_class: int, small_classes: str = "replace"
 ) -> ClassReport:
-    """Classifies the classes of a CSR class index (`row_splits`, int64 [C + 1])."""
+    """Classifies the classes of a CSR class index into usable, small and empty.
+
+    Args:
+      row_splits: int [C + 1], non-decreasing from 0: class `c` holds the records at CSR
+        positions `[row_splits[c], row_splits[c + 1])`.
+      n_samples_per_class: `n_p`; a class with fewer (but some) records is small.
+      small_classes: ``"replace"`` (small classes are usable) or ``"skip"``.
+
+    Returns:
+      The `ClassReport`.
+
+    Raises:
+      ValueError: an unknown `small_classes`, `n_samples_per_class` below 1, or `row_splits`
+        not a non-decreasing vector starting at 0.
+      TypeError: `n_samples_per_class` not an int.
+    """
     if small_classes not in SMALL_CLASS_POLICIES:
         raise ValueError(
             f"small_classes must be one of {SMALL_CLASS_POLICIES}, got {small_classes!r}"
@@ -148,12 +177,32 @@ def class_report(
 class ClassBalancedPlan:
     """Per-epoch plans of `n_c x n_p` batches over a CSR class index (see the module docstring).
 
-    `plan(epoch)` returns a dict of int64 tensors with leading dimension `num_batches`:
+    Args:
+      row_splits: int [C + 1], the class index's CSR row splits (see `class_report`).
+      n_classes_per_batch: `n_c`, distinct classes per batch (<= usable classes).
+      n_samples_per_class: `n_p`, samples per class in a batch.
+      seed: the stateless seed (int64) of every epoch's plan.
+      epoch_mode: ``"classes"`` (every usable class once an epoch) or ``"samples"`` (every
+        record of every usable class once an epoch).
+      small_classes: ``"replace"`` or ``"skip"`` (see `class_report`).
+      num_workers, replicas_per_worker: `num_batches` is rounded up to a multiple of their
+        product (`epoch_plan.round_batches`).
 
-    * ``position`` [num_batches, n_c * n_p]: positions in the CSR `values` (the record numbers
-      of the classes); ``values[position]`` are the batch's record numbers.
-    * ``label`` [num_batches, n_c * n_p]: the class id (CSR row) of each sample.
-    * ``seed`` [num_batches, 2]: a stateless seed per batch, for crop offsets and masks.
+    Raises:
+      ValueError: an unknown `epoch_mode` or `small_classes`, a count below 1, a seed out of
+        int64, bad `row_splits`, or `n_classes_per_batch` above the number of usable classes
+        (naming both).
+      TypeError: a count or seed that is not an int.
+
+    Attributes:
+      report: the `ClassReport` of the index.
+      num_batches: global batches per epoch.
+      batch_size: `n_c * n_p`.
+
+    Example:
+
+        plan = ClassBalancedPlan([0, 3, 6, 9, 12, 15], n_classes_per_batch=4, n_samples_per_class=2)
+        plan.plan(0)["position"]  # int64 [2, 8]: 5 classes in batches of 4 classes x 2
     """
 
     def __init__(
@@ -250,7 +299,19 @@ class ClassBalancedPlan:
         self._fill_members = const(fill_members)
 
     def plan(self, epoch) -> dict[str, tf.Tensor]:
-        """The global plan of `epoch` (int64 scalar; a Python int or a tensor)."""
+        """The global plan of one epoch, a pure function of (index, seed, epoch).
+
+        Args:
+          epoch: int64 scalar, a Python int or a tensor.
+
+        Returns:
+          A dict of int64 tensors with leading dimension `num_batches`:
+
+          * ``position`` [num_batches, n_c * n_p]: positions in the CSR `values` (the record
+            numbers of the classes); ``values[position]`` are the batch's record numbers.
+          * ``label`` [num_batches, n_c * n_p]: the class id (CSR row) of each sample.
+          * ``seed`` [num_batches, 2]: a stateless seed per batch, for crop offsets and masks.
+        """
         epoch = tf.convert_to_tensor(epoch, tf.int64)
         n_c, n_p = self.n_classes_per_batch, self.n_samples_per_class
         stream = lambda salt: epoch_plan.epoch_seed(self.seed, epoch, salt)
@@ -366,14 +427,22 @@ class ClassBalancedPlan:
 
 
 def permutation_prefixes(sizes, length: int, seed) -> tf.Tensor:
-    """int64 [R, length]: row `r` starts a uniform random permutation of `0..sizes[r]-1`.
+    """The first `length` entries of a uniform random permutation of each row's `0..size-1`.
 
-    Entries `j < min(length, sizes[r])` are the first entries of the permutation (the rest are
-    unspecified). A partial Fisher-Yates shuffle, vectorized over rows: step `j` swaps entry `j`
-    with a uniform entry `t_j` of `[j, size)`. Only the entries `0..length-1` and the targets
-    `t_j` are ever touched, so the shuffle runs on a dense `[R, 2 * length]` array of those
-    entries: the cost is `O(R * length**2)`, independent of the class sizes (a full shuffle of
-    1M records is a 1M-key sort; this draws only what an epoch of the classes mode uses).
+    A partial Fisher-Yates shuffle, vectorized over rows: step `j` swaps entry `j` with a
+    uniform entry `t_j` of `[j, size)`. Only the entries `0..length-1` and the targets `t_j` are
+    ever touched, so the shuffle runs on a dense `[R, 2 * length]` array of those entries: the
+    cost is `O(R * length**2)`, independent of the class sizes (a full shuffle of 1M records is
+    a 1M-key sort; this draws only what an epoch of the classes mode uses).
+
+    Args:
+      sizes: int64 [R], the size of each row (>= 1).
+      length: the prefix length (a Python int).
+      seed: int64 [2] stateless seed.
+
+    Returns:
+      int64 [R, length]: entries `j < min(length, sizes[r])` of row `r` are the first entries
+      of its permutation; the rest are unspecified.
     """
     sizes = tf.convert_to_tensor(sizes, tf.int64)
     rows = tf.shape(sizes, out_type=tf.int64)[0]
@@ -404,5 +473,13 @@ def permutation_prefixes(sizes, length: int, seed) -> tf.Tensor:
 
 
 def batch_layout(n_classes_per_batch: int, n_samples_per_class: int) -> np.ndarray:
-    """int64 [n_c * n_p]: the class slot of each sample of a batch (`i // n_p`)."""
+    """The class slot of each sample of a batch: `i // n_p`.
+
+    Args:
+      n_classes_per_batch: `n_c`.
+      n_samples_per_class: `n_p`.
+
+    Returns:
+      int64 [n_c * n_p], for example ``[0, 0, 1, 1]`` for `n_c = n_p = 2`.
+    """
     return np.repeat(np.arange(n_classes_per_batch), n_samples_per_class).astype(np.int64)

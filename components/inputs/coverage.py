@@ -8,6 +8,8 @@ counts pairs that are not valid at all. Feed it either in the input pipeline
 
 from __future__ import annotations
 
+import importlib.util
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -24,6 +26,27 @@ class PairCoverage(tf.Module):
     once (int64 [num_pairs], a `variables.index_variable`, so `observe` does not copy them into
     the dataset graph every epoch, nor do checkpoints of this module hold them) and batches are
     matched by binary search.
+
+    Args:
+      valid_pairs: what `ValidPairs.build` takes (a `tf.RaggedTensor` [num_x, None], CSR
+        arrays `(row_splits, values)`, a list of y lists, a `ValidPairs`), or a `GroupPairs`
+        (listed pair by pair, x left out of its plan skipped).
+      num_y: the number of y records (default: max y + 1); ignored for `GroupPairs`.
+      name: the `tf.Module` name.
+
+    Raises:
+      ValueError: `valid_pairs` with an invalid x (see `ValidPairs.build`), group pairs too
+        many to list (`GroupPairs.edges`), or built inside a `tf.distribute` strategy scope.
+
+    Attributes:
+      num_pairs: distinct valid pairs.
+      seen_this_epoch, seen_ever: bool [num_pairs] variables, one flag per pair.
+      invalid_seen: int64 scalar variable, the invalid pairs recorded (all epochs).
+
+    Example:
+
+        coverage = PairCoverage([[0, 2], [1]])  # x 0 pairs with y 0 or 2, x 1 with y 1
+        dataset = coverage.observe(dataset)  # then coverage.result() after each epoch
     """
 
     def __init__(self, valid_pairs, *, num_y: int | None = None, name: str | None = None):
@@ -52,7 +75,15 @@ class PairCoverage(tf.Module):
         self.invalid_seen = tf.Variable(0, dtype=tf.int64, trainable=False, name="invalid_seen")
 
     def update(self, x_index, y_index) -> tf.Tensor:
-        """Records a batch of pairs (int64 [B] each); returns bool [B]: which pairs are valid."""
+        """Records a batch of pairs as seen.
+
+        Args:
+          x_index: int [B] (any shape, flattened) x record numbers.
+          y_index: int [B] y record numbers, one per x.
+
+        Returns:
+          bool [B]: which pairs are valid; the invalid ones are counted in `invalid_seen`.
+        """
         x_index = tf.cast(tf.reshape(x_index, [-1]), tf.int64)
         y_index = tf.cast(tf.reshape(y_index, [-1]), tf.int64)
         clipped, found = self._find_pairs(x_index * self.num_y + y_index)
@@ -75,7 +106,14 @@ class PairCoverage(tf.Module):
             return tf.identity(valid)
 
     def observe(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
-        """`dataset` (elements with `x_index`, `y_index`), recording every batch it yields."""
+        """Wraps a dataset so that every batch it yields is recorded (`update`).
+
+        Args:
+          dataset: elements are dicts with ``x_index`` and ``y_index`` (int [B] each).
+
+        Returns:
+          The same elements, each available once recorded.
+        """
 
         def record(batch):
             valid = self.update(batch["x_index"], batch["y_index"])
@@ -85,7 +123,12 @@ class PairCoverage(tf.Module):
         return dataset.map(record)
 
     def result(self) -> dict[str, float]:
-        """`pair_coverage_epoch` and `pair_coverage_total` (fractions) and `invalid_pairs`."""
+        """The coverage so far.
+
+        Returns:
+          ``pair_coverage_epoch`` and ``pair_coverage_total``: fractions of the valid pairs
+          seen this epoch and ever; ``invalid_pairs``: the invalid pairs recorded (an int).
+        """
         return {
             "pair_coverage_epoch": _fraction(self.seen_this_epoch, self.num_pairs),
             "pair_coverage_total": _fraction(self.seen_ever, self.num_pairs),
@@ -93,6 +136,7 @@ class PairCoverage(tf.Module):
         }
 
     def start_epoch(self) -> None:
+        """Clears the flags of this epoch (`seen_ever` and `invalid_seen` keep counting)."""
         self.seen_this_epoch.assign(tf.zeros([self.num_pairs], tf.bool))
 
 
@@ -121,19 +165,37 @@ class PairCoverageCallback(keras.callbacks.Callback):
     Adds `pair_coverage_epoch`, `pair_coverage_total` and `invalid_pairs` to the epoch logs, so
     `History`, `CSVLogger` and progress bars show them; with `log_dir`, also writes them as
     scalars (step = epoch) to `<log_dir>/pair_coverage`.
+
+    Args:
+      coverage: the `PairCoverage` the training dataset feeds (`observe` or `update`).
+      log_dir: a TensorBoard folder, or None for the logs only.
+
+    Example:
+
+        callback = PairCoverageCallback(coverage, log_dir="logs")
+        model.fit(dataset, epochs=3, callbacks=[callback])  # dataset from coverage.observe
     """
 
     def __init__(self, coverage: PairCoverage, log_dir: str | None = None):
         super().__init__()
+        if log_dir and importlib.util.find_spec("tensorboard") is None:
+            # tf.summary needs TensorBoard, which TensorFlow 2.20+ no longer installs: say so
+            # now, not after the first epoch has trained.
+            raise ImportError(
+                "PairCoverageCallback(log_dir=...) writes TensorBoard summaries: "
+                "pip install tensorboard (or pass log_dir=None)"
+            )
         self.coverage = coverage
         self._writer = (
             tf.summary.create_file_writer(f"{log_dir}/pair_coverage") if log_dir else None
         )
 
     def on_epoch_begin(self, epoch, logs=None):
+        """Starts the coverage's epoch (`PairCoverage.start_epoch`)."""
         self.coverage.start_epoch()
 
     def on_epoch_end(self, epoch, logs=None):
+        """Adds `PairCoverage.result()` to `logs` and, with a `log_dir`, writes it at `epoch`."""
         values = self.coverage.result()
         if logs is not None:
             logs.update(values)

@@ -40,7 +40,17 @@ class ServiceUnsupportedError(ValueError):
 
 
 def check_processing_mode(processing_mode: str) -> str:
-    """Returns `processing_mode` when it is one of `PROCESSING_MODES`, else raises ValueError."""
+    """Checks a tf.data service processing mode.
+
+    Args:
+      processing_mode: ``"parallel_epochs"`` or ``"distributed_epoch"``.
+
+    Returns:
+      `processing_mode`.
+
+    Raises:
+      ValueError: it is not one of `PROCESSING_MODES`.
+    """
     if processing_mode not in PROCESSING_MODES:
         raise ValueError(
             f"processing_mode must be one of {PROCESSING_MODES}, got {processing_mode!r}"
@@ -49,10 +59,19 @@ def check_processing_mode(processing_mode: str) -> str:
 
 
 def check_sampler(problems: list[str], memory_bytes: int, max_graph_bytes: int) -> None:
-    """Raises `ServiceUnsupportedError` listing `problems` (what the sampler knows cannot run on a
-    worker), or when `memory_bytes` (records held in memory, shipped inside the graph) exceed
-    `max_graph_bytes`. Checked before the graph is built, so that an oversized store costs no
-    serialization."""
+    """Refuses a sampler that cannot run on tf.data service workers, before its graph is built.
+
+    Checked first, so that an oversized store costs no serialization.
+
+    Args:
+      problems: what the sampler knows cannot run on a worker (empty: nothing).
+      memory_bytes: bytes of the records held in memory, shipped inside the graph.
+      max_graph_bytes: the largest graph to accept, in (0, 2**31 - 1].
+
+    Raises:
+      ServiceUnsupportedError: listing `problems`, and `memory_bytes` over `max_graph_bytes`.
+      ValueError: `max_graph_bytes` out of range.
+    """
     _check_max_graph_bytes(max_graph_bytes)
     if memory_bytes > max_graph_bytes:
         problems = [
@@ -69,9 +88,18 @@ def check_sampler(problems: list[str], memory_bytes: int, max_graph_bytes: int) 
 def check_dataset(dataset: tf.data.Dataset, max_graph_bytes: int) -> int:
     """Serializes `dataset` as the tf.data service will and checks what it would ship to workers.
 
-    Raises `ServiceUnsupportedError` when the graph calls Python (`tf.py_function`,
-    `tf.numpy_function`: the functions that do are named) or is larger than `max_graph_bytes`
-    (including the 2 GB that protobuf cannot serialize at all). Returns the graph's size in bytes.
+    Args:
+      dataset: the dataset to distribute.
+      max_graph_bytes: the largest serialized graph to accept, in (0, 2**31 - 1].
+
+    Returns:
+      The serialized graph's size in bytes.
+
+    Raises:
+      ServiceUnsupportedError: the graph calls Python (`tf.py_function`, `tf.numpy_function`:
+        the functions that do are named) or is larger than `max_graph_bytes` (including the
+        2 GB that protobuf cannot serialize at all).
+      ValueError: `max_graph_bytes` out of range.
     """
     _check_max_graph_bytes(max_graph_bytes)
     # The serialization RegisterDataset runs (variables become constants of their values); no

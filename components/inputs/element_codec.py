@@ -21,17 +21,41 @@ SINGLE_KEY = "value"
 
 @dataclasses.dataclass(frozen=True)
 class Component:
+    """One component of an element: one bytes feature of its Example.
+
+    Args:
+      key: the feature key, the component's structure path ("a/0"; `SINGLE_KEY` for a single
+        tensor).
+      dtype: the component's dtype.
+      shape: its shape in one element; None for a dimension that varies (only the first may,
+        for decoding).
+    """
+
     key: str
     dtype: tf.DType
     shape: tuple[int | None, ...]
 
 
 def tensor_parser(components: Sequence[Component] | tf.TypeSpec | object) -> Callable:
-    """The batched decoder of records written by the default encoder.
+    """The batched decoder of records written by the default encoder (`ExampleEncoder`).
 
-    `components` is an element spec (a structure of `tf.TensorSpec`) or the encoder's components.
-    Returns tf.string [B] -> the element structure with a leading batch dimension; components
-    whose first dimension is unknown come back ragged.
+    Args:
+      components: an element spec (a structure of `tf.TensorSpec`) or the encoder's
+        `components()`.
+
+    Returns:
+      A function of tf.string [B] (serialized Examples) -> the element structure, each
+      component with a leading dimension B (its dtype; a component whose first dimension is
+      None comes back as a `tf.RaggedTensor` [B, None, ...]).
+
+    Raises:
+      ValueError: a component with an unknown dimension after the first.
+      TypeError: a spec component that is not a `tf.TensorSpec`.
+
+    Example:
+
+        spec = {"x": tf.TensorSpec([3], tf.float32), "y": tf.TensorSpec([], tf.int64)}
+        tensor_parser(spec)(records)["x"]  # float32 [B, 3]; records: tf.string [B]
     """
     if not (isinstance(components, list) and components and isinstance(components[0], Component)):
         components = components_of_spec(components)
@@ -53,7 +77,18 @@ def tensor_parser(components: Sequence[Component] | tf.TypeSpec | object) -> Cal
 
 
 def declared_components(source) -> list[Component]:
-    """The components of a dataset's or arrays' elements, known before reading any."""
+    """The components of a dataset's or arrays' elements, known before reading any.
+
+    Args:
+      source: a `tf.data.Dataset`, or a structure of arrays whose first dimension indexes the
+        elements.
+
+    Returns:
+      One `Component` per leaf, in `tf.nest.flatten` order.
+
+    Raises:
+      TypeError: a dataset component that is not a dense tensor.
+    """
     if isinstance(source, tf.data.Dataset):
         return components_of_spec(source.element_spec)
     flat = tf.nest.flatten(source)
@@ -66,6 +101,17 @@ def declared_components(source) -> list[Component]:
 
 
 def components_of_spec(spec) -> list[Component]:
+    """The components of an element spec.
+
+    Args:
+      spec: a structure (dicts, tuples, lists) of `tf.TensorSpec`.
+
+    Returns:
+      One `Component` per leaf, in `tf.nest.flatten` order, keyed by its "/"-joined path.
+
+    Raises:
+      TypeError: a leaf that is not a `tf.TensorSpec` (ragged, sparse, ...).
+    """
     paths = _flatten_with_paths(spec)
     components = []
     for path, leaf in paths:
@@ -123,6 +169,10 @@ class ExampleEncoder:
 
     Records the observed shape of each component, widening a dimension to None when it varies
     between elements, so the decoder knows which components are ragged.
+
+    Args:
+      declared: the components elements must have (`declared_components`), or None to take
+        them from the first element.
     """
 
     def __init__(self, declared: list[Component] | None):
@@ -130,6 +180,19 @@ class ExampleEncoder:
         self._observed: dict[str, Component] = {}
 
     def encode(self, element) -> bytes:
+        """Encodes one element.
+
+        Args:
+          element: a tensor, array or scalar, or a structure (dicts, tuples, lists) of them:
+            numeric of any shape, strings scalar only.
+
+        Returns:
+          The serialized `tf.train.Example`.
+
+        Raises:
+          ValueError: a string that is not a scalar, a component not declared or missing, or
+            one whose dtype or rank differs from the elements before.
+        """
         if isinstance(element, (tf.Tensor, np.ndarray, np.generic, bytes, str, int, float)):
             flat = [(SINGLE_KEY, element)]
         else:
@@ -147,6 +210,7 @@ class ExampleEncoder:
         return examples.serialize_example(feature)
 
     def components(self) -> list[Component]:
+        """The components seen so far, a dimension None where it varied (for `tensor_parser`)."""
         keys = self._declared if self._declared is not None else self._observed
         return [self._observed[key] for key in keys]
 

@@ -57,6 +57,18 @@ class EpochState(tf.Module):
     set when its first dataset is built and checkpointed with the rest: a state restored from a
     checkpoint of another run is refused, naming both, instead of resuming into data of the same
     sizes that it does not describe.
+
+    Args:
+      initial_epoch: the first epoch to plan (>= 0).
+      name: the `tf.Module` name.
+
+    Raises:
+      ValueError: `initial_epoch` below 0, or created inside a `tf.distribute` strategy scope.
+
+    Example:
+
+        state = EpochState()
+        checkpoint = tf.train.Checkpoint(sampler=state)  # restore it before building datasets
     """
 
     def __init__(self, initial_epoch: int = 0, name: str | None = None):
@@ -71,9 +83,15 @@ class EpochState(tf.Module):
         self.run = tf.Variable("", dtype=tf.string, trainable=False, name="run")
 
     def bind_run(self, run_key: str) -> None:
-        """Records that this state follows `run_key`; raises `StateRunError` when it already
-        follows another (restored from a checkpoint of another run, or shared with a sampler of
-        another run)."""
+        """Records that this state follows `run_key`.
+
+        Args:
+          run_key: the sampler's `EpochSampler.run_key` ("" for data that is not a run).
+
+        Raises:
+          StateRunError: the state already follows another run (restored from a checkpoint of
+            another run, or shared with a sampler of another run).
+        """
         held = self.run.numpy().decode()
         if held == "":
             self.run.assign(run_key)
@@ -81,10 +99,19 @@ class EpochState(tf.Module):
             raise StateRunError(_state_run_message(held, run_key))
 
     def check_run(self, run_key: str) -> tf.Operation:
-        """An op that fails with `StateRunError`'s message (as `InvalidArgumentError`) when the
-        state follows another run than `run_key`: run before each epoch's plan, so a checkpoint
-        restored after the dataset was built is checked too. A state that follows no run (of
-        arrays or datasets, or written before states named their run) is accepted."""
+        """An op that checks, when run, that the state follows `run_key`.
+
+        Run before each epoch's plan, so a checkpoint restored after the dataset was built is
+        checked too. A state that follows no run (of arrays or datasets, or written before
+        states named their run) is accepted.
+
+        Args:
+          run_key: the sampler's `EpochSampler.run_key`.
+
+        Returns:
+          The assert op; it fails with `tf.errors.InvalidArgumentError` (the message of
+          `StateRunError`) when the state follows another run.
+        """
         return tf.debugging.Assert(
             tf.logical_or(tf.equal(self.run, run_key), tf.equal(self.run, "")),
             [
@@ -120,6 +147,11 @@ class SkipLog:
     first batch of an epoch that skips any logs one warning naming the epoch, the total so far and
     what `describe()` says about the damaged records (their record numbers, shards and offsets).
     Python runs only for a batch that skips something.
+
+    Args:
+      sampler: the sampler's name, for the warning.
+      state: holds the count, `state.skipped_samples`.
+      describe: returns what is known of the damaged records, for the warning.
     """
 
     def __init__(self, sampler: str, state: EpochState, describe: Callable[[], str]):
@@ -130,7 +162,16 @@ class SkipLog:
         self._lock = threading.Lock()
 
     def record(self, epoch: tf.Tensor, kept: tf.Tensor) -> tf.Tensor:
-        """Returns an op to run before the batch is returned (a control dependency)."""
+        """Counts a batch's skipped samples, and logs the first skip of an epoch.
+
+        Args:
+          epoch: int64 scalar, the batch's epoch.
+          kept: bool [B], false for the samples left out.
+
+        Returns:
+          bool scalar, true when this call logged: run it before the batch is returned (a
+          control dependency).
+        """
         skipped = tf.reduce_sum(tf.cast(tf.logical_not(kept), tf.int64))
         total = self._state.skipped_samples.assign_add(skipped)
         return tf.cond(
@@ -157,10 +198,18 @@ class SkipLog:
 
 
 def epoch_seed(seed: int, epoch, salt: int = 0) -> tf.Tensor:
-    """Returns the int64 [2] seed of the random stream `(seed, epoch, salt)`.
+    """The stateless seed of the random stream `(seed, epoch, salt)`.
 
     Use it with `tf.random.stateless_*`. Streams of different `(seed, epoch, salt)` are distinct
     (each argument is folded in with a counter-based hash).
+
+    Args:
+      seed: the sampler seed (int64).
+      epoch: int64 scalar, a Python int or a tensor.
+      salt: the purpose of the stream (`SALT_*`).
+
+    Returns:
+      int64 [2].
     """
     base = tf.constant([seed, 0], dtype=tf.int64)
     with_salt = tf.random.experimental.stateless_fold_in(base, tf.constant(salt, tf.int64))
@@ -168,16 +217,30 @@ def epoch_seed(seed: int, epoch, salt: int = 0) -> tf.Tensor:
 
 
 def stateless_permutation(n, seed) -> tf.Tensor:
-    """Returns int64 [n]: a random permutation of `0..n-1`, a pure function of `seed`."""
+    """A random permutation of `0..n-1`, a pure function of `seed`.
+
+    Args:
+      n: int64 scalar, the length.
+      seed: int64 [2] stateless seed.
+
+    Returns:
+      int64 [n].
+    """
     return tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64), seed=seed)
 
 
 def shuffle_within_rows(row_splits, seed) -> tf.Tensor:
-    """Returns int64 [nnz]: positions of the CSR `values`, randomly permuted inside each row.
+    """Positions of the CSR `values`, randomly permuted inside each row.
 
-    Element `j` of the result, for `j` in row `r` (`row_splits[r] <= j < row_splits[r + 1]`), is
-    again a position in row `r`; each row's positions are a uniform random permutation. Built by
-    one sort on the key `(row, random)`, so it is vectorized over all rows.
+    Built by one sort on the key `(row, random)`, so it is vectorized over all rows.
+
+    Args:
+      row_splits: int64 [R + 1], the CSR row splits (`nnz = row_splits[-1]` < 2**31).
+      seed: int64 [2] stateless seed.
+
+    Returns:
+      int64 [nnz]: element `j`, for `j` in row `r` (`row_splits[r] <= j < row_splits[r + 1]`),
+      is again a position in row `r`; each row's positions are a uniform random permutation.
     """
     row_splits = tf.convert_to_tensor(row_splits, tf.int64)
     nnz = row_splits[-1]
@@ -197,9 +260,23 @@ def worker_slice(
     worker_index: int | None = None,
     num_workers: int | None = None,
 ) -> tuple[int, int]:
-    """Returns `(worker_index, num_workers)` from an input context or explicit values.
+    """This input pipeline's `(worker_index, num_workers)`, from an input context or values.
 
-    With neither, the input is not distributed: `(0, 1)`.
+    Args:
+      input_context: given by `strategy.distribute_datasets_from_function`.
+      worker_index, num_workers: given together, instead of `input_context`.
+
+    Returns:
+      `(worker_index, num_workers)`; with neither argument, the input is not distributed:
+      `(0, 1)`.
+
+    Raises:
+      ValueError: both an input context and values, only one of the values, or not
+        `0 <= worker_index < num_workers`.
+
+    Example:
+
+        worker_slice(worker_index=1, num_workers=4)  # (1, 4)
     """
     if input_context is not None:
         if worker_index is not None or num_workers is not None:
@@ -219,7 +296,14 @@ def worker_slice(
 
 
 def replicas_per_worker(input_context: tf.distribute.InputContext | None) -> int:
-    """The replicas one input pipeline feeds (1 without an input context)."""
+    """The replicas one input pipeline feeds.
+
+    Args:
+      input_context: from `strategy.distribute_datasets_from_function`, or None.
+
+    Returns:
+      Replicas in sync // input pipelines, at least 1 (1 without an input context).
+    """
     if input_context is None:
         return 1
     return max(1, input_context.num_replicas_in_sync // input_context.num_input_pipelines)
@@ -231,8 +315,19 @@ def round_batches(
     """The global batches of an epoch, rounded to a multiple of workers x replicas per worker.
 
     Every sampler plans its epochs with this one rule, so that every replica of every worker takes
-    the same number of steps (a `tf.distribute` strategy drops a last, partial step). Rounds up
-    (the plan adds batches) unless `down` (the plan leaves the last ones out).
+    the same number of steps (a `tf.distribute` strategy drops a last, partial step).
+
+    Args:
+      num_batches: the batches the plan needs.
+      num_workers: input pipelines (>= 1).
+      replicas_per_worker: replicas each pipeline feeds (>= 1).
+      down: round down (the plan leaves the last batches out) instead of up (it adds some).
+
+    Returns:
+      The rounded number of batches (0 is possible when rounding down).
+
+    Raises:
+      ValueError: `num_workers` or `replicas_per_worker` below 1.
     """
     if num_workers < 1 or replicas_per_worker < 1:
         raise ValueError(
@@ -273,6 +368,13 @@ def epoch_dataset(
     Returns:
       A dataset of plan rows (the structure of `plan_fn`'s result, leading dimension removed).
       Its cardinality is `num_batches // num_workers` when `initial_step == 0`.
+
+    Raises:
+      ValueError: `num_batches` below 1 or not a multiple of `num_workers`, a bad worker slice,
+        `initial_step` outside `[0, num_batches // num_workers)`, or a plan whose leading
+        dimension is known and is not `num_batches`.
+      tf.errors.InvalidArgumentError: when iterated, resuming (`initial_step > 0`) with
+        `state.epoch == 0`, or a plan whose leading dimension turns out not `num_batches`.
     """
     batches_per_worker = _batches_per_worker(num_batches, num_workers, worker_index)
     if not 0 <= initial_step < batches_per_worker:
@@ -341,6 +443,12 @@ def epoch_range_dataset(
     Returns:
       A dataset of dicts: the plan's keys, each row without its leading dimension, plus
       ``epoch`` (int64 scalar). Its cardinality is `num_epochs * steps`.
+
+    Raises:
+      ValueError: `num_batches` below 1 or not a multiple of `num_workers`, a bad worker slice,
+        `start_epoch` below 0, `num_epochs` below 1, a `plan_fn` that does not return a dict
+        or returns one with an ``epoch`` key, or one whose known leading dimension is not
+        `num_batches`.
     """
     steps = _batches_per_worker(num_batches, num_workers, worker_index)
     if start_epoch < 0:

@@ -52,9 +52,23 @@ class EpochSampler:
     ) -> tf.data.Dataset:
         """Batches of this worker; each iteration of the dataset is the next epoch.
 
-        `initial_step` resumes the epoch in progress (see `epoch_dataset`). The epoch advances in
-        `state`, a variable of this process: for tf.data service workers use `distributed_dataset`
-        (or `epochs_dataset`), not `dataset().apply(tf.data.experimental.service.distribute(...))`.
+        The epoch advances in `state`, a variable of this process: for tf.data service workers
+        use `distributed_dataset` (or `epochs_dataset`), not
+        `dataset().apply(tf.data.experimental.service.distribute(...))`.
+
+        Args:
+          initial_step: resumes the epoch in progress at this batch of this worker (see
+            `epoch_dataset`); 0 starts the next epoch.
+          num_parallel_calls: parallelism of the read-and-parse map.
+          deterministic: keep the batch order under parallel reads.
+
+        Returns:
+          A dataset of parsed batches (the sampler's structure, leading dimension the batch),
+          `steps_per_epoch` of them per iteration.
+
+        Raises:
+          epoch_plan.StateRunError: `state` follows another run than `run_key`.
+          ValueError: `initial_step` outside `[0, steps_per_epoch)`.
         """
         num_batches = self.num_batches
         run_key = self.run_key
@@ -100,10 +114,16 @@ class EpochSampler:
           max_graph_bytes: the largest dataset graph to accept (it carries every in-memory
             record and index to the workers); at most 2 GB - 1.
 
+        Returns:
+          A dataset of parsed batches, each with ``epoch`` added (int64 scalar).
+
         Raises:
           data_service.ServiceUnsupportedError: now, not on a worker, when something cannot run
             there (the Python disk reader, on_damaged="skip", Python in a parse function,
             least_sampled over an edge list, a graph over `max_graph_bytes`).
+          epoch_plan.StateRunError: `state` follows another run than `run_key`.
+          ValueError: `start_epoch` below 0, `num_epochs` below 1, `max_graph_bytes` out of
+            range, or a parsed batch that has an ``epoch`` key.
         """
         data_service.check_sampler(
             self._service_problems(),
@@ -164,7 +184,24 @@ class EpochSampler:
         is unbounded). Iterating it again starts a new service job at `start_epoch`: a replay,
         which is what lets Keras read a first batch to build the model and then train from the
         start. To continue later, build another one with the next `start_epoch`.
-        Other arguments and errors as in `epochs_dataset`.
+
+        Args:
+          service: the dispatcher's address.
+          processing_mode: ``"distributed_epoch"`` or ``"parallel_epochs"`` (above).
+          job_name: a job shared among clients, or None for one of this client's own.
+          start_epoch, num_epochs, num_parallel_calls, max_graph_bytes: as in
+            `epochs_dataset`.
+
+        Returns:
+          The distributed dataset of `epochs_dataset`'s batches (each with ``epoch``).
+
+        Raises:
+          ValueError: an unknown `processing_mode`; and the errors of `epochs_dataset`.
+
+        Example:
+
+            ds = sampler.distributed_dataset("grpc://dispatcher:5050", num_epochs=10)
+            model.fit(ds, epochs=10, steps_per_epoch=sampler.steps_per_epoch)
         """
         data_service.check_processing_mode(processing_mode)
         dataset = self.epochs_dataset(

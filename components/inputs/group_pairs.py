@@ -33,9 +33,9 @@ NO_Y_IN_GROUP = "no y in group"
 
 @dataclasses.dataclass(frozen=True)
 class GroupPairs:
-    """x may pair with every y of its group.
+    """x may pair with every y of its group (build it with `build`).
 
-    Attributes:
+    Args:
       x_group: int64 [num_x], the group of each x (-1: the x has no group and is left out).
       group_row_splits: int64 [num_groups + 1], group_values: int64 [num_grouped_y]: CSR over
         groups, the y record numbers of each group, ascending.
@@ -44,6 +44,11 @@ class GroupPairs:
       planned_x: int64 [num_planned], the x that take part in the plan.
       skipped: reason -> number of x left out of the plan.
       skipped_x: int64 [num_skipped], the x left out.
+
+    Example:
+
+        pairs = GroupPairs.build(["a", "a", "b"], ["b", "a", "a", "b"])
+        pairs.y_of(0), pairs.num_pairs  # [1 2], 6
     """
 
     x_group: np.ndarray
@@ -57,10 +62,12 @@ class GroupPairs:
 
     @property
     def num_x(self) -> int:
+        """The number of x records (grouped or not)."""
         return len(self.x_group)
 
     @property
     def num_groups(self) -> int:
+        """The number of groups (of either side)."""
         return len(self.group_row_splits) - 1
 
     @property
@@ -99,6 +106,15 @@ class GroupPairs:
           num_x, num_y: when given, must equal the lengths (the record stores' sizes).
           on_invalid: an x whose group has no y: "fail" raises ValueError naming the first such
             x, "skip" leaves it out of the plan and counts it (also logged).
+
+        Returns:
+          The `GroupPairs`; groups given as names are numbered in sorted order.
+
+        Raises:
+          ValueError: an unknown `on_invalid`; groups that are not vectors, or lengths other
+            than `num_x` / `num_y`; an integer group below -1; under "fail", an x whose group
+            has no y; no x with a group that has y.
+          TypeError: one side names and the other integers, or groups of another dtype.
         """
         if on_invalid not in ("fail", "skip"):
             raise ValueError(f"on_invalid must be 'fail' or 'skip', got {on_invalid!r}")
@@ -148,8 +164,18 @@ class GroupPairs:
         )
 
     def edges(self, max_pairs: int = layout.MAX_GROUP_EDGES) -> tuple[np.ndarray, np.ndarray]:
-        """The explicit CSR over x (`row_splits`, `values`: the y of each x), for what needs pairs
-        one by one (pair coverage, checks). Refuses more than `max_pairs` pairs."""
+        """The explicit CSR over x, for what needs pairs one by one (pair coverage, checks).
+
+        Args:
+          max_pairs: the most pairs to list.
+
+        Returns:
+          `(row_splits, values)`: int64 [num_x + 1] and int64 [num_pairs], the y of each x
+          (empty for the x left out of the plan).
+
+        Raises:
+          ValueError: more than `max_pairs` valid pairs.
+        """
         if self.num_pairs > max_pairs:
             raise ValueError(
                 f"group pairs hold {self.num_pairs} valid pairs, more than {max_pairs} to list "
@@ -163,7 +189,14 @@ class GroupPairs:
         return row_splits, self.group_values[positions]
 
     def y_of(self, x: int) -> np.ndarray:
-        """The y record numbers x may pair with (for checks and small inputs)."""
+        """The y record numbers x may pair with (for checks and small inputs).
+
+        Args:
+          x: an x record number.
+
+        Returns:
+          int64 [n_y(group of x)], ascending; empty when x has no group.
+        """
         group = int(self.x_group[x])
         if group < 0:
             return np.zeros(0, np.int64)

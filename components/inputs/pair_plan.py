@@ -45,6 +45,22 @@ class PairingState(EpochState):
     x took in the last planned epoch) and `planned_epoch` (that epoch), which let a resumed run
     re-plan the epoch in progress exactly. With `GroupPairs`, `least_sampled` is a stateless
     schedule and the state holds only the epoch.
+
+    Args:
+      valid_pairs: the pairs the state is for (its pair and planned-x counts must match the
+        planner's).
+      strategy: ``"uniform"`` or ``"least_sampled"``.
+      initial_epoch: the first epoch to plan (>= 0).
+      name: the `tf.Module` name.
+
+    Raises:
+      ValueError: an unknown `strategy`, `initial_epoch` below 0, or created inside a
+        `tf.distribute` strategy scope.
+
+    Example:
+
+        state = PairingState(ValidPairs.build([[0, 1], [1]]), "least_sampled")
+        tf.train.Checkpoint(sampler=state)  # counts and epoch are saved together
     """
 
     def __init__(
@@ -74,7 +90,35 @@ class PairingState(EpochState):
 
 
 class PairPlanner:
-    """Computes epoch plans of dynamic pairs: which y each x takes, in which order and batch."""
+    """Computes epoch plans of dynamic pairs: which y each x takes, in which order and batch.
+
+    Args:
+      valid_pairs: the valid pairs, an edge list (`ValidPairs`) or groups (`GroupPairs`).
+      strategy: ``"uniform"`` or ``"least_sampled"`` (see the module docstring).
+      seed: the stateless seed (int64) of every epoch's plan.
+      batch_size: pairs per global batch (>= 1).
+      num_workers, replicas_per_worker: `num_batches` is a multiple of their product
+        (`epoch_plan.round_batches`).
+      remainder: the last, partial batch: ``"wrap"`` completes it with the start of the
+        epoch's order (rounding up), ``"drop"`` leaves it out (rounding down).
+      state: the `PairingState` to plan from (for `least_sampled`, its counts); None makes a
+        new one.
+
+    Raises:
+      ValueError: an unknown `strategy` or `remainder`, `batch_size` below 1, a seed out of
+        int64, ``"drop"`` leaving no batch, or a `state` made for another strategy or other
+        pairs.
+      TypeError: `batch_size` or `seed` not an int.
+
+    Attributes:
+      num_batches: global batches per epoch.
+      state: the `PairingState`.
+
+    Example:
+
+        pairs = ValidPairs.build([[0, 1], [1], [0]])  # x 0 pairs with y 0 or 1, ...
+        PairPlanner(pairs, strategy="uniform", seed=0, batch_size=2).plan(0)["y_index"]  # [2, 2]
+    """
 
     def __init__(
         self,
@@ -88,7 +132,6 @@ class PairPlanner:
         remainder: str = "wrap",
         state: PairingState | None = None,
     ):
-        """`num_batches` follows `epoch_plan.round_batches` (wrap rounds up, drop down)."""
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
         if remainder not in REMAINDERS:
@@ -141,7 +184,22 @@ class PairPlanner:
             )
 
     def plan(self, epoch) -> dict[str, tf.Tensor]:
-        """The global plan of `epoch`: `x_index`, `y_index`, int64 [num_batches, batch_size]."""
+        """The global plan of one epoch.
+
+        With `least_sampled` over a `ValidPairs`, it also updates the state's counts, so epochs
+        must be planned in order (re-planning the last one, a resume, is allowed).
+
+        Args:
+          epoch: int64 scalar, a Python int or a tensor.
+
+        Returns:
+          ``x_index`` and ``y_index``: int64 [num_batches, batch_size], the record numbers of
+          each pair.
+
+        Raises:
+          tf.errors.InvalidArgumentError: when run, a `least_sampled` epoch before the last
+            one planned.
+        """
         epoch = tf.convert_to_tensor(epoch, tf.int64)
         # Choices are made in x order, where every read of the index is sequential; one shuffle
         # of the (x, y) rows then orders the epoch. Random gathers into the index would cost
@@ -260,7 +318,14 @@ class PairPlanner:
 
 
 def uniform_offsets(sizes: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-    """int64 [n]: a uniform random entry of `[0, sizes[i])` for each row (`sizes` int64 [n],
-    all >= 1), a pure function of the stateless `seed`."""
+    """A uniform random offset into each row, a pure function of the stateless `seed`.
+
+    Args:
+      sizes: int64 [n], the row sizes (all >= 1).
+      seed: int64 [2] stateless seed.
+
+    Returns:
+      int64 [n]: entry `i` is uniform in `[0, sizes[i])`.
+    """
     uniform = tf.random.stateless_uniform(tf.shape(sizes), seed, dtype=tf.float64)
     return tf.minimum(tf.cast(uniform * tf.cast(sizes, tf.float64), tf.int64), sizes - 1)

@@ -282,59 +282,64 @@ def open_pairs_run(
     output_dir: str,
     *,
     pair_index_dir: str | None = None,
-    backend: str = "auto",
-    memory_budget_bytes: int = 1 << 30,
-    on_damaged: str = "fail",
-    verify_crc: bool = True,
+    store_options: StoreOptions | None = None,
     check_examples: bool = False,
     on_invalid: str = "fail",
-    reader: str = "auto",
 ) -> tuple[RecordStore, RecordStore, ValidPairs | GroupPairs]:
     """Opens the `x` and `y` record sets and the valid-pair index of a materialized run.
 
-    The valid pairs are a `GroupPairs` when the run paired by group (`layout.has_group_index`:
-    the pairs job's `--x_groups` / `--groups_from_subfolder`, `IndexExamples`' `group_feature`),
-    else a `ValidPairs`; the samplers take either. `pair_index_dir`: the run directory holding
-    `index/pairs` when it is not `output_dir` (the TFX `PairIndex` artifact beside the
-    `OffsetIndex` one); both must hold the same committed run (`layout.RunCommitError`
-    otherwise).
+    `Run.pairs` calls this; use it directly for a run folder whose pair index lies elsewhere.
 
-    `check_examples` also checks that each record is a parsable image Example (a damaged record
-    otherwise); it costs a protobuf parse per record read on the disk backend. (A sampler that
-    parses with `image` checks each record once anyway, `parsing.ExampleGuard`.) `reader`: the
-    disk backend's reader (see `RecordStore.open`).
+    Args:
+      output_dir: the run folder (or the TFX `OffsetIndex` artifact holding its record sets).
+      pair_index_dir: the run folder holding `index/pairs` when it is not `output_dir` (the TFX
+        `PairIndex` artifact beside the `OffsetIndex` one); both must hold the same committed run.
+      store_options: how the two record stores are opened (`StoreOptions`; they share its
+        `memory_budget_bytes` half and half). Default `StoreOptions()`.
+      check_examples: also check that each record is a parsable image Example (a damaged record
+        otherwise); a protobuf parse per record read on the disk backend. (A sampler that parses
+        with `image` checks each record once anyway, `parsing.ExampleGuard`.)
+      on_invalid: what to do with bad valid-pair entries (see `ValidPairs.build`).
+
+    Returns:
+      `(x_store, y_store, valid_pairs)`: the valid pairs are a `GroupPairs` when the run paired
+      by group (the pairs job's `--x_groups` / `--groups_from_subfolder`, `IndexExamples`'
+      `group_feature`), else a `ValidPairs`; the samplers take either.
+
+    Raises:
+      layout.RunCommitError: a part of a run `summary.json` does not commit as ok, or the pair
+        index and the record sets of two different runs.
+      layout.IndexFileError: a damaged index, named with its folder.
+
+    Example:
+
+        x_store, y_store, valid_pairs = open_pairs_run("runs/digits")
     """
     if pair_index_dir is not None:
         layout.check_same_run(output_dir, pair_index_dir)
+    options = store_options or StoreOptions()
     payload_check = example_check([layout.IMAGE_KEY]) if check_examples else None
-    stores = [
-        RecordStore.open(
-            output_dir,
-            record_set,
-            backend=backend,
-            memory_budget_bytes=memory_budget_bytes // 2,
-            on_damaged=on_damaged,
-            verify_crc=verify_crc,
-            payload_check=payload_check,
-            reader=reader,
-        )
+    x_store, y_store = (
+        options.open_store(output_dir, record_set, payload_check=payload_check, budget_share=2)
         for record_set in (layout.X_RECORD_SET, layout.Y_RECORD_SET)
-    ]
+    )
     pairs_dir = output_dir if pair_index_dir is None else pair_index_dir
-    sizes = {"num_x": stores[0].num_records, "num_y": stores[1].num_records}
+    num_x, num_y = x_store.num_records, y_store.num_records
     if layout.has_group_index(pairs_dir):
-        valid_pairs = _load_group_pairs(pairs_dir, on_invalid=on_invalid, **sizes)
+        valid_pairs = _load_group_pairs(pairs_dir, num_x=num_x, num_y=num_y, on_invalid=on_invalid)
     else:
-        valid_pairs = ValidPairs.load(pairs_dir, on_invalid=on_invalid, **sizes)
-    return stores[0], stores[1], valid_pairs
+        valid_pairs = ValidPairs.load(pairs_dir, num_x=num_x, num_y=num_y, on_invalid=on_invalid)
+    return x_store, y_store, valid_pairs
 
 
-def _load_group_pairs(output_dir: str, **kwargs) -> GroupPairs:
-    """The group pairing of a run as `GroupPairs` (kwargs as in `GroupPairs.build`); whatever
-    contradicts the record stores is a damaged index."""
+def _load_group_pairs(output_dir: str, *, num_x: int, num_y: int, on_invalid: str) -> GroupPairs:
+    """The group pairing of a run as `GroupPairs`; whatever contradicts the record stores is a
+    damaged index."""
     _, x_groups, y_groups = layout.load_group_index(output_dir)
     try:
-        return ValidPairs.from_groups(x_groups, y_groups, **kwargs)
+        return ValidPairs.from_groups(
+            x_groups, y_groups, num_x=num_x, num_y=num_y, on_invalid=on_invalid
+        )
     except ValueError as error:
         directory = layout.pairs_index_dir(output_dir)
         raise layout.IndexFileError(f"group pair index {directory}: {error}") from error

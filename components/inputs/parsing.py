@@ -31,10 +31,22 @@ _IMAGE_DTYPES = (tf.uint8, tf.float16, tf.bfloat16, tf.float32)
 
 @dataclasses.dataclass(frozen=True)
 class ImageSpec:
-    """The fixed shape and dtype images are decoded to.
+    """The fixed shape and dtype images are decoded to; checked when built.
 
     Images of another size are resized (bilinear), of another channel count converted
     (grey <-> RGB, alpha dropped). Floating dtypes hold values in [0, 1].
+
+    Args:
+      height, width: the image size in pixels (>= 1).
+      channels: 1 (grey) or 3 (RGB).
+      dtype: tf.uint8, tf.float16, tf.bfloat16 or tf.float32.
+
+    Raises:
+      ValueError: a size below 1, another channel count or another dtype.
+
+    Example:
+
+        ImageSpec(224, 224, 3, tf.float32).shape  # (224, 224, 3)
     """
 
     height: int
@@ -52,11 +64,21 @@ class ImageSpec:
 
     @property
     def shape(self) -> tuple[int, int, int]:
+        """`(height, width, channels)`."""
         return (self.height, self.width, self.channels)
 
 
 def image_example_spec(image_key: str = layout.IMAGE_KEY) -> dict[str, tf.io.FixedLenFeature]:
-    """The features `image_example_parser` parses (only the image bytes are required)."""
+    """The features `image_example_parser` parses (only the image bytes are required).
+
+    Args:
+      image_key: the feature that holds the encoded image.
+
+    Returns:
+      A `tf.io.parse_example` spec: `image_key` (tf.string, required), and with defaults
+      ``id`` (tf.string), ``image_format`` (tf.string, b"raw"), ``height``, ``width``,
+      ``channels`` (int64, 0).
+    """
     return {
         layout.ID_KEY: tf.io.FixedLenFeature([], tf.string, default_value=b""),
         image_key: tf.io.FixedLenFeature([], tf.string),
@@ -76,14 +98,29 @@ AUDIO_EXAMPLE_SPEC = {
 
 
 def image_example_parser(image: ImageSpec, *, image_key: str = layout.IMAGE_KEY) -> ParseFn:
-    """Returns a parse function: tf.string [B] of image Examples -> images [B, H, W, C].
+    """A parse function of image Examples: tf.string [B] -> images `image.dtype` [B, H, W, C].
 
     Reads the layout's image features (`image`, `image_format`, `height`, `width`,
     `channels`, and `id` for error messages). A batch whose images are all raw pixels of exactly
     the target shape is decoded with one vectorized op; other batches decode image by image
-    (PNG, JPEG, raw). An image that cannot take the target shape (raw bytes that are not
-    height x width x channels, more than 4 channels) is an InvalidArgumentError naming its
-    record id.
+    (PNG, JPEG, raw).
+
+    Args:
+      image: the shape and dtype to decode to (resized and converted as `ImageSpec` says).
+      image_key: the feature that holds the encoded image.
+
+    Returns:
+      The parse function.
+
+    Raises:
+      tf.errors.InvalidArgumentError: when the parse function runs, for an image that cannot
+        take the target shape (raw bytes that are not height x width x channels, more than 4
+        channels), naming its record id; or a record that lacks `image_key`.
+
+    Example:
+
+        parse = image_example_parser(ImageSpec(64, 64, 3, tf.float32))
+        parse(records)  # float32 [B, 64, 64, 3] in [0, 1]; records: tf.string [B]
     """
     target_pixels = image.height * image.width * image.channels
     features = image_example_spec(image_key)
@@ -152,11 +189,20 @@ def image_example_parser(image: ImageSpec, *, image_key: str = layout.IMAGE_KEY)
 
 
 def to_image_spec(decoded: tf.Tensor, image: ImageSpec, record_id: tf.Tensor) -> tf.Tensor:
-    """uint8 [h, w, c] (c in 1 to 4: grey, grey + alpha, RGB, RGBA) -> image.dtype [H, W, C];
-    a batch uint8 [B, h, w, c] -> [B, H, W, C] the same way (what a serving signature takes).
+    """Converts a decoded image (or a batch of them) to the spec's size, channels and dtype.
 
-    An image of another channel count is an error naming `record_id`, instead of a shape error
-    deep in the batch that names no record.
+    Args:
+      decoded: uint8 [h, w, c] with c in 1 to 4 (grey, grey + alpha, RGB, RGBA), or a batch
+        uint8 [B, h, w, c] (what a serving signature takes).
+      image: the target spec.
+      record_id: tf.string scalar, named in the error.
+
+    Returns:
+      `image.dtype` [H, W, C], or [B, H, W, C] for a batch.
+
+    Raises:
+      tf.errors.InvalidArgumentError: when run, for an image of another channel count, naming
+        `record_id` (instead of a shape error deep in the batch that names no record).
     """
     channels = tf.shape(decoded)[-1]
     check = tf.debugging.Assert(
@@ -197,7 +243,16 @@ def example_check(required_keys: Sequence[str] = ()) -> Callable[[bytes], str | 
     """A record-store payload check: is the payload a `tf.train.Example` with these features.
 
     Raw images (`image_format` b"raw") must also hold `height * width * channels` bytes.
-    Returns None for a good payload and the reason otherwise.
+
+    Args:
+      required_keys: the features every record must hold.
+
+    Returns:
+      The check: payload bytes -> None for a good payload, else the reason (a str).
+
+    Example:
+
+        store = RecordStore.open(output_dir, "x", payload_check=example_check(["image"]))
     """
     required = tuple(required_keys)
 
@@ -233,10 +288,18 @@ _KINDS = {tf.string: "bytes_list", tf.int64: "int64_list", tf.float32: "float_li
 
 
 def example_problem(payload: bytes, spec: Mapping[str, object]) -> str | None:
-    """Why `tf.io.parse_example` would refuse `payload` under `spec`, or None: not a
-    `tf.train.Example`; a feature of the spec (`FixedLenFeature`, `VarLenFeature`) of another
-    kind (bytes, int64, float); a `FixedLenFeature` without a default that is missing, or one
-    with another number of values than its shape. Other spec entries are not checked."""
+    """Why `tf.io.parse_example` would refuse `payload` under `spec`, or None.
+
+    Args:
+      payload: one serialized record.
+      spec: a `tf.io.parse_example` feature spec; only its `FixedLenFeature` and
+        `VarLenFeature` entries are checked.
+
+    Returns:
+      None, or the reason: not a `tf.train.Example`; a feature of the spec of another kind
+      (bytes, int64, float); a `FixedLenFeature` without a default that is missing, or one
+      with another number of values than its shape.
+    """
     return _problem(payload, _checked_features(spec))
 
 
@@ -292,6 +355,10 @@ class ExampleGuard:
     (`DamagedRecordError`), with `"skip"` it reads as not ok (the sampler leaves its samples
     out and counts them) and is listed in `damaged_records`, with the store's own. Holds one
     byte a record. Not for tf.data service workers (the check calls back into Python).
+
+    Args:
+      store: the `RecordStore` the records come from (for `locate`, `on_damaged`).
+      spec: the `tf.io.parse_example` feature spec of the parser (see `example_problem`).
     """
 
     def __init__(self, store, spec: Mapping[str, object]):
@@ -305,6 +372,7 @@ class ExampleGuard:
 
     @property
     def on_damaged(self) -> str:
+        """The store's policy: "fail" or "skip"."""
         return self._store.on_damaged
 
     @property
@@ -319,8 +387,21 @@ class ExampleGuard:
     def check(
         self, indices: tf.Tensor, records: tf.Tensor, ok: tf.Tensor
     ) -> tuple[tf.Tensor, tf.Tensor]:
-        """(records, ok) of one read (int64 [B], tf.string [B], bool [B]) -> the same records,
-        available once checked, and `ok` false also where a record fails the check."""
+        """Checks the records of one read that were not checked before.
+
+        Args:
+          indices: int64 [B], their record numbers.
+          records: tf.string [B], their payloads.
+          ok: bool [B], false for records the read already found damaged.
+
+        Returns:
+          `(records, ok)`: the same records, available once checked, and `ok` false also
+          where a record fails the check.
+
+        Raises:
+          tf.errors.OpError: when run, under `on_damaged="fail"`, for records that fail: the
+            `DamagedRecordError` the check raises, naming them (record number, shard, offset).
+        """
         pending = tf.logical_and(ok, tf.logical_not(tf.gather(self._checked, indices)))
 
         def check_pending():
@@ -369,8 +450,18 @@ class ExampleGuard:
 
 
 def feature_spec_from_schema(schema) -> dict[str, object]:
-    """The `tf.io.parse_example` feature spec of a TFMD schema (a `Schema` proto, or the path of
-    a schema.pbtxt such as SchemaGen writes): what TFX's own components parse records with.
+    """The `tf.io.parse_example` feature spec of a TFMD schema: what TFX components parse with.
+
+    Args:
+      schema: a `schema_pb2.Schema`, or the path of a schema.pbtxt such as SchemaGen writes.
+
+    Returns:
+      Feature name -> `tf.io.FixedLenFeature` / `VarLenFeature` / ... (`schema_utils`).
+
+    Example:
+
+        spec = feature_spec_from_schema("schemas/image_record.pbtxt")
+        tf.io.parse_example(records, spec)
     """
     from google.protobuf import text_format
     from tensorflow_metadata.proto.v0 import schema_pb2

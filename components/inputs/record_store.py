@@ -26,6 +26,7 @@ fails a damaged read with the record numbers instead of calling back to name sha
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -177,35 +178,27 @@ class RecordStore:
                 shard_paths[shard],
                 offset,
             )
+        opened = functools.partial(
+            cls,
+            num_records=num_records,
+            record_set=record_set,
+            reader=disk_reader,
+            on_damaged=on_damaged,
+            parse_fn=parse_fn,
+            run_id=manifest.run_id,
+        )
         if backend == "memory":
             records, ok, damaged = load_all(shard_paths, offsets, verify_crc, payload_check)
             if damaged and on_damaged == "fail":
                 raise DamagedRecordError(_damage_message(damaged))
-            return cls(
-                backend="memory",
-                num_records=num_records,
-                record_set=record_set,
-                records=records,
-                records_ok=ok,
-                reader=disk_reader,
-                on_damaged=on_damaged,
-                damaged_records=damaged,
-                parse_fn=parse_fn,
-                run_id=manifest.run_id,
-            )
+            return opened(backend="memory", records=records, records_ok=ok, damaged_records=damaged)
         native_reader, python_reader_reason = open_native_reader(
             reader, shard_paths, offsets, verify_crc, payload_check, pin
         )
-        return cls(
+        return opened(
             backend="disk",
-            num_records=num_records,
-            record_set=record_set,
-            reader=disk_reader,
             native_reader=native_reader,
             python_reader_reason=python_reader_reason,
-            on_damaged=on_damaged,
-            parse_fn=parse_fn,
-            run_id=manifest.run_id,
         )
 
     @classmethod

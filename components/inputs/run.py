@@ -30,6 +30,7 @@ import tensorflow as tf
 from components import component_keys, layout
 from components.inputs.arguments import choice, int_argument
 from components.inputs.record_store import BACKENDS, ON_DAMAGED, READERS, RecordStore
+from components.inputs.shard_readers import PayloadCheck
 
 # The artifact output keys of one materialize (or index) component execution.
 _EXAMPLES_KEYS = (component_keys.EXAMPLES_KEY, component_keys.INDEXED_EXAMPLES_KEY)
@@ -70,6 +71,39 @@ class StoreOptions:
         int_argument("memory_budget_bytes", self.memory_budget_bytes, minimum=0)
         if not isinstance(self.verify_crc, bool):
             raise TypeError(f"verify_crc must be a bool, got {self.verify_crc!r}")
+
+    def open_store(
+        self,
+        run_dir: str,
+        record_set: str,
+        *,
+        payload_check: PayloadCheck | None = None,
+        budget_share: int = 1,
+    ) -> RecordStore:
+        """Opens `record_set` of the run at `run_dir` with these options (`RecordStore.open`).
+
+        Args:
+          run_dir: the run folder (or the TFX artifact holding its record sets).
+          record_set: the record set's name, e.g. "train" or "x".
+          payload_check: a check of each record's bytes (`parsing.example_check`), or None.
+          budget_share: how many stores share `memory_budget_bytes` (each gets its part).
+
+        Returns:
+          The `RecordStore`.
+
+        Raises:
+          layout.IndexFileError, layout.RunCommitError: as `RecordStore.open`.
+        """
+        return RecordStore.open(
+            run_dir,
+            record_set,
+            backend=self.backend,
+            memory_budget_bytes=self.memory_budget_bytes // budget_share,
+            on_damaged=self.on_damaged,
+            verify_crc=self.verify_crc,
+            payload_check=payload_check,
+            reader=self.reader,
+        )
 
 
 class Run:
@@ -145,16 +179,7 @@ class Run:
     def store(self, record_set: str, options: StoreOptions | None = None) -> RecordStore:
         """The `RecordStore` of `record_set`, opened with `options` (default `StoreOptions()`)."""
         self._record_set(record_set)
-        options = options or StoreOptions()
-        return RecordStore.open(
-            self.uri,
-            record_set,
-            backend=options.backend,
-            memory_budget_bytes=options.memory_budget_bytes,
-            on_damaged=options.on_damaged,
-            verify_crc=options.verify_crc,
-            reader=options.reader,
-        )
+        return (options or StoreOptions()).open_store(self.uri, record_set)
 
     def pairs(
         self,
@@ -169,17 +194,12 @@ class Run:
 
         if self.pair_index_uri is None:
             raise FileNotFoundError(f"run {self.run_id} at {self.uri} has no pair index")
-        options = options or StoreOptions()
         return open_pairs_run(
             self.uri,
             pair_index_dir=None if self.pair_index_uri == self.uri else self.pair_index_uri,
-            backend=options.backend,
-            memory_budget_bytes=options.memory_budget_bytes,
-            on_damaged=options.on_damaged,
-            verify_crc=options.verify_crc,
+            store_options=options,
             check_examples=check_examples,
             on_invalid=on_invalid,
-            reader=options.reader,
         )
 
     def _record_set(self, record_set: str) -> dict:

@@ -49,7 +49,14 @@ def _mask_crc(crcs: np.ndarray) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True)
 class DamagedRecord:
-    """Where a damaged record is and what is wrong with it."""
+    """Where a damaged record is and what is wrong with it.
+
+    Args:
+      index: the record number.
+      shard: the shard's path (or a note when the records are in memory).
+      offset: the frame's byte offset in the shard (-1: none).
+      reason: what is wrong.
+    """
 
     index: int
     shard: str
@@ -65,7 +72,13 @@ class RunPin:
     """The run a disk reader was opened on: whenever it opens the shards (the Python reader on
     its first read, the native op every epoch) it checks that `summary.json` of `output_dir`
     still commits `run_id` (when the store is a run) and that every shard still has the size it
-    had at open, so it never serves another run's files under the index it opened."""
+    had at open, so it never serves another run's files under the index it opened.
+
+    Args:
+      output_dir: the run's folder (holds `summary.json`).
+      run_id: the run id `summary.json` must commit, or None when the store is not a run.
+      shard_bytes: the size of each shard at open.
+    """
 
     output_dir: str
     run_id: str | None
@@ -73,10 +86,19 @@ class RunPin:
 
     @property
     def summary_path(self) -> str:
+        """The path of the run's `summary.json`."""
         return os.path.join(self.output_dir, layout.SUMMARY_FILE)
 
     def check(self, shard_paths: list[str], sizes: list[int]) -> None:
-        """Raises `layout.RunCommitError` when the run or a shard changed since open."""
+        """Checks that the run is still committed and the shards still have their sizes.
+
+        Args:
+          shard_paths: the shards, in index order.
+          sizes: their sizes now, in bytes.
+
+        Raises:
+          layout.RunCommitError: the run or a shard changed since open.
+        """
         if self.run_id is not None:
             layout.check_committed(
                 self.output_dir, self.run_id, f"the record store opened on run {self.run_id}"
@@ -94,7 +116,19 @@ def _run_name(run_id: str | None) -> str:
 
 
 class ShardReader:
-    """Batched `os.pread` reads of TFRecord frames through a memory-mapped offset index."""
+    """Batched `os.pread` reads of TFRecord frames through a memory-mapped offset index.
+
+    Args:
+      shard_paths: local shard paths, in index order.
+      offsets: int64 [N, 3] (shard, frame offset, payload length) that passed `check_offsets`.
+      verify_crc: check each frame's CRCs.
+      payload_check: a check of each payload (None: none).
+      shard_bytes: int64 [S], the size of each shard.
+      pin: what to check when the shards are opened (None: nothing).
+
+    Raises:
+      ValueError: a remote shard path ("://").
+    """
 
     def __init__(
         self,
@@ -105,8 +139,6 @@ class ShardReader:
         shard_bytes: np.ndarray,
         pin: RunPin | None = None,
     ):
-        """`offsets` passed `check_offsets`; `shard_bytes` int64 [S]: the size of each shard;
-        `pin`: what to check when the shards are opened (None: nothing)."""
         for path in shard_paths:
             if "://" in path:
                 raise ValueError(
@@ -139,11 +171,24 @@ class ShardReader:
         return self._fds
 
     def locate(self, index: int) -> tuple[str, int]:
+        """`(shard path, frame offset)` of record `index`."""
         shard, offset, _ = (int(v) for v in self._offsets[index])
         return self._shard_paths[shard], offset
 
     def read(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[DamagedRecord]]:
-        """Reads the payloads of `indices`; returns (payloads, ok, damaged records)."""
+        """Reads the payloads of a batch of records, checking each frame.
+
+        Args:
+          indices: int64 [B] record numbers.
+
+        Returns:
+          `(payloads, ok, damaged)`: object [B] of bytes (b"" for damaged records), bool [B],
+          and a `DamagedRecord` for each record not ok.
+
+        Raises:
+          layout.RunCommitError: on the first read, the run or a shard changed since open.
+          OSError: a shard cannot be opened or read.
+        """
         fds = self._descriptors()
         rows = np.asarray(self._offsets[indices])
         count = len(rows)
@@ -198,7 +243,14 @@ class ShardReader:
         return records, ~bad, damaged
 
     def describe(self, indices: np.ndarray) -> list[DamagedRecord]:
-        """What is wrong with each record of `indices`, found damaged by a read."""
+        """What is wrong with each record of a batch that a read found damaged.
+
+        Args:
+          indices: int64 [K] record numbers.
+
+        Returns:
+          One `DamagedRecord` per index, in order.
+        """
         fds = self._descriptors()
         damaged = []
         for index in indices.tolist():
@@ -222,9 +274,24 @@ def open_native_reader(
     payload_check: PayloadCheck | None,
     pin: RunPin,
 ) -> tuple[NativeRead | None, str | None]:
-    """The native reader `reader` asks for, or `(None, why)`: the Python reader reads, because of
-    `why` (a tf.data service worker cannot run the Python reader, so the store says why).
-    The op checks `pin` each time it is instantiated (every epoch)."""
+    """The native reader bound to one record set, when `reader` asks for it and it can be used.
+
+    Args:
+      reader: "auto", "native" or "python".
+      shard_paths: the shards, in index order.
+      offsets: the offset index, a memory-mapped little-endian int64 [N, 3].
+      verify_crc: check each frame's CRCs.
+      payload_check: a Python payload check (which rules the native reader out), or None.
+      pin: checked by the op each time it is instantiated (every epoch).
+
+    Returns:
+      `(read, None)`, `read` int64 [B] -> (tf.string [B], bool [B] ok); or `(None, why)`: the
+      Python reader reads, because of `why` (a tf.data service worker cannot run the Python
+      reader, so the store says why).
+
+    Raises:
+      ValueError: `reader="native"` and the native reader cannot be used.
+    """
     if reader == "python":
         return None, "the store was opened with reader='python'"
     problem = None
@@ -273,7 +340,16 @@ def _close_all(fds: list[int], close=os.close) -> None:
 
 
 def frame_problem(frame: bytes, length: int, verify_crc: bool) -> str | None:
-    """Why `frame` is not a valid TFRecord frame of a `length`-byte payload, or None."""
+    """Why `frame` is not a valid TFRecord frame of a `length`-byte payload, or None.
+
+    Args:
+      frame: the bytes read at the frame's offset (a short read is a truncated shard).
+      length: the payload length the index gives.
+      verify_crc: also check the length and payload CRCs.
+
+    Returns:
+      None for a good frame, else the reason.
+    """
     expected = length + layout.FRAME_OVERHEAD_BYTES
     if len(frame) < expected:
         return f"truncated shard: frame needs {expected} bytes, {len(frame)} available"
@@ -302,6 +378,16 @@ def load_all(
 
     Shard by shard, so that besides the variable only one shard is held at a time (in its file
     bytes and its payloads): peak memory stays near the record bytes, not a multiple of them.
+
+    Args:
+      shard_paths: the shards, in index order (any `tf.io.gfile` file system).
+      offsets: int64 [N, 3] offset index that passed `check_offsets`.
+      verify_crc: check each frame's CRCs.
+      payload_check: a check of each payload, or None.
+
+    Returns:
+      `(records, ok, damaged)`: a tf.string [N] variable (b"" for damaged records), a bool
+      [N] variable of the good ones (None when all are), and a `DamagedRecord` for each other.
     """
     num_records = len(offsets)
     records = index_variable(tf.fill([num_records], ""), name="records")
@@ -347,14 +433,23 @@ def check_offsets(
 ) -> np.ndarray:
     """Checks an offset index (int64 [N, 3]: shard, frame offset, payload length) at open.
 
-    Vectorized over chunks of rows, so the cost is a few ms per million records. Raises
-    `layout.IndexFileError` naming `where` (the offsets file) and the first bad record when the
-    row count disagrees with `shards.json`, or a row names no shard of it (`shard_bytes`: int64
-    [S], the size of each) or holds a negative offset or length.
+    Vectorized over chunks of rows, so the cost is a few ms per million records.
 
-    Returns int64 [K]: the records whose frame (payload + 16 bytes of framing) does not fit in
-    their shard: a truncated shard, or a damaged length or offset.
-    The readers report those as damaged records without reading them.
+    Args:
+      offsets: int64 [N, 3], as read from `offsets.npy`.
+      num_records: N as `shards.json` gives it.
+      shard_bytes: int64 [S], the size of each shard.
+      where: the offsets file, named in errors.
+
+    Returns:
+      int64 [K]: the records whose frame (payload + 16 bytes of framing) does not fit in their
+      shard: a truncated shard, or a damaged length or offset. The readers report those as
+      damaged records without reading them.
+
+    Raises:
+      layout.IndexFileError: naming `where` and the first bad record, when the row count
+        disagrees with `num_records`, or a row names no shard or holds a negative offset or
+        length.
     """
     if len(offsets) != num_records:
         raise layout.IndexFileError(
@@ -381,7 +476,20 @@ def check_offsets(
 
 
 def shard_sizes(shard_paths: list[str], where: str) -> np.ndarray:
-    """int64 [S]: the size in bytes of each shard (one stat each); `where` names the list."""
+    """The size in bytes of each shard (one stat each).
+
+    Args:
+      shard_paths: the shards (any `tf.io.gfile` file system).
+      where: the shard list (`shards.json`), named in errors.
+
+    Returns:
+      int64 [S].
+
+    Raises:
+      FileNotFoundError: a shard does not exist.
+      OSError: a shard cannot be stat'ed (permission denied, ...).
+      layout.IndexFileError: a shard is a directory.
+    """
     sizes = np.zeros(len(shard_paths), np.int64)
     for shard, path in enumerate(shard_paths):
         try:
@@ -400,14 +508,21 @@ def shard_sizes(shard_paths: list[str], where: str) -> np.ndarray:
 def check_shard_contents(
     manifest: layout.ShardManifest, shard_bytes: np.ndarray, where: str
 ) -> None:
-    """Refuses a shard that is not the one the run wrote, by what `shards.json` recorded of it
-    (`layout.sampled_crcs`): larger than recorded, or one whose sampled frames all hold CRCs
-    other than recorded (`shard_bytes`: int64 [S], the sizes now). Raises
-    `layout.RunCommitError` naming the shard, `where` (the `shards.json`) and the run.
+    """Refuses a shard that is not the one the run wrote, by what `shards.json` recorded of it.
 
     A shard cut short is damage, not another run's: the readers report its records that no
     longer fit as damaged records. Damaged offsets do not matter here: the recorded positions
     are checked, not `offsets.npy`.
+
+    Args:
+      manifest: the run's `shards.json`, with the shard sizes and sampled CRCs
+        (`layout.sampled_crcs`) it recorded (an index without them is not checked).
+      shard_bytes: int64 [S], the shard sizes now.
+      where: the `shards.json`, named in errors.
+
+    Raises:
+      layout.RunCommitError: a shard larger than recorded, or whose sampled frames all hold
+        other CRCs than recorded, naming the shard, `where` and the run.
     """
     if manifest.shard_bytes is None and manifest.shard_crcs is None:
         return  # an index written before they were recorded
@@ -445,7 +560,16 @@ def _read_crcs(path: str, positions: list[int]) -> bytes:
 
 
 def past_end(length: int, offset: int, size: int) -> str:
-    """The damage reason of a frame that does not fit in its shard."""
+    """The damage reason of a frame that does not fit in its shard.
+
+    Args:
+      length: the payload length in bytes.
+      offset: the frame's offset in the shard.
+      size: the shard's size in bytes.
+
+    Returns:
+      The reason, naming the bytes the frame needs and the shard holds.
+    """
     frame_bytes = length + layout.FRAME_OVERHEAD_BYTES
     return (
         f"truncated shard or damaged index: the frame needs {frame_bytes} bytes at offset "

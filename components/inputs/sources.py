@@ -36,7 +36,7 @@ from components.inputs.element_codec import (
     tensor_parser,
 )
 from components.inputs.record_store import RecordStore
-from components.inputs.run import Run
+from components.inputs.run import Run, StoreOptions
 
 DEFAULT_RECORD_SET = "records"
 _SPEC_FILE = "element_spec.json"
@@ -256,16 +256,32 @@ def labelled_records(
     *,
     record_set: str | None = None,
     load_fn: Callable[[object], object] | None = None,
-    backend: str = "auto",
+    store_options: StoreOptions | None = None,
     memory_budget_bytes: int = 1 << 30,
     cache_dir: str | None = None,
     sample_rate: int | None = None,
-    on_damaged: str = "fail",
 ) -> LabelledRecords:
     """The store and class index of a labelled source (see `class_balanced` for the kinds).
 
-    Waveforms (from a dataset or `load_fn`) are stored as audio Examples at `sample_rate`.
-    `on_damaged` applies to the records of a run directory (`RecordStore.open`).
+    Args:
+      source: a run (`Run` or its folder), a `RecordStore` (with `labels`), a `tf.data.Dataset`
+        of `(waveform, label)`, or sample ids (with `labels` and `load_fn`).
+      labels: int [N] class ids (>= 0) or strings [N] (class names, numbered in sorted order).
+      record_set: the run's labelled record set (optional when it has only one).
+      load_fn: id -> waveform, for sample ids.
+      store_options: how a run's record set is opened (`StoreOptions`); default
+        `StoreOptions(memory_budget_bytes=memory_budget_bytes)`.
+      memory_budget_bytes, cache_dir: for datasets and ids, read once into a store (memory, or
+        indexed shards under `cache_dir` when larger than the budget).
+      sample_rate: the rate waveforms from a dataset or `load_fn` are stored at.
+
+    Returns:
+      `LabelledRecords`: the store, the class index (`row_splits` int64 [C + 1], `values`
+      int64 [N] record numbers grouped by class) and the class names (or None).
+
+    Raises:
+      ValueError, TypeError: a source of no kind above, or labels that do not fit it.
+      layout.IndexFileError, layout.RunCommitError: a damaged or uncommitted run.
     """
     if isinstance(source, (str, os.PathLike, Run)):
         if labels is not None or load_fn is not None:
@@ -277,9 +293,7 @@ def labelled_records(
         return _open_labelled_run(
             output_dir,
             record_set,
-            backend,
-            memory_budget_bytes,
-            on_damaged=on_damaged,
+            store_options or StoreOptions(memory_budget_bytes=memory_budget_bytes),
             class_index_dir=class_dir,
         )
     if isinstance(source, RecordStore):
@@ -291,7 +305,7 @@ def labelled_records(
             raise ValueError(
                 "a dataset source yields (waveform, label): do not pass labels/load_fn"
             )
-        return _from_dataset(source, cache_dir, backend, memory_budget_bytes, sample_rate)
+        return _from_dataset(source, cache_dir, memory_budget_bytes, sample_rate)
     if load_fn is None or labels is None:
         raise TypeError(
             "source must be a run directory, a RecordStore (with labels), a tf.data.Dataset of "
@@ -324,10 +338,8 @@ def labelled_records(
 def _open_labelled_run(
     output_dir,
     record_set,
-    backend,
-    memory_budget_bytes,
+    store_options: StoreOptions,
     labels_in_records: bool = True,
-    on_damaged: str = "fail",
     class_index_dir: str | None = None,
 ) -> LabelledRecords:
     """A record set with its class index (`labels_in_records`: a materialized run's records
@@ -366,13 +378,7 @@ def _open_labelled_run(
             f"{classes_path} lists {len(classes)} classes but the class index has "
             f"{len(row_splits) - 1}"
         )
-    store = RecordStore.open(
-        output_dir,
-        record_set,
-        backend=backend,
-        memory_budget_bytes=memory_budget_bytes,
-        on_damaged=on_damaged,
-    )
+    store = store_options.open_store(output_dir, record_set)
     _check_csr(row_splits, values, store.num_records, class_dir)
     return LabelledRecords(store, np.asarray(row_splits), values, classes, labels_in_records)
 
@@ -404,7 +410,7 @@ def _class_ids(labels, num_records: int) -> tuple[np.ndarray, list[str] | None]:
     return class_ids, None
 
 
-def _from_dataset(dataset, cache_dir, backend, memory_budget_bytes, sample_rate) -> LabelledRecords:
+def _from_dataset(dataset, cache_dir, memory_budget_bytes, sample_rate) -> LabelledRecords:
     spec = dataset.element_spec
     if not (isinstance(spec, tuple) and len(spec) == 2):
         raise TypeError(f"a dataset source must yield (waveform, label) pairs, got {spec}")
@@ -412,7 +418,10 @@ def _from_dataset(dataset, cache_dir, backend, memory_budget_bytes, sample_rate)
     if cache_dir is not None and tf.io.gfile.isdir(layout.class_records_dir(cache_dir, record_set)):
         # A complete cache from an earlier run: its class index is written last.
         return _open_labelled_run(
-            cache_dir, record_set, backend, memory_budget_bytes, labels_in_records=False
+            cache_dir,
+            record_set,
+            StoreOptions(memory_budget_bytes=memory_budget_bytes),
+            labels_in_records=False,
         )
     encoder = _AudioEncoder(sample_rate)
     labels: list = []

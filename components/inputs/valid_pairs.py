@@ -127,25 +127,66 @@ class ValidPairs:
         )
 
     @staticmethod
-    def from_groups(x_groups, y_groups, **kwargs) -> GroupPairs:
-        """Valid pairs by group: each x may pair with any y of its group (class, speaker,
-        domain), held in O(N_x + N_y) instead of one edge per pair; the samplers take the
-        returned `GroupPairs` wherever they take `ValidPairs`. kwargs as in `GroupPairs.build`."""
-        return GroupPairs.build(x_groups, y_groups, **kwargs)
+    def from_groups(
+        x_groups,
+        y_groups,
+        *,
+        num_x: int | None = None,
+        num_y: int | None = None,
+        on_invalid: str = "fail",
+    ) -> GroupPairs:
+        """Valid pairs by group: each x may pair with any y of its group (class, speaker, domain).
+
+        Held in O(N_x + N_y) instead of one edge per pair; the samplers take the returned
+        `GroupPairs` wherever they take `ValidPairs`.
+
+        Args:
+          x_groups, y_groups: the group of each x / y record, [num_x] / [num_y] (see
+            `GroupPairs.build`).
+          num_x, num_y, on_invalid: as in `GroupPairs.build`.
+
+        Returns:
+          A `GroupPairs`.
+
+        Raises:
+          ValueError: lengths that differ from `num_x` / `num_y`, or (with on_invalid="fail")
+            an x whose group has no y.
+
+        Example:
+
+            pairs = ValidPairs.from_groups(["cat", "dog", "cat"], ["dog", "cat"])
+        """
+        return GroupPairs.build(x_groups, y_groups, num_x=num_x, num_y=num_y, on_invalid=on_invalid)
 
     @classmethod
-    def load(cls, output_dir: str, **kwargs) -> ValidPairs:
-        """Loads `index/pairs` of a materialized run; kwargs as in `build`.
+    def load(
+        cls,
+        output_dir: str,
+        *,
+        num_x: int | None = None,
+        num_y: int | None = None,
+        on_invalid: str = "fail",
+    ) -> ValidPairs:
+        """Loads `index/pairs` of a materialized run.
 
-        A damaged index raises `layout.IndexFileError` naming its folder (and the file, or the
-        first bad x); an index of a run that `summary.json` does not commit as ok,
-        `layout.RunCommitError` (see `layout.check_committed`).
+        Args:
+          output_dir: the run folder (or the TFX `PairIndex` artifact).
+          num_x, num_y, on_invalid: as in `build`.
+
+        Returns:
+          The run's `ValidPairs`.
+
+        Raises:
+          layout.IndexFileError: a damaged index, naming its folder (and the file, or the first
+            bad x).
+          layout.RunCommitError: an index of a run that `summary.json` does not commit as ok
+            (see `layout.check_committed`).
         """
         directory = layout.pairs_index_dir(output_dir)
         layout.check_part(output_dir, directory)
         csr = layout.load_csr(directory)
         try:
-            return cls.build(csr, **kwargs)
+            return cls.build(csr, num_x=num_x, num_y=num_y, on_invalid=on_invalid)
         except ValueError as error:
             raise layout.IndexFileError(f"pair index {directory}: {error}") from error
 

@@ -47,14 +47,16 @@ second job on the same folder fails fast; the job removes its claim when it ends
 
 Shard paths in `shards.json` are relative to the run directory, so a run can be moved or copied.
 
-Writers (`write_shard`, `save_*`) run in Beam workers and go through Beam's `FileSystems`, with
-TFRecord frames built in Python, so a worker that only writes never imports TensorFlow (a
-10-25 s start-up per worker process). Readers (`load_*`) run in input pipelines and use
+Writers (`write_shard`, `save_*`) run in Beam workers and go through Beam's `FileSystems`
+(`tf.io.gfile` in the core install, without Beam: `filesystem`), with TFRecord frames built in
+Python, so a worker that only writes never imports TensorFlow (a 10-25 s start-up per worker
+process). Readers (`load_*`) run in input pipelines and use
 `tf.io.gfile`. Both import their file layer on first use: importing this package is cheap.
 
 The package is this contract, one concern a module, each index's writer beside its reader:
 
 * `names`: file and folder names, feature keys, frame sizes, `IndexFileError` / `RunCommitError`;
+* `filesystem`: the file layer the writers go through (Beam's `FileSystems`, else `tf.io.gfile`);
 * `paths`: shard paths resolved and confined to the run;
 * `framing`: TFRecord frames and shards written from them;
 * `files`: `.npy`, CSR, JSON and text-line files, each with its checked reader;
@@ -93,6 +95,7 @@ from components.layout.files import (
     save_lines,
     save_npy,
 )
+from components.layout.filesystem import create, gfile
 from components.layout.framing import (
     masked_crc32c,
     tfrecord_frame,
@@ -149,9 +152,7 @@ from components.layout.names import (
     IndexFileError,
     RunCommitError,
     class_records_dir,
-    create,
     examples_dir,
-    gfile,
     index_dir,
     pairs_index_dir,
     shard_name,

@@ -17,9 +17,15 @@ def class_records(class_ids: np.ndarray, num_classes: int) -> tuple[np.ndarray, 
     """CSR of the record numbers of each class, ascending within a class.
 
     Args:
-      class_ids: int64 [N], values in [0, num_classes).
+        class_ids: int64 [N], the class of each record, values in [0, num_classes).
+        num_classes: How many classes (a class without records gets an empty row).
+
     Returns:
-      (row_splits int64 [num_classes + 1], values int64 [N]).
+        `(row_splits, values)`: int64 [num_classes + 1] and int64 [N]; the records of class c
+        are `values[row_splits[c]:row_splits[c + 1]]`.
+
+    Example:
+        class_records(np.array([1, 0, 1]), 2)  # ([0, 1, 3], [1, 0, 2])
     """
     class_ids = np.asarray(class_ids, np.int64)
     values = np.argsort(class_ids, kind="stable").astype(np.int64)
@@ -36,10 +42,23 @@ def save_class_index(
     vocabulary: list[str] | None = None,
     run_id: str | None = None,
 ) -> None:
-    """Writes `class_ids.npy`, `classes.txt` (when there is a vocabulary) and, last, the
-    `class_records/` CSR of one record set: readers take the CSR as the mark of a whole index.
-    `run_id`: the run writing it, stored in `class_records/run.json` after the CSR; None for a
-    store that is not a run."""
+    """Writes the class index of one record set.
+
+    `class_ids.npy`, `classes.txt` (when there is a vocabulary) and, last, the `class_records/`
+    CSR: readers take the CSR as the mark of a whole index.
+
+    Args:
+        output_dir: The run directory.
+        record_set: The labelled record set's name.
+        class_ids: int [N], the class of each record, values in [0, num_classes).
+        num_classes: How many classes there are.
+        vocabulary: The `num_classes` class names, by class id; None writes no `classes.txt`.
+        run_id: The run writing it, stored in `class_records/run.json` after the CSR; None for
+            a store that is not a run.
+
+    Example:
+        save_class_index(run, "train", class_ids, 3, ["spk0", "spk1", "spk2"], run_id)
+    """
     directory = index_dir(output_dir, record_set)
     save_npy(os.path.join(directory, CLASS_IDS_FILE), np.asarray(class_ids, np.int64))
     if vocabulary is not None:

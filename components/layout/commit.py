@@ -8,27 +8,50 @@ import os
 import uuid
 
 from components.layout.files import load_json, save_json
+from components.layout.filesystem import gfile
 from components.layout.names import (
     RUN_FILE,
     RUN_ID_KEY,
     SUMMARY_FILE,
     IndexFileError,
     RunCommitError,
-    gfile,
 )
 
 
 def new_run_id() -> str:
+    """A new run id: a random uuid4, 32 hex digits, that every part of the run will name.
+
+    Returns:
+        The run id.
+
+    Example:
+        run_id = new_run_id()
+    """
     return uuid.uuid4().hex
 
 
 def save_run_file(directory: str, run_id: str) -> None:
-    """Writes `<directory>/run.json`, naming the run that wrote the index in `directory`."""
+    """Writes `<directory>/run.json`, naming the run that wrote the index in `directory`.
+
+    Args:
+        directory: An index folder (the pair index, a class index).
+        run_id: The run writing it.
+    """
     save_json(os.path.join(directory, RUN_FILE), {RUN_ID_KEY: run_id})
 
 
 def load_run_file(directory: str) -> str | None:
-    """The run id in `<directory>/run.json`; None when there is none (a store, not a run)."""
+    """The run id in `<directory>/run.json`.
+
+    Args:
+        directory: An index folder.
+
+    Returns:
+        The run id; None when there is no `run.json` (a store, not a run).
+
+    Raises:
+        IndexFileError: `run.json` is not a JSON object with a non-empty string `"run_id"`.
+    """
     path = os.path.join(directory, RUN_FILE)
     if not gfile().exists(path):
         return None
@@ -42,6 +65,18 @@ def load_run_file(directory: str) -> str | None:
 
 
 def run_id_field(obj: dict, path: str) -> str | None:
+    """The `"run_id"` of a JSON object read from `path`, checked.
+
+    Args:
+        obj: The decoded object (`summary.json`, `shards.json`, `run.json`).
+        path: Its file, named in the error.
+
+    Returns:
+        The run id; None when the object has none.
+
+    Raises:
+        IndexFileError: `"run_id"` is present but not a non-empty string.
+    """
     run_id = obj.get(RUN_ID_KEY)
     if run_id is not None and (not isinstance(run_id, str) or not run_id):
         raise IndexFileError(
@@ -53,8 +88,17 @@ def run_id_field(obj: dict, path: str) -> str | None:
 def commit_run(output_dir: str, run_id: str, summary: dict | None = None) -> dict:
     """Writes `summary.json` naming `run_id`: the last file of a run, which commits it.
 
-    `summary` defaults to `{"ok": True}` (a run written outside the Beam job, as tests do);
-    the Beam job passes its own, with `"ok"` false for a failed run. Returns what was written.
+    Args:
+        output_dir: The run directory.
+        run_id: The run every part was written by.
+        summary: What to commit; defaults to `{"ok": True}` (a run written outside the Beam
+            job, as tests do). The Beam job passes its own, with `"ok"` false for a failed run.
+
+    Returns:
+        What was written: a copy of `summary` with `"run_id"` set.
+
+    Example:
+        commit_run(run, run_id)  # {"ok": True, "run_id": run_id}
     """
     committed = {"ok": True} if summary is None else dict(summary)
     committed[RUN_ID_KEY] = run_id
@@ -63,12 +107,23 @@ def commit_run(output_dir: str, run_id: str, summary: dict | None = None) -> dic
 
 
 def check_committed(output_dir: str, part_run_id: str | None, part: str) -> str | None:
-    """Refuses `part` (a file or folder of the run at `output_dir`, written by `part_run_id`)
-    unless `summary.json` there commits that run as ok. Returns the run id.
+    """Refuses `part` of the run at `output_dir` unless `summary.json` commits its run as ok.
 
     A part that names no run in a folder without `summary.json` is a store that is not a run
-    (`record_store_from` caches from user data): accepted, None returned. Raises
-    `RunCommitError` otherwise.
+    (`record_store_from` caches from user data): accepted.
+
+    Args:
+        output_dir: The run directory, holding `summary.json`.
+        part_run_id: The run the part names; None when it names none.
+        part: The part's file or folder, named in errors.
+
+    Returns:
+        The committed run id; None for a store that is not a run.
+
+    Raises:
+        RunCommitError: `summary.json` is missing while the part names a run, says the run
+            failed, or commits another run than `part_run_id`.
+        IndexFileError: `summary.json` is not a JSON object, or its `"run_id"` is malformed.
     """
     summary_path = os.path.join(output_dir, SUMMARY_FILE)
     if not gfile().exists(summary_path):
@@ -102,14 +157,39 @@ def _run_name(run_id: str | None) -> str:
 
 
 def check_part(output_dir: str, directory: str) -> str | None:
-    """`check_committed` for an index folder of the run at `output_dir` that names its run in a
-    `run.json` (the pair index, a class index)."""
+    """`check_committed` for an index folder that names its run in a `run.json`.
+
+    Args:
+        output_dir: The run directory, holding `summary.json`.
+        directory: The index folder (the pair index, a class index).
+
+    Returns:
+        The committed run id; None for a store that is not a run.
+
+    Raises:
+        RunCommitError: as `check_committed`.
+        IndexFileError: `run.json` or `summary.json` is malformed.
+
+    Example:
+        check_part(run, pairs_index_dir(run))
+    """
     return check_committed(output_dir, load_run_file(directory), directory)
 
 
 def check_same_run(run_dir: str, other_dir: str) -> None:
-    """Refuses two folders of one run (the TFX `offset_index` and `pair_index` artifacts, each
-    with its copy of `summary.json`) whose summaries name different runs."""
+    """Refuses two folders of one run whose summaries name different runs.
+
+    The TFX `offset_index` and `pair_index` (or `class_index`) artifacts each hold a copy of
+    `summary.json`; a folder without one names no run.
+
+    Args:
+        run_dir: One folder of the run (the `offset_index` artifact).
+        other_dir: The other folder.
+
+    Raises:
+        RunCommitError: the two `summary.json` name different runs (or only one names a run).
+        IndexFileError: a `summary.json` is not JSON, or its `"run_id"` is malformed.
+    """
     run_ids = []
     for directory in (run_dir, other_dir):
         path = os.path.join(directory, SUMMARY_FILE)

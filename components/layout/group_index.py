@@ -10,12 +10,12 @@ import numpy as np
 
 from components.layout.commit import check_part, save_run_file
 from components.layout.files import INTEGER, load_lines, load_npy, save_csr, save_lines, save_npy
+from components.layout.filesystem import gfile
 from components.layout.names import (
     GROUPS_FILE,
     X_GROUPS_FILE,
     Y_GROUPS_FILE,
     IndexFileError,
-    gfile,
     pairs_index_dir,
 )
 
@@ -26,8 +26,19 @@ MAX_GROUP_EDGES = 50_000_000
 
 
 def group_edges(x_groups: np.ndarray, y_groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The explicit CSR over x of "x pairs with every y of its group": `(row_splits, values)`,
-    the y record numbers of each x ascending. Group ids are >= 0, or -1 for none (no pairs)."""
+    """The explicit CSR over x of "x pairs with every y of its group".
+
+    Args:
+        x_groups: int [N_x], the group id of each x record (>= 0, or -1 for none: no pairs).
+        y_groups: int [N_y], the group id of each y record (>= 0, or -1 for none).
+
+    Returns:
+        `(row_splits, values)`: int64 [N_x + 1] and int64 [num_pairs], the y record numbers of
+        each x, ascending.
+
+    Example:
+        group_edges(np.array([0, -1, 1]), np.array([1, 0, 0]))  # ([0, 2, 2, 3], [1, 2, 0])
+    """
     x_groups = np.asarray(x_groups, np.int64)
     y_groups = np.asarray(y_groups, np.int64)
     order = np.argsort(y_groups, kind="stable").astype(np.int64)
@@ -47,11 +58,21 @@ def save_group_index(
     names: list[str],
     run_id: str,
 ) -> dict:
-    """Writes the group pairing of a run (and its edge CSR when it holds at most
-    `MAX_GROUP_EDGES` pairs), then `run.json`; returns the pair index's summary section.
+    """Writes the group pairing of a run, its edge CSR when small enough, then `run.json`.
 
-    `x_groups` / `y_groups`: int64 [N], the group id of each x / y record, an index into
-    `names` (sorted) or -1 for none.
+    The edge CSR (`group_edges`) is written when it holds at most `MAX_GROUP_EDGES` pairs.
+
+    Args:
+        output_dir: The run directory.
+        x_groups: int [N_x], the group id of each x record: an index into `names`, or -1 for
+            none.
+        y_groups: int [N_y], the group id of each y record, likewise.
+        names: The group names, sorted.
+        run_id: The run writing it, stored in `run.json`.
+
+    Returns:
+        The pair index's section of `summary.json`: `{"pairs": {"by_group", "num_groups",
+        "num_pairs", "edges_written", "degree": {"min", "max", "mean"}}}`.
     """
     directory = pairs_index_dir(output_dir)
     x_groups = np.asarray(x_groups, np.int64)
@@ -81,23 +102,51 @@ def save_group_index(
 
 
 def group_degrees(x_groups: np.ndarray, y_groups: np.ndarray, num_groups: int) -> np.ndarray:
-    """int64 [num_x]: the number of valid y of each x, the y records of its group."""
+    """The number of valid y of each x: the y records of its group.
+
+    Args:
+        x_groups: int [N_x], the group id of each x record (-1: none).
+        y_groups: int64 [N_y], the group id of each y record (-1: none).
+        num_groups: How many groups there are (ids are in [0, num_groups)).
+
+    Returns:
+        int64 [N_x]: the degree of each x record (0 for one without a group).
+    """
     y_counts = np.bincount(y_groups[y_groups >= 0], minlength=num_groups)
     return np.where(x_groups >= 0, y_counts[np.maximum(x_groups, 0)], 0).astype(np.int64)
 
 
 def has_group_index(output_dir: str) -> bool:
-    """Whether the pair index of the run at `output_dir` was written from groups."""
+    """Whether the pair index of the run at `output_dir` was written from groups.
+
+    Args:
+        output_dir: The run directory.
+
+    Returns:
+        True when the pair index holds `x_groups.npy` (`save_group_index` wrote it).
+    """
     return gfile().exists(os.path.join(pairs_index_dir(output_dir), X_GROUPS_FILE))
 
 
 def load_group_index(output_dir: str) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """The group pairing of the run at `output_dir`: `(names, x_groups, y_groups)`, the group
-    names and the int64 group id of each x and y record (-1: none). `ValidPairs.from_groups`
-    takes the two arrays (`components.inputs.open_pairs_run` does).
+    """The group pairing of the run at `output_dir`, checked.
 
-    Raises `RunCommitError` for an index of a run `summary.json` does not commit as ok, and
-    `IndexFileError` naming the file for a damaged one (a group id outside `groups.txt`).
+    `ValidPairs.from_groups` takes the two arrays (`components.inputs.open_pairs_run` does).
+
+    Args:
+        output_dir: The run directory.
+
+    Returns:
+        `(names, x_groups, y_groups)`: the group names, and int64 [N_x] and int64 [N_y], the
+        group id of each x and y record (-1: none).
+
+    Raises:
+        RunCommitError: the index belongs to a run `summary.json` does not commit as ok.
+        IndexFileError: a file is damaged (not text, not a 1-D integer array, or a group id
+            outside `groups.txt`); the message names it.
+
+    Example:
+        names, x_groups, y_groups = load_group_index(run)
     """
     directory = pairs_index_dir(output_dir)
     check_part(output_dir, directory)

@@ -5,7 +5,6 @@ what the writers and the readers of a run name alike (`components.layout` has th
 from __future__ import annotations
 
 import os
-from typing import IO
 
 SUMMARY_FILE = "summary.json"
 
@@ -140,36 +139,73 @@ MIN_AUDIO_SECONDS = 0.05
 
 
 def examples_dir(output_dir: str, record_set: str) -> str:
+    """The folder of a record set's shards: `<output_dir>/examples/Split-<record_set>`.
+
+    Args:
+        output_dir: The run directory (a local path or any `tf.io.gfile` / Beam URI).
+        record_set: The record set's name (`"x"`, `"y"`, `"train"`, ...).
+
+    Returns:
+        The folder path; it may not exist.
+
+    Example:
+        examples_dir("/runs/r1", "x")  # "/runs/r1/examples/Split-x"
+    """
     return os.path.join(output_dir, EXAMPLES_DIR, f"{SPLIT_PREFIX}{record_set}")
 
 
 def index_dir(output_dir: str, record_set: str) -> str:
+    """The index folder of a record set: `<output_dir>/index/<record_set>`.
+
+    Args:
+        output_dir: The run directory.
+        record_set: The record set's name.
+
+    Returns:
+        The folder of its `offsets.npy`, `shards.json`, `ids.txt` and class index files.
+
+    Example:
+        index_dir("/runs/r1", "train")  # "/runs/r1/index/train"
+    """
     return os.path.join(output_dir, INDEX_DIR, record_set)
 
 
 def pairs_index_dir(output_dir: str) -> str:
+    """The folder of a pairs run's valid-pair index: `<output_dir>/index/pairs`.
+
+    Args:
+        output_dir: The run directory.
+
+    Returns:
+        The folder of the pair CSR or the group index, and their `run.json`.
+    """
     return os.path.join(output_dir, INDEX_DIR, PAIRS_INDEX)
 
 
 def class_records_dir(output_dir: str, record_set: str) -> str:
+    """The folder of a labelled record set's class CSR: `<index_dir>/class_records`.
+
+    Args:
+        output_dir: The run directory.
+        record_set: The labelled record set's name.
+
+    Returns:
+        The folder of the `row_splits.npy` / `values.npy` CSR and its `run.json`.
+    """
     return os.path.join(index_dir(output_dir, record_set), CLASS_RECORDS_INDEX)
 
 
 def shard_name(shard: int, num_shards: int) -> str:
+    """The file name of one shard of a record set.
+
+    Args:
+        shard: The shard number, from 0.
+        num_shards: How many shards the record set has.
+
+    Returns:
+        `data-SSSSS-of-NNNNN.tfrecord`, numbers zero-padded to 5 digits.
+
+    Example:
+        shard_name(2, 10)  # "data-00002-of-00010.tfrecord"
+    """
     return f"data-{shard:05d}-of-{num_shards:05d}.tfrecord"
-
-
-def create(path: str) -> IO[bytes]:
-    """Opens `path` for writing, uncompressed whatever its name; a local parent folder is made."""
-    from apache_beam.io.filesystem import CompressionTypes
-    from apache_beam.io.filesystems import FileSystems
-
-    return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
-
-
-def gfile():
-    """`tf.io.gfile`, imported on first use: code that Beam workers import must not pull in
-    TensorFlow (a 10-25 s start-up per worker process) unless it really reads through it."""
-    import tensorflow as tf
-
-    return tf.io.gfile

@@ -14,7 +14,18 @@ def resolve(output_dir: str, relative_path: str) -> str:
     """The path of `relative_path` (as stored in `shards.json`) under the run `output_dir`.
 
     `..` segments are folded here because object stores (gs://, s3://) do not resolve them, and
-    `os.path.normpath` would collapse the `//` of a URI scheme.
+    `os.path.normpath` would collapse the `//` of a URI scheme. Nothing is confined here: see
+    `resolve_shard`.
+
+    Args:
+        output_dir: The run directory, a local path or a URI (`scheme://...`).
+        relative_path: A path relative to `output_dir`; it may hold `..` segments.
+
+    Returns:
+        The normalized path, with `output_dir`'s scheme kept.
+
+    Example:
+        resolve("gs://b/run", "examples/../examples/Split-x/a")  # "gs://b/run/examples/Split-x/a"
     """
     if "://" in output_dir:
         scheme, rest = output_dir.split("://", 1)
@@ -32,6 +43,19 @@ def resolve_shard(output_dir: str, record_set: str, shard_path: object, where: s
     directory). Anything else (an absolute path, `../../etc/passwd`, `../elsewhere/Split-x/...`)
     is refused, so a damaged or forged index cannot make a reader open files outside the data it
     describes.
+
+    Args:
+        output_dir: The run directory whose `shards.json` lists the shard.
+        record_set: The record set the shard belongs to (names the allowed `Split-*` folder).
+        shard_path: The entry as read from `shards.json` (any JSON value: it is checked).
+        where: What the entry comes from, for the error message (the `shards.json` path).
+
+    Returns:
+        The resolved path of the shard (as `resolve` writes it).
+
+    Raises:
+        IndexFileError: `shard_path` is not a non-empty printable string, is absolute, or
+            resolves outside the run and outside the sibling `Split-<record_set>` folder.
     """
     if not isinstance(shard_path, str) or not shard_path:
         raise IndexFileError(

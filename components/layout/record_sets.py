@@ -11,8 +11,10 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from components.layout import filesystem
 from components.layout.commit import check_committed, run_id_field
 from components.layout.files import load_json, save_json, save_lines, save_npy
+from components.layout.filesystem import gfile
 from components.layout.framing import write_shard
 from components.layout.names import (
     FRAME_HEADER_BYTES,
@@ -22,7 +24,6 @@ from components.layout.names import (
     SHARDS_FILE,
     IndexFileError,
     examples_dir,
-    gfile,
     index_dir,
     shard_name,
 )
@@ -37,11 +38,19 @@ def save_record_set_index(
     ids: list[str],
     run_id: str | None = None,
 ) -> None:
-    """Writes `offsets.npy`, `shards.json` and `ids.txt` of a record set.
+    """Writes `offsets.npy`, `shards.json` and `ids.txt` of a record set, in that order.
 
-    `offsets` is int64 [N, 3] (shard, frame offset, payload length) in record order; shard paths
-    are stored relative to `output_dir`. `run_id`: the run writing it (stored in `shards.json`);
-    None for a store that is not a run (a `record_store_from` cache).
+    `shards.json` also records each shard's size and its `sampled_crcs`, read back from the
+    shards, which must therefore be written already.
+
+    Args:
+        output_dir: The run directory.
+        record_set: The record set's name.
+        shard_paths: The paths of its shards, in shard order; stored relative to `output_dir`.
+        offsets: int64 [N, 3] (shard, frame offset, payload length) in record order.
+        ids: The N source ids, in record order.
+        run_id: The run writing it (stored in `shards.json`); None for a store that is not a
+            run (a `record_store_from` cache).
     """
     directory = index_dir(output_dir, record_set)
     save_npy(os.path.join(directory, OFFSETS_FILE), np.asarray(offsets, np.int64).reshape(-1, 3))
@@ -69,10 +78,17 @@ CRC_BYTES = 4
 
 
 def sampled_records(offsets: np.ndarray, num_shards: int) -> list[np.ndarray]:
-    """For each shard, the record numbers whose payload CRCs `shards.json` records: up to
-    `SAMPLED_FRAMES`, evenly spaced from its first record to its last (none for an empty shard).
+    """For each shard, the record numbers whose payload CRCs `shards.json` records.
 
-    `offsets` int64 [N, 3]; a shard's records need not be contiguous.
+    Up to `SAMPLED_FRAMES` of them, evenly spaced from the shard's first record to its last.
+
+    Args:
+        offsets: int64 [N, 3] (shard, frame offset, payload length); a shard's records need not
+            be contiguous.
+        num_shards: How many shards there are (a shard without records gets none).
+
+    Returns:
+        One int64 [k] array of record numbers per shard, k <= `SAMPLED_FRAMES`, ascending.
     """
     shard_of = np.asarray(offsets[:, 0], np.int64)
     if np.all(shard_of[1:] >= shard_of[:-1]):
@@ -96,12 +112,21 @@ ReadCrcs = Callable[[str, list[int]], bytes]
 def sampled_crcs(
     shard_paths: list[str], offsets: np.ndarray, read_crcs: ReadCrcs
 ) -> list[list[list[int]]]:
-    """For each shard, `[position, crc]` of each of its `sampled_records`: where the frame's
-    stored payload CRC lies in the shard and its value (uint32), read with `read_crcs`.
+    """The stored payload CRCs of each shard's `sampled_records`, and where they lie.
 
     What `shards.json` keeps (with the shard sizes), so a reader tells a shard of another run
     (copied in, or left by an overwrite) from the one this run wrote, at one small read per
     sampled frame, whatever later happens to `offsets.npy`.
+
+    Args:
+        shard_paths: The shard files, in shard order.
+        offsets: int64 [N, 3] (shard, frame offset, payload length) of every record.
+        read_crcs: Reads the 4 bytes at each of a list of positions of a file, joined
+            (`ReadCrcs`; `save_record_set_index` reads through Beam's `FileSystems`).
+
+    Returns:
+        Per shard, a list of `[position, crc]`: the byte position in the shard and the stored
+        masked CRC (uint32), as ints.
     """
     sampled = []
     for shard, records in enumerate(sampled_records(offsets, len(shard_paths))):
@@ -113,25 +138,12 @@ def sampled_crcs(
 
 
 def _file_sizes(paths: list[str]) -> list[int]:
-    from apache_beam.io.filesystems import FileSystems
-
-    # Not `FileSystems.match`: a path is a glob pattern there, and run folders may hold `[` or `*`.
-    return [int(FileSystems.get_filesystem(path).size(path)) for path in paths]
+    return [filesystem.size(path) for path in paths]
 
 
 def _read_crcs(path: str, positions: list[int]) -> bytes:
-    """`ReadCrcs` through Beam's `FileSystems` (writers run in Beam workers)."""
-    from apache_beam.io.filesystem import CompressionTypes
-    from apache_beam.io.filesystems import FileSystems
-
-    if not positions:
-        return b""
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        parts = []
-        for position in positions:
-            f.seek(position)
-            parts.append(f.read(CRC_BYTES))
-    return b"".join(parts)
+    """`ReadCrcs` through the writers' file system (they run in Beam workers)."""
+    return filesystem.read_at(path, positions, CRC_BYTES)
 
 
 def write_record_set(
@@ -144,10 +156,25 @@ def write_record_set(
 ) -> list[str]:
     """Writes a whole record set: `num_shards` shards in order, then its index.
 
-    `shards` yields the serialized records of each shard in turn (a generator keeps only one
-    shard in memory); `ids` are the source ids of all records, in record order; `run_id` as in
-    `save_record_set_index` (a run written outside the Beam job is then committed with
-    `commit_run`). Returns the shard paths.
+    Args:
+        output_dir: The run directory.
+        record_set: The record set's name.
+        shards: The serialized records of each shard in turn (a generator keeps only one shard
+            in memory).
+        num_shards: How many shards `shards` yields.
+        ids: The source ids of all records, in record order.
+        run_id: As in `save_record_set_index`; a run written outside the Beam job is then
+            committed with `commit_run`.
+
+    Returns:
+        The shard paths, in shard order.
+
+    Raises:
+        ValueError: `shards` yields another number of shards than `num_shards`.
+
+    Example:
+        write_record_set(run, "x", [records[:5], records[5:]], 2, ids, run_id)
+        commit_run(run, run_id)
     """
     directory = examples_dir(output_dir, record_set)
     paths, rows = [], []
@@ -167,10 +194,15 @@ def write_record_set(
 class ShardManifest:
     """What `shards.json` says of a record set, checked (`load_shards`).
 
-    `shard_paths`: resolved (`resolve_shard`); `run_id`: the run that wrote it, committed by
-    `summary.json` (None for a store that is not a run); `shard_bytes` / `shard_crcs`: the
-    size and the `sampled_crcs` of each shard as written, None in an index written before
-    they were recorded.
+    Attributes:
+        shard_paths: The shard files, resolved and confined (`resolve_shard`).
+        num_records: How many records the record set holds.
+        run_id: The run that wrote it, committed by `summary.json` (None for a store that is
+            not a run).
+        shard_bytes: The size of each shard as written; None in an index written before sizes
+            were recorded.
+        shard_crcs: The `sampled_crcs` of each shard; None in an index written before they
+            were recorded.
     """
 
     shard_paths: list[str]
@@ -183,12 +215,25 @@ class ShardManifest:
 def load_shards(output_dir: str, record_set: str) -> ShardManifest:
     """The checked `shards.json` of `record_set` in the run at `output_dir`.
 
-    Raises FileNotFoundError when the record set has no `shards.json`, `IndexFileError`
-    naming it when it is not an object with `"shards"` (a list of relative paths),
-    `"num_records"` (an integer >= 0) and, where present, `"shard_bytes"` (one integer >= 0
-    per shard) and `"shard_crcs"` (one list of `[position, crc]` pairs per shard), and
-    `RunCommitError` when its `"run_id"` is not the run `summary.json` commits (see
-    `check_committed`).
+    Args:
+        output_dir: The run directory (or a store that is not a run).
+        record_set: The record set's name.
+
+    Returns:
+        The manifest, its shard paths resolved.
+
+    Raises:
+        FileNotFoundError: the record set has no `shards.json`.
+        IndexFileError: `shards.json` is not an object with `"shards"` (a list of relative
+            paths confined to the run), `"num_records"` (an integer >= 0) and, where present,
+            `"shard_bytes"` (one integer >= 0 per shard) and `"shard_crcs"` (one list of
+            `[position, crc]` pairs per shard); the message names it.
+        RunCommitError: its `"run_id"` is not the run `summary.json` commits as ok (see
+            `check_committed`).
+
+    Example:
+        manifest = load_shards(run, "x")
+        first_shard = manifest.shard_paths[0]
     """
     path = os.path.join(index_dir(output_dir, record_set), SHARDS_FILE)
     if not gfile().exists(path):
@@ -220,6 +265,14 @@ def load_shards(output_dir: str, record_set: str) -> ShardManifest:
 
 
 def is_count(value: object) -> bool:
+    """Whether a JSON value is a count: an int >= 0, and not a bool.
+
+    Args:
+        value: A value decoded from JSON.
+
+    Returns:
+        True for an int >= 0; False for anything else, `true` and `false` included.
+    """
     # bool is an int subclass: `true` is not a count.
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 

@@ -7,7 +7,11 @@ The on-disk result follows `components.layout`; `python -m components.materializ
 describes the flags.
 """
 
-import importlib
+from components.extras import require
+
+# Without the extra: one line naming the pip install, not an error deep in an import.
+require("beam", "components.materialize")
+from components.materialize.lazy_exports import resolver
 
 # Exports resolve on first use: a Beam worker unpickling a DoFn imports this package, and the
 # workers of one job must not pay for the other job's imports (PyAV, libsndfile, soxr; Pillow).
@@ -23,10 +27,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
-        return getattr(module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = resolver(__name__, _EXPORTS)

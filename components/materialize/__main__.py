@@ -12,7 +12,9 @@ import argparse
 import difflib
 import importlib
 import logging
+import signal
 import sys
+import threading
 
 from components.materialize import preflight
 from components.materialize.config import (
@@ -216,6 +218,19 @@ def _did_you_mean(argument: str, job: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `python -m components.materialize {pairs,audio}` command line.
+
+    Args:
+        argv: the arguments (without the program name); None reads `sys.argv`. Flags that are
+            not the job's are passed to Beam as pipeline options.
+
+    Returns:
+        The exit status: 0 on success, 1 on a bad config or failed run, 2 for an unknown
+        argument, 130 when interrupted.
+
+    Example:
+        main(["pairs", "--x_dir", "x", "--y_dir", "y", "--pairs", "p.jsonl", "--output_dir", "out"])
+    """
     args, beam_args = _parser().parse_known_args(argv)
     config_class, module, job = _JOBS[args.job]
     try:
@@ -236,17 +251,53 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     run = getattr(importlib.import_module(module), job)
+    interrupted = threading.Event()
+    previous_handler = signal.signal(signal.SIGINT, _raising_interrupt(interrupted))
     try:
         summary = run(config)
-    except MaterializeError as error:
-        print(f"materialize {args.job}: error: {error}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         # run_job has cancelled the Beam job and cleaned up (or said what it left) already.
-        print(f"materialize {args.job}: interrupted", file=sys.stderr)
+        print(_interrupted_line(args.job, args.output_dir), file=sys.stderr)
+        return 130
+    except Exception as error:
+        if interrupted.is_set():
+            # A DirectRunner worker got the interrupt and Beam re-raised it as its own error
+            # ("RuntimeError: KeyboardInterrupt [while running ...]").
+            print(_interrupted_line(args.job, args.output_dir), file=sys.stderr)
+            return 130
+        if isinstance(error, MaterializeError):
+            print(f"materialize {args.job}: error: {error}", file=sys.stderr)
+            return 1
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous_handler)
+    if interrupted.is_set():
+        # The interrupt came as the run was committed: it is complete, but say it stopped.
+        print(
+            f"materialize {args.job}: interrupted after the run was written: "
+            f"{_one_line(summary)} -> {args.output_dir}",
+            file=sys.stderr,
+        )
         return 130
     print(f"{_one_line(summary)} -> {args.output_dir}")
     return 0
+
+
+def _raising_interrupt(interrupted: threading.Event):
+    """A SIGINT handler that remembers the interrupt, then raises it as Python's does."""
+
+    def handler(signum, frame):
+        interrupted.set()
+        raise KeyboardInterrupt
+
+    return handler
+
+
+def _interrupted_line(job: str, output_dir: str) -> str:
+    return (
+        f"materialize {job}: interrupted; nothing of this run is served ({output_dir} is "
+        "marked failed or left as it was): run the same command with --overwrite to start again"
+    )
 
 
 if __name__ == "__main__":

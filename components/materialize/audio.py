@@ -79,6 +79,22 @@ def decode_audio(
     from the header before anything is decoded; audio is decoded, mixed and resampled in blocks
     (`_Sink`), and a stream that declares no length (MP3, FFmpeg's containers) is decoded until
     it ends or passes `limits.max_seconds`, whichever is first.
+
+    Args:
+        data: the file's bytes.
+        source_name: the file's name or path (its extension tells a corrupt file from an
+            unsupported one).
+        sample_rate: the rate to store, in Hz.
+        limits: the bounds on duration and native rate.
+
+    Returns:
+        The `Waveform`: int16 [num_samples] mono at `sample_rate`.
+
+    Raises:
+        RejectedInput: with one of the reasons above.
+
+    Example:
+        decode_audio(open("a.wav", "rb").read(), "a.wav", 16000).samples.dtype  # int16
     """
     if not data:
         raise _FORMATS.unrecognized(data, source_name)
@@ -320,7 +336,17 @@ def _decode_with_ffmpeg(
 
 
 def to_int16(samples: np.ndarray) -> np.ndarray:
-    """float [-1, 1] -> int16, rounded and clipped."""
+    """float [-1, 1] -> int16, rounded and clipped.
+
+    Args:
+        samples: float array, any shape, full scale 1.0.
+
+    Returns:
+        int16 array of the same shape (x 32768, rounded, clipped to [-32768, 32767]).
+
+    Example:
+        to_int16(np.array([0.5, -1.0, 2.0]))  # [16384, -32768, 32767]
+    """
     return np.clip(np.round(samples * 32768.0), -32768, 32767).astype(np.int16)
 
 

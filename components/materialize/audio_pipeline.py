@@ -8,6 +8,9 @@ shard of each id) is made from small keys; the PCM payloads travel, grouped by s
 shard writers, which build each Example there: its label is the class id of its speaker in the
 vocabulary of its split, known only once every utterance is decoded. So the audio is spilled
 once and, spilled, never passes through the runner.
+
+The job is composed of the shared `stages` (read, verdict, write shards, commit); the manifest,
+the splits and the speaker plan are its own.
 """
 
 from __future__ import annotations
@@ -22,21 +25,12 @@ import apache_beam as beam
 import numpy as np
 
 from components import examples, layout
-from components.materialize import (
-    audio,
-    common,
-    manifest,
-    outcome,
-    paths,
-    rejects,
-    shards,
-    spill,
-)
+from components.materialize import audio, manifest, paths, rejects, shards, spill, stages
 from components.materialize.config import AudioConfig, AudioLimits, ShardingConfig
 from components.materialize.manifest import ManifestRow
 from components.materialize.splits import EVAL, TRAIN, held_out_speakers, held_out_utterances
 
-REJECTED = common.REJECTED
+REJECTED = stages.REJECTED
 _NUM_FILES = "num_files"
 _EXAMPLE_OVERHEAD_BYTES = 96  # feature keys and proto framing around the PCM bytes
 
@@ -44,15 +38,27 @@ _EXAMPLE_OVERHEAD_BYTES = 96  # feature keys and proto framing around the PCM by
 def run_audio(
     config: AudioConfig, make_pipeline: Callable[[], beam.Pipeline] | None = None
 ) -> dict:
-    """Runs the audio job and returns its summary (the content of `summary.json`).
+    """Runs the audio job (`stages.run_materialize`), once its config is valid and its
+    manifest's format known.
 
-    `make_pipeline` returns a fresh `beam.Pipeline`; None builds one from
-    `config.beam_pipeline_args` (DirectRunner by default). Raises MaterializeError on bad
-    arguments, when nothing is left, or when rejects exceed `config.max_reject_fraction`.
+    Args:
+        config: the job's config.
+        make_pipeline: as for `stages.run_job`.
+
+    Returns:
+        The run's summary (the content of `summary.json`).
+
+    Raises:
+        MaterializeError: on bad arguments or an unreadable manifest header, when a required
+            record set is left empty, or when rejects exceed `config.max_reject_fraction`.
+
+    Example:
+        run_audio(AudioConfig(root="data/audio", manifest="data/manifest.csv",
+                              output_dir="/tmp/run"))["record_sets"]["train"]["num_shards"]
     """
     config.validate()
     manifest_format = _inspect_manifest(config)
-    return common.run_materialize(MaterializeAudio(config, manifest_format), config, make_pipeline)
+    return stages.run_materialize(MaterializeAudio(config, manifest_format), config, make_pipeline)
 
 
 class Utterance(NamedTuple):
@@ -138,7 +144,19 @@ class _DecodeUtterances(spill.SpillingDoFn):
 def audio_example(
     record_id: str, pcm: bytes, sample_rate: int, class_id: int, speaker: str
 ) -> bytes:
-    """The serialized Example of one utterance; `pcm`: its little-endian int16 mono samples."""
+    """The serialized Example of one utterance; `pcm`: its little-endian int16 mono samples.
+
+    Args:
+        record_id: the utterance's id (its path below the root).
+        pcm: little-endian int16 mono samples, 2 bytes each.
+        sample_rate: their rate in Hz.
+        class_id: the speaker's class id in the record set's vocabulary.
+        speaker: the speaker's name.
+
+    Returns:
+        The serialized `tf.train.Example` (features id, audio, num_samples, sample_rate, label,
+        speaker).
+    """
     return examples.serialize_example(
         {
             layout.ID_KEY: examples.bytes_feature(record_id.encode("utf-8")),
@@ -350,7 +368,7 @@ def _static_summary(config: AudioConfig, mode: str) -> dict:
             "eval_fraction": config.eval_fraction if mode in ("speaker", "utterance") else 0,
             "split_seed": config.split_seed,
             "max_reject_fraction": config.max_reject_fraction,
-            **common.sharding_summary(config.sharding),
+            **stages.sharding_summary(config.sharding),
         },
     }
 
@@ -361,6 +379,14 @@ class MaterializeAudio(beam.PTransform):
     `manifest_format` is read from the manifest when not given (and unused with
     `config.speaker_from_path`). Output: a singleton PCollection, the summary (the content of
     `summary.json`).
+
+    Args:
+        config: the job's config.
+        manifest_format: the manifest's format (`manifest.inspect_manifest`), or None.
+
+    Example:
+        # Under `stages.run_job`, whose claim on the output folder the writers read:
+        stages.run_job(lambda p: p | MaterializeAudio(config), config.output_dir, False, (), None)
     """
 
     def __init__(self, config: AudioConfig, manifest_format: manifest.ManifestFormat | None = None):
@@ -369,6 +395,14 @@ class MaterializeAudio(beam.PTransform):
         self._format = _inspect_manifest(config) if manifest_format is None else manifest_format
 
     def expand(self, begin: beam.pvalue.PBegin) -> beam.PCollection:
+        """Builds the audio job on the pipeline's root.
+
+        Args:
+            begin: the pipeline's root.
+
+        Returns:
+            A singleton PCollection, the summary.
+        """
         config = self._config
         output_dir = config.output_dir
         has_split = self._format is not None and self._format.has_split
@@ -376,21 +410,17 @@ class MaterializeAudio(beam.PTransform):
 
         if self._format is None:
             listed = begin | "List" >> _ListSpeakerFolders(config.root)
-            input_kind = "audio_files"
+            counted_inputs = "audio_files"
         else:
             listed = begin | "Manifest" >> _ReadManifest(config.manifest, self._format, config.root)
-            input_kind = "manifest_rows"
+            counted_inputs = "manifest_rows"
         rows = listed.rows
         if mode != "manifest":
             rows = rows | "Split" >> _AssignSplits(mode, config.eval_fraction, config.split_seed)
-        spill_root = spill.resolve_spill_root(config.spill, begin.pipeline, output_dir)
-        decoded = (
-            rows
-            | "SpreadRows" >> beam.Reshuffle()
-            | "Decode"
-            >> beam.ParDo(
-                _DecodeUtterances(config.root, config.sample_rate, spill_root, config.limits)
-            ).with_outputs(REJECTED, main="utterances")
+        spill_root = stages.resolve_spill_root(config.spill, begin.pipeline, output_dir)
+        decoded = rows | "Decode" >> stages.ReadSpread(
+            _DecodeUtterances(config.root, config.sample_rate, spill_root, config.limits),
+            main="utterances",
         )
         utterances = decoded.utterances
         # One plan from every utterance's key, as a side input: the shard writers need it all.
@@ -409,30 +439,28 @@ class MaterializeAudio(beam.PTransform):
             _assign_shard, beam.pvalue.AsSingleton(planned)
         )
 
-        judgement = (listed.rejects, decoded[REJECTED]) | "Judge" >> outcome.Judge(
+        judgement = (listed.rejects, decoded[REJECTED]) | "Judge" >> stages.Judge(
             output_dir,
             num_inputs=listed.num_rows,
             plans=plans,
             required_record_sets=() if has_split else (TRAIN,),
             max_reject_fraction=config.max_reject_fraction,
         )
-        index_stats = shard_batches | "Write" >> shards.WriteRecordSets(
+        index_stats = shard_batches | "Write" >> stages.WriteShards(
             output_dir,
-            plans=beam.pvalue.AsSingleton(plans),
-            verdict=beam.pvalue.AsSingleton(judgement.verdict),
-            vocabularies=beam.pvalue.AsSingleton(
-                planned | "Vocabularies" >> beam.Map(operator.attrgetter("vocabularies"))
-            ),
+            plans=plans,
+            verdict=judgement.verdict,
+            vocabularies=planned | "Vocabularies" >> beam.Map(operator.attrgetter("vocabularies")),
             make_record=_AudioRecord(config.sample_rate),
         )
         input_counts = listed.num_rows | "InputCounts" >> beam.Map(
-            lambda num_rows: {"input_counts": {input_kind: num_rows}}
+            lambda num_rows: {"input_counts": {counted_inputs: num_rows}}
         )
         audio_seconds = planned | "AudioSeconds" >> beam.Map(_audio_seconds, config.sample_rate)
-        return judgement | "Summary" >> outcome.WriteSummary(
+        return judgement | "Summary" >> stages.Commit(
             output_dir,
             _static_summary(config, mode),
             plans=plans,
             index_stats=index_stats,
-            sections=(input_counts, audio_seconds) | "Sections" >> beam.Flatten(),
+            sections=(input_counts, audio_seconds),
         )

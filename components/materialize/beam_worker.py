@@ -36,7 +36,14 @@ _DIRECT_RUNNERS = (None, "DirectRunner", "SwitchingDirectRunner")
 
 
 def local_pipeline(options: PipelineOptions) -> beam.Pipeline:
-    """A pipeline for `options`; DirectRunner multi_processing runs get the lean workers."""
+    """A pipeline for `options`; DirectRunner multi_processing runs get the lean workers.
+
+    Args:
+        options: the pipeline's options.
+
+    Returns:
+        The `beam.Pipeline`.
+    """
     import apache_beam as beam
     from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
 
@@ -81,6 +88,11 @@ def _lean_workers_runner(options: PipelineOptions):
 
 
 def main(argv: list[str]) -> None:
+    """Runs a Beam SDK worker (the command of the lean workers), then exits the process.
+
+    Args:
+        argv: the worker's command line, as `sys.argv`.
+    """
     for name in _UNUSED_CLIENTS:
         sys.modules.setdefault(name, None)
     from apache_beam.runners.worker import sdk_worker_main

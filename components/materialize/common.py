@@ -1,161 +1,46 @@
-"""Pipeline pieces shared by the pairs and audio jobs."""
+"""Small pieces every materialize job and stage shares: the rejects' output tag, the default
+pipeline, the empty id table."""
 
 from __future__ import annotations
 
-import logging
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.runners.runner import PipelineResult, PipelineState
 
-from components import layout
-from components.materialize import beam_worker, claims, pictures, preflight, run_dir, spill, staging
-from components.materialize.config import ShardingConfig
-from components.materialize.errors import MaterializeError
+from components.materialize import beam_worker, staging
 from components.materialize.id_index import IdIndex
-from components.materialize.shards import LOST_RECORDS, IdTable
+from components.materialize.shards import IdTable
 
+# The output tag under which every DoFn of the jobs yields its `rejects.Reject`s.
 REJECTED = "rejected"
-# How long an interrupted launcher waits for its cancelled job to stop, and how often it looks.
-CANCEL_TIMEOUT_S = 60.0
-_CANCEL_POLL_S = 0.5
-
-_log = logging.getLogger(__name__)
 
 EMPTY_TABLE = IdTable(IdIndex.from_ids([]), np.zeros([0], np.int64))
 
 
 def make_default_pipeline(beam_pipeline_args: Iterable[str]) -> beam.Pipeline:
+    """The pipeline a job runs on when its caller gives none.
+
+    Args:
+        beam_pipeline_args: Beam's command-line options (`--runner`, `--direct_num_workers`, ...).
+
+    Returns:
+        A `beam.Pipeline` (the DirectRunner unless the options name another runner).
+    """
     # Remote workers get the project's code as a wheel (`staging`); local runs are unchanged.
     options = PipelineOptions(staging.with_project_staged(beam_pipeline_args))
     return beam_worker.local_pipeline(options)
 
 
-def run_job(
-    build: Callable[[beam.Pipeline], object],
-    output_dir: str,
-    overwrite: bool,
-    beam_pipeline_args: Iterable[str],
-    make_pipeline: Callable[[], beam.Pipeline] | None,
-    input_dirs: dict[str, str] | None = None,
-) -> dict:
-    """Claims and prepares `output_dir`, runs the pipeline `build` adds to, and returns the
-    summary.
-
-    The job gets a new run id, held in the folder's claim (`run_dir.claim_output_dir`), where
-    the writers read it while `build` runs; its `summary.json` commits that run. `input_dirs`
-    (flag -> folder) are the job's input folders, which `output_dir` must stay apart from
-    (`run_dir.check_apart`).
-
-    Raises MaterializeError when a shard writer finds its records differ from the plan: the
-    runner lost or repeated elements between stages. Beam 2.59's DirectRunner does that with
-    `--direct_num_workers` > 1 (multi_processing and multi_threading) on about 1.3 GB of
-    payloads, intermittently (`bench/direct_runner_loss_repro.py` shows it without this
-    project's code); on the DirectRunner the jobs send only spill refs through the runner
-    (`--spill auto`), far below that; `--spill none` there brings it back.
-
-    A pipeline that fails leaves a `summary.json` that says so (`"ok": false`, naming this run):
-    readers refuse the folder, and a later `--overwrite` can prove the parts are this run's.
-    The spill files (in the folder, or below `--temp_location`: `spill.remove_spill_dir`) and
-    the claim are removed when the pipeline ends, whether it succeeded or not. On
-    KeyboardInterrupt the job is cancelled first (`_cancel`): a portable or remote runner's job
-    outlives its launcher, and its shard writers still read the spill files. A job not seen to
-    stop keeps both; the next run on the folder takes the claim over as stale and removes them.
-    """
-    preflight.check_apart(output_dir, input_dirs or {})
-    run_id = layout.new_run_id()
-    stale_run_ids = run_dir.claim_output_dir(output_dir, run_id)
-    job_stopped = True
-    started = False
-    try:
-        run_dir.prepare_output_dir(output_dir, overwrite, stale_run_ids)
-        started = True
-        pipeline = make_pipeline() if make_pipeline else make_default_pipeline(beam_pipeline_args)
-        build(pipeline)
-        # Not `with pipeline:`, which hides the running job's result from an interrupt.
-        result = pipeline.run()
-        try:
-            result.wait_until_finish()
-        except KeyboardInterrupt:
-            job_stopped = _cancel(result, output_dir)
-            raise
-    except BaseException as error:
-        if started and job_stopped:
-            run_dir.record_failure(output_dir, run_id, error)
-        if not isinstance(error, Exception):
-            raise
-        lost = next((line for line in str(error).splitlines() if LOST_RECORDS in line), None)
-        if lost is None:
-            raise
-        detail = lost.split("RuntimeError: ")[-1].split(" [while running")[0].strip()
-        raise MaterializeError(
-            f"the Beam runner did not deliver every record to its shard writer ({detail}); "
-            f"{output_dir} is incomplete (its summary.json says the run failed). Known with the "
-            "DirectRunner and --direct_num_workers > 1 on large inputs: use "
-            "--direct_running_mode=in_memory locally, or a distributed runner"
-        ) from None
-    finally:
-        if job_stopped:
-            spill.remove_spill_dir(output_dir, run_id)
-            claims.release_claim(output_dir, run_id)
-    return run_dir.read_summary(output_dir, run_id)
-
-
-def run_materialize(
-    transform: beam.PTransform,
-    config,
-    make_pipeline: Callable[[], beam.Pipeline] | None,
-) -> dict:
-    """Runs a materialize job (`transform` applied to the pipeline's root) under `run_job` with
-    `config`'s output folder, Beam arguments and input folders, then draws the run's pictures;
-    returns its summary."""
-    summary = run_job(
-        lambda pipeline: pipeline | transform,
-        config.output_dir,
-        config.overwrite,
-        config.beam_pipeline_args,
-        make_pipeline,
-        config.input_dirs(),
-    )
-    # In the launcher, after the commit: the pictures need TensorFlow, which workers never load.
-    pictures.write_run_pictures(config.output_dir, summary)
-    return summary
-
-
-def _cancel(result: PipelineResult, output_dir: str) -> bool:
-    """Cancels the job behind `result` and waits up to `CANCEL_TIMEOUT_S` for a terminal state;
-    returns whether the job is seen to stop."""
-    try:
-        result.cancel()
-    except Exception as error:  # NotImplementedError, or the job service's own errors
-        _log.warning("cancelling the Beam job of %s failed: %r", output_dir, error)
-    deadline = time.monotonic() + CANCEL_TIMEOUT_S
-    while True:
-        try:
-            state = result.state
-        except Exception as error:  # a job service that went away cannot tell
-            _log.warning("the state of the Beam job of %s is unknown: %r", output_dir, error)
-            state = PipelineState.UNKNOWN
-        if PipelineState.is_terminal(state):
-            return True
-        if time.monotonic() >= deadline:
-            _log.warning(
-                "the Beam job of %s did not stop within %.0f s of its cancel (state %s): leaving "
-                "its spill files and claim for the next run on the folder to remove",
-                output_dir,
-                CANCEL_TIMEOUT_S,
-                state,
-            )
-            return False
-        time.sleep(_CANCEL_POLL_S)
-
-
-def sharding_summary(sharding: ShardingConfig) -> dict:
-    return {"max_shard_bytes": sharding.max_shard_bytes, "num_shards": sharding.num_shards}
-
-
 def table(tables: dict[str, IdTable], record_set: str) -> IdTable:
+    """The `IdTable` of `record_set` in `tables`, or an empty one when it has none.
+
+    Args:
+        tables: record_set -> IdTable (a side input's dict).
+        record_set: the record set's name.
+
+    Returns:
+        The `IdTable`.
+    """
     return tables.get(record_set, EMPTY_TABLE)

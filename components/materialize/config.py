@@ -52,7 +52,16 @@ class AudioLimits:
     max_sample_rate: int = MAX_INPUT_SAMPLE_RATE
 
     def validate(self, sample_rate: int | None = None) -> None:
-        """`sample_rate`, when given, is the rate records are stored at."""
+        """Checks the limits.
+
+        Args:
+            sample_rate: when given, the rate records are stored at (a record must fit a
+                tf.train.Example at `max_seconds`).
+
+        Raises:
+            MaterializeError: when `max_seconds` is not above `layout.MIN_AUDIO_SECONDS` (or not
+                finite), allows records over 2 GiB, or the rate range is empty.
+        """
         if not layout.MIN_AUDIO_SECONDS < self.max_seconds < float("inf"):
             raise MaterializeError(
                 f"max_audio_seconds must be a number above {layout.MIN_AUDIO_SECONDS} "
@@ -82,6 +91,11 @@ class ShardingConfig:
     num_shards: int = 0
 
     def validate(self) -> None:
+        """Checks the config.
+
+        Raises:
+            MaterializeError: when `max_shard_bytes` is not positive or `num_shards` is negative.
+        """
         if self.max_shard_bytes <= 0:
             raise MaterializeError(f"max_shard_bytes must be positive, got {self.max_shard_bytes}")
         if self.num_shards < 0:
@@ -89,7 +103,38 @@ class ShardingConfig:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class PairsConfig:
+class JobSettings:
+    """What every materialize job is given beside its inputs.
+
+    Attributes:
+        output_dir: the run's folder.
+        sharding: how each record set is cut into shards.
+        max_reject_fraction: the largest fraction of inputs that may be rejected.
+        spill: how payloads reach the shard writers (`SPILL_MODES`, `spill.resolve_spill_root`).
+        overwrite: whether a previous run in `output_dir` may be replaced.
+        beam_pipeline_args: Beam options for the default pipeline.
+    """
+
+    output_dir: str
+    sharding: ShardingConfig = ShardingConfig()
+    max_reject_fraction: float = 0.1
+    spill: str = "auto"
+    overwrite: bool = False
+    beam_pipeline_args: tuple[str, ...] = ()
+
+    def _validate_settings(self, files_per_batch: int) -> None:
+        self.sharding.validate()
+        _require_choice(self.spill, SPILL_MODES, "spill")
+        if not 0.0 <= self.max_reject_fraction <= 1.0:
+            raise MaterializeError(
+                f"max_reject_fraction must be in [0, 1], got {self.max_reject_fraction}"
+            )
+        if files_per_batch <= 0:
+            raise MaterializeError(f"files_per_batch must be positive, got {files_per_batch}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PairsConfig(JobSettings):
     """Paired image domains X and Y plus which x may pair with which y.
 
     Ids are paths relative to `x_dir` / `y_dir`. Valid pairs come from one of:
@@ -110,7 +155,6 @@ class PairsConfig:
 
     x_dir: str
     y_dir: str
-    output_dir: str
     pairs: str = ""
     pairs_format: str = "auto"
     x_groups: str = ""
@@ -122,18 +166,18 @@ class PairsConfig:
     raw_width: int = 256
     raw_channels: int = 3
     max_image_pixels: int = MAX_IMAGE_PIXELS
-    sharding: ShardingConfig = ShardingConfig()
-    max_reject_fraction: float = 0.1
     files_per_batch: int = 256
-    spill: str = "auto"
-    overwrite: bool = False
-    beam_pipeline_args: tuple[str, ...] = ()
 
     def input_dirs(self) -> dict[str, str]:
         """The input folders, by flag: the output folder must stay apart from them."""
         return {"--x_dir": self.x_dir, "--y_dir": self.y_dir}
 
     def validate(self) -> None:
+        """Checks the config before the job touches a folder.
+
+        Raises:
+            MaterializeError: naming the first flag that is wrong.
+        """
         group_files = bool(self.x_groups or self.y_groups)
         if [bool(self.pairs), group_files, bool(self.groups_from_subfolder)].count(True) != 1:
             raise MaterializeError(
@@ -169,11 +213,11 @@ class PairsConfig:
                 f"({self.raw_height * self.raw_width * self.raw_channels} bytes a record), more "
                 f"than max_image_pixels={self.max_image_pixels}"
             )
-        _validate_common(self.sharding, self.max_reject_fraction, self.files_per_batch, self.spill)
+        self._validate_settings(self.files_per_batch)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class AudioConfig:
+class AudioConfig(JobSettings):
     """Labelled utterances under `root`, listed in a manifest (CSV with a header, or JSON Lines)
     or, with `speaker_from_path`, found there.
 
@@ -192,7 +236,6 @@ class AudioConfig:
     """
 
     root: str
-    output_dir: str
     manifest: str = ""
     speaker_from_path: bool = False
     manifest_format: str = "auto"
@@ -203,18 +246,18 @@ class AudioConfig:
     max_audio_seconds: float = MAX_AUDIO_SECONDS
     min_input_sample_rate: int = MIN_INPUT_SAMPLE_RATE
     max_input_sample_rate: int = MAX_INPUT_SAMPLE_RATE
-    sharding: ShardingConfig = ShardingConfig()
-    max_reject_fraction: float = 0.1
     files_per_batch: int = 16
-    spill: str = "auto"
-    overwrite: bool = False
-    beam_pipeline_args: tuple[str, ...] = ()
 
     def input_dirs(self) -> dict[str, str]:
         """The input folders, by flag: the output folder must stay apart from them."""
         return {"--root": self.root}
 
     def validate(self) -> None:
+        """Checks the config before the job touches a folder.
+
+        Raises:
+            MaterializeError: naming the first flag that is wrong.
+        """
         if bool(self.manifest) == self.speaker_from_path:
             raise MaterializeError(
                 "give --manifest FILE, or --speaker_from_path to take each file's speaker from "
@@ -230,7 +273,7 @@ class AudioConfig:
         if not 0.0 <= self.eval_fraction < 1.0:
             raise MaterializeError(f"eval_fraction must be in [0, 1), got {self.eval_fraction}")
         self.limits.validate(self.sample_rate)
-        _validate_common(self.sharding, self.max_reject_fraction, self.files_per_batch, self.spill)
+        self._validate_settings(self.files_per_batch)
 
     @property
     def limits(self) -> AudioLimits:
@@ -246,7 +289,22 @@ JobConfig = TypeVar("JobConfig", PairsConfig, AudioConfig)
 def from_flat(config_class: type[JobConfig], values: Mapping[str, Any]) -> JobConfig:
     """A job's config from flat values, as the CLI flags and the component parameters give
     them: `max_shard_bytes` and `num_shards` make its `sharding`. None values keep the
-    defaults; names of no field are ignored."""
+    defaults; names of no field are ignored.
+
+    Args:
+        config_class: `PairsConfig` or `AudioConfig`.
+        values: flag name -> value.
+
+    Returns:
+        The config (not yet validated).
+
+    Raises:
+        TypeError: when a required field (e.g. `output_dir`) is missing.
+
+    Example:
+        from_flat(AudioConfig, {"root": "/data", "manifest": "m.csv", "output_dir": "/tmp/run",
+                                "num_shards": 4})
+    """
     given = {name: value for name, value in values.items() if value is not None}
     sharding = {
         f.name: given[f.name] for f in dataclasses.fields(ShardingConfig) if f.name in given
@@ -256,17 +314,6 @@ def from_flat(config_class: type[JobConfig], values: Mapping[str, Any]) -> JobCo
         **{name: value for name, value in given.items() if name in fields},
         sharding=ShardingConfig(**sharding),
     )
-
-
-def _validate_common(
-    sharding: ShardingConfig, max_reject_fraction: float, batch: int, spill: str
-) -> None:
-    sharding.validate()
-    _require_choice(spill, SPILL_MODES, "spill")
-    if not 0.0 <= max_reject_fraction <= 1.0:
-        raise MaterializeError(f"max_reject_fraction must be in [0, 1], got {max_reject_fraction}")
-    if batch <= 0:
-        raise MaterializeError(f"files_per_batch must be positive, got {batch}")
 
 
 def _require_dir(path: str, flag: str) -> None:

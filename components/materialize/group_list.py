@@ -7,7 +7,9 @@ import functools
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from components.materialize import pair_list, paths, rejects
+import apache_beam as beam
+
+from components.materialize import pair_list, paths, rejects, text_records
 
 CSV_HEADER = ("id", "group")
 
@@ -27,6 +29,19 @@ def parse_entry(line: str, groups_format: str) -> tuple[str, str]:
     empty or not printable (`groups.txt` holds one name a line), and
     `RejectedInput(UNSAFE_GROUP_PATH)` when the id leaves its root. The id is taken as written,
     as in a pair list (`pair_list.parse_entry`); the group loses its surrounding spaces.
+
+    Args:
+        line: one record of the groups file.
+        groups_format: "jsonl" or "csv".
+
+    Returns:
+        `(id, group)`.
+
+    Raises:
+        RejectedInput: MALFORMED_GROUP_ENTRY or UNSAFE_GROUP_PATH, as above.
+
+    Example:
+        parse_entry('{"id": "cat/1.png", "group": 3}', "jsonl")  # ("cat/1.png", "3")
     """
     if groups_format == "jsonl":
         entry = pair_list.json_line(line, rejects.MALFORMED_GROUP_ENTRY)
@@ -51,21 +66,23 @@ def parse_entry(line: str, groups_format: str) -> tuple[str, str]:
             rejects.MALFORMED_GROUP_ENTRY,
             f"group {paths.printable(group)!r} is empty or not printable",
         )
-    try:
-        record_id = paths.normalize_id(raw_id)
-    except rejects.RejectedInput as error:
-        raise rejects.RejectedInput(
-            rejects.UNSAFE_GROUP_PATH, f"id {paths.printable(raw_id)!r}: {error.detail}"
-        ) from error
-    return record_id, group
+    return paths.normalize_listed_id(raw_id, rejects.UNSAFE_GROUP_PATH, "id"), group
 
 
-def read_group_list(path: str, groups_format: str) -> paths.ReadParsedRecords:
-    """PBegin -> `paths.ParsedRecords` of `GroupEntry`s: the groups file read and parsed; a
-    reject names its line number."""
+def read_group_list(path: str, groups_format: str) -> beam.PTransform:
+    """PBegin -> `text_records.ParsedRecords` of `GroupEntry`s: the groups file read and parsed; a
+    reject names its line number.
+
+    Args:
+        path: the groups file (local, object store or a pipe).
+        groups_format: "jsonl" or "csv".
+
+    Returns:
+        The reading PTransform.
+    """
     is_csv = groups_format == "csv"
-    data = paths.read_if_stream(path)  # a pipe is read once: for the header and the records
-    return paths.ReadParsedRecords(
+    data = text_records.read_if_stream(path)  # a pipe is read once: for the header and the records
+    return text_records.ReadParsedRecords(
         path,
         functools.partial(_parse_record, groups_format=groups_format),
         csv_records=is_csv,

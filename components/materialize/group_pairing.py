@@ -1,11 +1,11 @@
-"""Valid pairs by group in the pairs job: x may pair with every y of its group.
+"""Valid pairs by group: x may pair with every y of its group.
 
-Each image's group comes from its groups file (`--x_groups`, `--y_groups`: `group_list`) or, with
-`--groups_from_subfolder`, is the first folder of its id. `SelectByGroup` resolves the groups
-against the decoded images and chooses the records: every image with one group, but an x only
-when some y shares its group (an x with no valid pair is not materialized, as with a pair list;
-a y whose group has no x still is). `WriteGroupIndex` writes the group pair index
-(`layout.save_group_index`).
+In the pairs job each image's group comes from its groups file (`--x_groups`, `--y_groups`:
+`group_list`) or, with `--groups_from_subfolder`, is the first folder of its id (`ReadGroups`);
+the indexing job reads it from a feature. `select_by_group` (run by `stages.PlanByGroup`)
+chooses the records: every candidate with one group, but an x only when some y shares its group
+(an x with no valid pair is not materialized, as with a pair list; a y whose group has no x
+still is). `WriteGroupIndex` writes the group pair index (`layout.save_group_index`).
 
 Only ids, group names and record numbers pass through here, never images, and nothing grows
 with the number of valid pairs: O(N_x + N_y) for any group sizes.
@@ -50,7 +50,18 @@ class GroupTable:
 
 def group_table(ids: list[str], groups: list[str]) -> GroupTable:
     """The `GroupTable` of (id, group) entries in any order: an id listed again with the same
-    group counts once, with another group it is `CONFLICTING`."""
+    group counts once, with another group it is `CONFLICTING`.
+
+    Args:
+        ids: record ids (str), aligned with `groups`.
+        groups: the group name of each entry.
+
+    Returns:
+        The `GroupTable`.
+
+    Example:
+        group_table(["b", "a", "a"], ["g", "g", "h"]).group  # [CONFLICTING, 0] ("a" first)
+    """
     if not ids:
         return GroupTable(IdIndex.from_ids([]), np.zeros([0], np.int64), [], {})
     names = sorted(set(groups))
@@ -78,7 +89,14 @@ def group_table(ids: list[str], groups: list[str]) -> GroupTable:
 
 def subfolder_table(table: IdTable) -> GroupTable:
     """The groups of `--groups_from_subfolder`: the first folder of each id (`cat/001.png` is in
-    `cat`); an image directly under its root has none."""
+    `cat`); an image directly under its root has none.
+
+    Args:
+        table: the decoded images of one record set.
+
+    Returns:
+        The `GroupTable` of the images in a folder.
+    """
     ids, groups = [], []
     for record_id in table.ids.id_list():
         folder, in_folder, _ = record_id.partition("/")
@@ -88,27 +106,11 @@ def subfolder_table(table: IdTable) -> GroupTable:
     return group_table(ids, groups)
 
 
-class CollectGroups(beam.CombineFn):
+class CollectGroups(shards.CollectColumns):
     """Combines `(ids, groups)` batches of one record set into a `GroupTable`."""
 
-    def create_accumulator(self) -> tuple[list[str], list[str]]:
-        return [], []
-
-    def add_input(self, accumulator, batch: tuple[list[str], list[str]]):
-        accumulator[0].extend(batch[0])
-        accumulator[1].extend(batch[1])
-        return accumulator
-
-    def merge_accumulators(self, accumulators):
-        ids: list[str] = []
-        groups: list[str] = []
-        for more_ids, more_groups in accumulators:
-            ids.extend(more_ids)
-            groups.extend(more_groups)
-        return ids, groups
-
-    def extract_output(self, accumulator) -> GroupTable:
-        return group_table(*accumulator)
+    def __init__(self):
+        super().__init__(group_table)
 
 
 class _ResolveEntries(beam.DoFn):
@@ -150,7 +152,8 @@ class GroupSelection:
     int64 [num candidates], an index into `names` (every group named, sorted), or `NO_GROUP` /
     `CONFLICTING`; `candidate_record` int64 [num candidates], its record number in `plans`, or
     -1 when it is left out. `conflicts`: id -> groups of the images listed with several;
-    `missing_detail`: what a reject says of an image without a group.
+    `missing_detail`: what a reject says of an image without a group; `record_noun`: what a
+    reject calls a record ("image", "record").
     """
 
     names: list[str]
@@ -160,10 +163,24 @@ class GroupSelection:
     plans: dict[str, ShardPlan]
     conflicts: dict[str, dict[str, list[str]]]
     missing_detail: dict[str, str]
+    record_noun: str = "image"
+
+    @property
+    def record_sets(self) -> tuple[str, ...]:
+        """The record sets whose records `assign` numbers: both."""
+        return (X, Y)
 
     def assign(self, record_set: str, ids: list[str]) -> tuple[np.ndarray, list[tuple]]:
-        """The record numbers of decoded images `ids` (-1: left out), and (position, reason,
-        detail) of each one left out."""
+        """Numbers the decoded candidates `ids` of `record_set`.
+
+        Args:
+            record_set: `x` or `y`.
+            ids: ids of candidates (images that decoded, records that passed screening).
+
+        Returns:
+            (int64 [len(ids)] record numbers, -1 where left out; (position, reason, detail) of
+            each one left out).
+        """
         candidate = self.candidates[record_set].lookup(ids)
         numbers = self.candidate_record[record_set][candidate]
         refused = []
@@ -175,12 +192,19 @@ class GroupSelection:
                 listed = ", ".join(map(repr, self.conflicts[record_set][ids[i]]))
                 refused.append((i, rejects.CONFLICTING_GROUP, f"listed with groups {listed}"))
             else:
-                detail = f"no y image has its group {self.names[group]!r}"
+                detail = f"no y {self.record_noun} has its group {self.names[group]!r}"
                 refused.append((i, rejects.NO_VALID_PAIRS, detail))
         return numbers, refused
 
     def record_groups(self, record_set: str) -> np.ndarray:
-        """int64 [num records]: the group of each record, in record order."""
+        """int64 [num records]: the group of each record, in record order.
+
+        Args:
+            record_set: `x` or `y`.
+
+        Returns:
+            int64 [num records], indexes into `names`.
+        """
         return self.candidate_group[record_set][self.candidate_record[record_set] >= 0]
 
 
@@ -190,8 +214,21 @@ def select_by_group(
     tables: dict[str, IdTable],
     sharding: ShardingConfig,
     missing_detail: dict[str, str],
+    record_noun: str = "image",
 ) -> GroupSelection:
-    """Plans the records: the y with a group, and the x whose group has a y."""
+    """Plans the records: the y with a group, and the x whose group has a y.
+
+    Args:
+        _: the element of the one-element PCollection this runs on.
+        group_tables: record_set -> the `GroupTable` of its candidates' groups.
+        tables: record_set -> the `IdTable` of its candidates.
+        sharding: how each record set is cut into shards.
+        missing_detail: record_set -> what a reject says of a candidate without a group.
+        record_noun: what a reject calls a record.
+
+    Returns:
+        The `GroupSelection`.
+    """
     empty = group_table([], [])
     names = sorted(set().union(*(t.names for t in group_tables.values())))
     position = {name: i for i, name in enumerate(names)}
@@ -227,91 +264,81 @@ def select_by_group(
         plans=plans,
         conflicts={rs: group_tables.get(rs, empty).conflicts for rs in (X, Y)},
         missing_detail=missing_detail,
+        record_noun=record_noun,
     )
 
 
-class Grouping(NamedTuple):
-    """What `SelectByGroup` yields, as PCollections: `line_counts` (singleton dict, the lines
-    read from each groups file: `x_group_lines`, `y_group_lines`; empty for subfolders);
-    `selection` (singleton GroupSelection); `plans` (singleton dict record_set -> ShardPlan);
-    `rejects` (Reject of the groups files' lines)."""
+class Groups(NamedTuple):
+    """What `ReadGroups` yields.
 
+    Attributes:
+        tables: PCollection[(record_set, GroupTable)], the group of each decoded image.
+        line_counts: singleton PCollection, dict: the lines read from each groups file
+            (`x_group_lines`, `y_group_lines`); empty for subfolders.
+        rejects: PCollection[Reject] of the groups files' lines.
+        missing_detail: record_set -> what a reject says of an image without a group.
+    """
+
+    tables: beam.PCollection
     line_counts: beam.PCollection
-    selection: beam.PCollection
-    plans: beam.PCollection
     rejects: beam.PCollection
+    missing_detail: dict[str, str]
 
 
 @beam.ptransform_fn
-def SelectByGroup(
+def ReadGroups(
     begin: beam.pvalue.PBegin,
     group_files: dict[str, tuple[str, str]],
     tables: beam.PCollection,
     rejected_tables: beam.PCollection,
-    sharding: ShardingConfig,
-) -> Grouping:
-    """PBegin -> `Grouping`: each image's group, from `group_files` (record_set -> (groups file,
-    its format)) or, when it is empty, from its first folder; the records chosen.
+) -> Groups:
+    """Each decoded image's group, from its groups file or, without one, from its first folder.
 
-    `tables` and `rejected_tables`: PCollection[(record_set, IdTable)] (see
-    `pairs_pipeline.DecodedImages`).
+    Args:
+        begin: the pipeline's root.
+        group_files: record_set -> (groups file, its format); empty with
+            `--groups_from_subfolder`.
+        tables: PCollection[(record_set, IdTable)] of the decoded images.
+        rejected_tables: PCollection[(record_set, IdTable)] of the rejected images' ids.
+
+    Returns:
+        `Groups`, for `stages.PlanByGroup`.
     """
-    if group_files:
-        batches, line_counts, line_rejects = [], [], []
-        for record_set, (path, groups_format) in sorted(group_files.items()):
-            name = record_set.upper()
-            read = begin | f"Read{name}Groups" >> group_list.read_group_list(path, groups_format)
-            resolved = (
-                read.parsed
-                | f"Batch{name}Entries"
-                >> beam.BatchElements(min_batch_size=256, max_batch_size=8192)
-                | f"Resolve{name}Entries"
-                >> beam.ParDo(
-                    _ResolveEntries(record_set, path),
-                    beam.pvalue.AsDict(tables),
-                    beam.pvalue.AsDict(rejected_tables),
-                ).with_outputs(REJECTED, main="groups")
-            )
-            batches.append(resolved.groups)
-            line_counts.append(
-                read.num_records
-                | f"{name}LineCount"
-                >> beam.Map(lambda n, key: (key, n), f"{record_set}_group_lines")
-            )
-            line_rejects += [read.rejects, resolved[REJECTED]]
-        group_tables = (
-            tuple(batches)
-            | "AllGroups" >> beam.Flatten()
-            | "CollectGroups" >> beam.CombinePerKey(CollectGroups())
+    if not group_files:
+        return Groups(
+            tables | "Subfolders" >> beam.Map(lambda keyed: (keyed[0], subfolder_table(keyed[1]))),
+            begin | "NoLineCounts" >> beam.Create([{}]),
+            begin | "NoGroupRejects" >> beam.Create([]),
+            {rs: f"directly under {rs}_dir, not in a group folder" for rs in (X, Y)},
         )
-        counts = (
-            tuple(line_counts)
-            | "LineCounts" >> beam.Flatten()
-            | "ByFile" >> beam.combiners.ToDict()
+    batches, line_counts, line_rejects = [], [], []
+    for record_set, (path, groups_format) in sorted(group_files.items()):
+        name = record_set.upper()
+        read = begin | f"Read{name}Groups" >> group_list.read_group_list(path, groups_format)
+        resolved = (
+            read.parsed
+            | f"Batch{name}Entries" >> beam.BatchElements(min_batch_size=256, max_batch_size=8192)
+            | f"Resolve{name}Entries"
+            >> beam.ParDo(
+                _ResolveEntries(record_set, path),
+                beam.pvalue.AsDict(tables),
+                beam.pvalue.AsDict(rejected_tables),
+            ).with_outputs(REJECTED, main="groups")
         )
-        missing_detail = {rs: f"not listed in {path}" for rs, (path, _) in group_files.items()}
-        line_rejects = tuple(line_rejects) | "GroupRejects" >> beam.Flatten()
-    else:
-        group_tables = tables | "Subfolders" >> beam.Map(
-            lambda keyed: (keyed[0], subfolder_table(keyed[1]))
+        batches.append(resolved.groups)
+        line_counts.append(
+            read.num_records
+            | f"{name}LineCount" >> beam.Map(lambda n, key: (key, n), f"{record_set}_group_lines")
         )
-        counts = begin | "NoLineCounts" >> beam.Create([{}])
-        missing_detail = {rs: f"directly under {rs}_dir, not in a group folder" for rs in (X, Y)}
-        line_rejects = begin | "NoGroupRejects" >> beam.Create([])
-    selection = (
-        begin
-        | "Once" >> beam.Create([None])
-        | "Select"
-        >> beam.Map(
-            select_by_group,
-            beam.pvalue.AsDict(group_tables),
-            beam.pvalue.AsDict(tables),
-            sharding,
-            missing_detail,
-        )
+        line_rejects += [read.rejects, resolved[REJECTED]]
+    return Groups(
+        tuple(batches)
+        | "AllGroups" >> beam.Flatten()
+        | "CollectGroups" >> beam.CombinePerKey(CollectGroups()),
+        tuple(line_counts) | "LineCounts" >> beam.Flatten() | "ByFile" >> beam.combiners.ToDict(),
+        tuple(line_rejects) | "GroupRejects" >> beam.Flatten(),
+        {rs: f"not listed in {path}" for rs, (path, _) in group_files.items()},
     )
-    plans = selection | "Plans" >> beam.Map(lambda chosen: chosen.plans)
-    return Grouping(counts, selection, plans, line_rejects)
 
 
 def _write_group_index(
@@ -336,7 +363,16 @@ def WriteGroupIndex(
     verdict: beam.PCollection, output_dir: str, selection: beam.PCollection
 ) -> beam.PCollection:
     """The verdict -> a singleton {"pairs": stats}; writes the group pair index, and its
-    `run.json` (the run of the job that claims `output_dir`), when the verdict is ok."""
+    `run.json` (the run of the job that claims `output_dir`), when the verdict is ok.
+
+    Args:
+        verdict: singleton PCollection[Verdict].
+        output_dir: the run folder, claimed by this job.
+        selection: singleton PCollection[GroupSelection] (a side input).
+
+    Returns:
+        Singleton PCollection[dict]: {"pairs": stats} ({"num_pairs": 0} when not ok).
+    """
     return verdict | "WriteGroupIndex" >> beam.Map(
         _write_group_index,
         output_dir,

@@ -20,12 +20,35 @@ class IdIndex:
 
     @classmethod
     def from_ids(cls, ids: Iterable[str]) -> IdIndex:
-        """Sorts `ids`; raises ValueError on a duplicate (callers deduplicate first)."""
+        """Sorts `ids` into an index.
+
+        Args:
+            ids: unique record ids (str).
+
+        Returns:
+            The `IdIndex`.
+
+        Raises:
+            ValueError: on a duplicate id (callers deduplicate first).
+
+        Example:
+            IdIndex.from_ids(["b", "a"]).lookup(["a", "c"])  # [0, -1]
+        """
         return cls.sorting(ids)[0]
 
     @classmethod
     def sorting(cls, ids: Iterable[str]) -> tuple[IdIndex, np.ndarray]:
-        """(the index, int64 [N] order): `order[r]` is the input position of record r."""
+        """Sorts `ids` into an index, and says where each came from.
+
+        Args:
+            ids: unique record ids (str).
+
+        Returns:
+            `(the index, order)`: `order` is int64 [N], `order[r]` the input position of record r.
+
+        Raises:
+            ValueError: on a duplicate id.
+        """
         encoded = _encode(list(ids))
         order = np.argsort(encoded, kind="stable").astype(np.int64)
         encoded = encoded[order]
@@ -38,7 +61,14 @@ class IdIndex:
         return len(self._ids)
 
     def lookup(self, ids: Sequence[str]) -> np.ndarray:
-        """int64 [len(ids)]: the record number of each id, -1 where absent."""
+        """int64 [len(ids)]: the record number of each id, -1 where absent.
+
+        Args:
+            ids: the ids to look up (str).
+
+        Returns:
+            int64 [len(ids)].
+        """
         if not len(ids):
             return np.zeros([0], np.int64)
         queries = _encode(list(ids))
@@ -49,10 +79,18 @@ class IdIndex:
         return np.where(found, positions, -1).astype(np.int64)
 
     def take(self, record_numbers: np.ndarray) -> IdIndex:
-        """The ids at ascending `record_numbers` (a sorted subset stays sorted)."""
+        """The ids at ascending `record_numbers` (a sorted subset stays sorted).
+
+        Args:
+            record_numbers: int64 [k], record numbers in [0, N).
+
+        Returns:
+            An `IdIndex` of those k ids.
+        """
         return IdIndex(self._ids[np.asarray(record_numbers, np.int64)])
 
     def id_list(self) -> list[str]:
+        """The ids as a list of str, in record order."""
         return [raw.decode("utf-8") for raw in self._ids.tolist()]
 
 

@@ -102,6 +102,17 @@ def image_example(record_id: str, data: bytes, storage: ImageStorage) -> bytes:
     b"raw"), `height`, `width`, `channels` (of what `image` decodes to). Raises
     `RejectedInput(UNSUPPORTED_FORMAT | CORRUPT_IMAGE | IMAGE_TOO_LARGE)`: IMAGE_TOO_LARGE
     from the header, before a pixel is decoded.
+
+    Args:
+        record_id: the image's id (its path below the root).
+        data: the file's bytes.
+        storage: how the image is stored.
+
+    Returns:
+        The serialized `tf.train.Example`.
+
+    Raises:
+        RejectedInput: as above.
     """
     image_format = _sniff_format(record_id, data)
     if image_format == "PNG":

@@ -14,7 +14,9 @@ import posixpath
 import re
 from typing import NamedTuple
 
-from components.materialize import paths, rejects
+import apache_beam as beam
+
+from components.materialize import paths, rejects, text_records
 from components.materialize.errors import MaterializeError
 
 PATH_FIELD = "path"
@@ -32,11 +34,16 @@ class ManifestRow(NamedTuple):
 
 
 class ManifestFormat(NamedTuple):
+    """How a manifest is written: `format` "csv" or "jsonl", and `columns`, the CSV header (for
+    JSON Lines `("split",)` when the rows carry a split, else empty). Made by `inspect_manifest`.
+    """
+
     format: str  # "csv" | "jsonl"
     columns: tuple[str, ...]  # CSV header; empty for JSON Lines
 
     @property
     def has_split(self) -> bool:
+        """Whether the rows name their split (else the job assigns them)."""
         return SPLIT_FIELD in self.columns
 
     @property
@@ -70,17 +77,29 @@ def inspect_manifest(path: str, manifest_format: str = "auto") -> ManifestFormat
     whole, once, here: the format carries its content (`ManifestFormat.data`) for the job.
     Raises MaterializeError when the CSV header is not valid UTF-8, lacks `path` or `speaker`,
     or names one of `path`, `speaker`, `split` twice.
+
+    Args:
+        path: the manifest (local, object store or a pipe).
+        manifest_format: "auto" (by the name: `.csv` is CSV, else JSON Lines), "csv" or "jsonl".
+
+    Returns:
+        The `ManifestFormat`.
+
+    Example:
+        inspect_manifest("manifest.csv").has_split  # True when the header has a `split` column
     """
     if manifest_format == "auto":
         manifest_format = "csv" if path.lower().endswith(".csv") else "jsonl"
-    data = paths.read_if_stream(path)
+    data = text_records.read_if_stream(path)
     if manifest_format == "jsonl":
         has_split = _first_jsonl_has_split(path, data)
         return _with_data(ManifestFormat("jsonl", (SPLIT_FIELD,) if has_split else ()), data)
-    header = next((r for r in paths.read_text_records(path, True, data) if r.text.strip()), None)
+    header = next(
+        (r for r in text_records.read_text_records(path, True, data) if r.text.strip()), None
+    )
     columns: tuple[str, ...] = ()
     if header is not None:
-        problem = paths.utf8_problem(header)
+        problem = text_records.utf8_problem(header)
         if problem:
             raise MaterializeError(f"manifest {path}: CSV header {problem}")
         try:
@@ -107,8 +126,8 @@ def _with_data(manifest: ManifestFormat, data: bytes | None) -> ManifestFormat:
 
 
 def _first_jsonl_has_split(path: str, data: bytes | None) -> bool:
-    for record in paths.read_text_records(path, data=data):
-        if not record.text.strip() or paths.utf8_problem(record):
+    for record in text_records.read_text_records(path, data=data):
+        if not record.text.strip() or text_records.utf8_problem(record):
             continue
         try:
             fields = json.loads(record.text)
@@ -122,7 +141,20 @@ def _first_jsonl_has_split(path: str, data: bytes | None) -> bool:
 def parse_row(line: str, manifest: ManifestFormat, source: str) -> ManifestRow:
     """Parses one manifest line (or CSV record); raises `RejectedInput` for malformed rows,
     unsafe paths, rows without a speaker, split names that are not safe record set names, and
-    rows that have a split when the manifest has none or the other way round."""
+    rows that have a split when the manifest has none or the other way round.
+
+    Args:
+        line: one manifest line (JSON Lines) or CSV record.
+        manifest: the manifest's format (`inspect_manifest`).
+        source: the manifest's path, named in messages.
+
+    Returns:
+        The `ManifestRow` (split "" when the manifest has none).
+
+    Raises:
+        RejectedInput: MALFORMED_ROW, UNSAFE_PATH, MISSING_LABEL, BAD_ENCODING, INVALID_SPLIT
+            or INCONSISTENT_SPLIT.
+    """
     fields = _fields(line, manifest, source)
     raw_path = fields.get(PATH_FIELD)
     if not isinstance(raw_path, str) or not raw_path.strip():
@@ -151,7 +183,20 @@ def row_of_path(raw_id: str) -> ManifestRow:
     """The row of a file listed under the root (`raw_id`: its path relative to the root): its
     speaker is the first folder of that path, as in VoxCeleb's `id10001/<video>/00001.wav`; the
     split is assigned by the job. Raises `RejectedInput` for unsafe paths and for files
-    directly under the root (MISSING_LABEL)."""
+    directly under the root (MISSING_LABEL).
+
+    Args:
+        raw_id: the file's path relative to the root.
+
+    Returns:
+        The `ManifestRow`, split "".
+
+    Raises:
+        RejectedInput: UNSAFE_PATH, NON_UTF8_NAME or MISSING_LABEL.
+
+    Example:
+        row_of_path("id10001/vid/00001.wav")  # ManifestRow("id10001/vid/00001.wav", "id10001", "")
+    """
     record_id = paths.normalize_id(raw_id)
     speaker, in_folder, _ = record_id.partition("/")
     if not in_folder:
@@ -201,7 +246,7 @@ def _fields(line: str, manifest: ManifestFormat, source: str) -> dict:
             raise rejects.RejectedInput(rejects.MALFORMED_ROW, "a JSON line must be an object")
         return fields
     try:
-        values = paths.csv_fields(line)
+        values = text_records.csv_fields(line)
     except csv.Error as error:
         raise rejects.RejectedInput(rejects.MALFORMED_ROW, f"invalid CSV: {error}") from error
     if len(values) != len(manifest.columns):
@@ -225,12 +270,20 @@ def _object_once(pairs: list[tuple[str, object]]) -> dict:
     return dict(pairs)
 
 
-def read_manifest(path: str, manifest: ManifestFormat) -> paths.ReadParsedRecords:
-    """PBegin -> `paths.ParsedRecords` of `ManifestRow`s (not yet deduplicated): the manifest
+def read_manifest(path: str, manifest: ManifestFormat) -> beam.PTransform:
+    """PBegin -> `text_records.ParsedRecords` of `ManifestRow`s (not yet deduplicated): the manifest
     read (a CSV field may hold quoted newlines; a pipe from the content `inspect_manifest` read)
-    and parsed; a reject names its line number."""
+    and parsed; a reject names its line number.
+
+    Args:
+        path: the manifest's path.
+        manifest: its format, from `inspect_manifest` (with the content of a pipe).
+
+    Returns:
+        The reading PTransform.
+    """
     is_csv = manifest.format == "csv"
-    return paths.ReadParsedRecords(
+    return text_records.ReadParsedRecords(
         path,
         functools.partial(_parse_record, path=path, manifest=ManifestFormat(*manifest)),
         csv_records=is_csv,

@@ -17,11 +17,26 @@ from components import layout
 
 
 def is_local(path: str) -> bool:
+    """Whether `path` is on the local file system (it has no `scheme://`).
+
+    Args:
+        path: a local path or a URL such as gs://bucket/x.
+
+    Returns:
+        True for a local path.
+    """
     return "://" not in path
 
 
 def is_link(path: str) -> bool:
-    """Whether `path` is a symbolic link (dangling or not); always False on object stores."""
+    """Whether `path` is a symbolic link (dangling or not); always False on object stores.
+
+    Args:
+        path: a local path or an object-store URL.
+
+    Returns:
+        True for a local symbolic link.
+    """
     return is_local(path) and os.path.islink(path)
 
 
@@ -29,6 +44,12 @@ def remove_tree(path: str) -> None:
     """Removes the folder `path` and what is in it; a link inside is unlinked, not followed.
 
     Raises ValueError when `path` itself is a link: callers check first and say why it is kept.
+
+    Args:
+        path: the folder, local or on an object store.
+
+    Raises:
+        ValueError: when `path` is a symbolic link.
     """
     if is_link(path):
         raise ValueError(f"{path} is a symbolic link: not removing it or what it points to")
@@ -39,7 +60,17 @@ def remove_tree(path: str) -> None:
 
 
 def remove_path(path: str) -> None:
-    """Removes the file or folder `path` (see `remove_tree`); a missing one is no error."""
+    """Removes the file or folder `path` (see `remove_tree`); a missing one is no error.
+
+    Args:
+        path: the file or folder, local or on an object store.
+
+    Raises:
+        ValueError: when `path` is a symbolic link.
+
+    Example:
+        remove_path(os.path.join(run_dir, ".spill-abc"))
+    """
     gfile = layout.gfile()
     if is_link(path):
         raise ValueError(f"{path} is a symbolic link: not removing it or what it points to")

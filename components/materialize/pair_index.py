@@ -40,6 +40,38 @@ class XSelection:
     mentioned: np.ndarray
     plan: ShardPlan
 
+    @property
+    def record_sets(self) -> tuple[str, ...]:
+        """The record sets whose records `assign` numbers: x only (every y is a record)."""
+        return (X,)
+
+    def assign(self, record_set: str, ids: list[str]) -> tuple[np.ndarray, list[tuple]]:
+        """Numbers the decoded x candidates `ids`, as `GroupSelection.assign` does by group.
+
+        Args:
+            record_set: `x`.
+            ids: ids of x candidates (images that decoded, records that passed screening).
+
+        Returns:
+            (int64 [len(ids)] record numbers, -1 where left out; (position, reason, detail) of
+            each one left out: no valid pair left for it, or not in the pair list at all).
+        """
+        if record_set != X:
+            raise ValueError(f"a pair list selects x records, not {record_set!r}")
+        candidates = self.candidates.lookup(ids)
+        numbers = self.candidate_record[candidates]
+        refused = [
+            (
+                i,
+                rejects.NO_VALID_PAIRS,
+                "every y listed for it is unknown or rejected, or none is listed"
+                if self.mentioned[candidates[i]]
+                else "not in the pair list",
+            )
+            for i in np.flatnonzero(numbers < 0).tolist()
+        ]
+        return numbers, refused
+
 
 def select_x(
     x_table: IdTable, survivors: np.ndarray, mentioned: np.ndarray, sharding: ShardingConfig
@@ -47,6 +79,15 @@ def select_x(
     """Plans the x record set over the candidates with at least one valid pair.
 
     `survivors` and `mentioned` are sorted int64 candidate indices (positions in `x_table`).
+
+    Args:
+        x_table: the decoded x images (the candidates).
+        survivors: int64 [k], the candidates with a valid pair, sorted.
+        mentioned: int64 [m], the candidates the pair list names, sorted.
+        sharding: how the x record set is cut into shards.
+
+    Returns:
+        The `XSelection`: candidate `survivors[j]` becomes record j.
     """
     candidate_record = np.full([len(x_table)], -1, np.int64)
     candidate_record[survivors] = np.arange(len(survivors), dtype=np.int64)
@@ -135,6 +176,16 @@ def ResolvePairList(
 
     `tables` and `rejected_tables`: PCollection[(record_set, IdTable)] (see
     `pairs_pipeline.DecodedImages`).
+
+    Args:
+        begin: the pipeline's root.
+        pairs_path: the pair list.
+        pairs_format: "jsonl" or "csv".
+        tables: as above, a side input.
+        rejected_tables: as above, a side input.
+
+    Returns:
+        The `PairList`.
     """
     read = begin | "ReadPairs" >> pair_list.read_pair_list(pairs_path, pairs_format)
     edges = (
@@ -199,7 +250,17 @@ class Selected(NamedTuple):
 def SelectRecords(
     edges: beam.PCollection, tables: beam.PCollection, sharding: ShardingConfig
 ) -> Selected:
-    """Resolved edges -> `Selected`: the x with a valid pair, and the plans of both sets."""
+    """Resolved edges -> `Selected`: the x with a valid pair, and the plans of both sets.
+
+    Args:
+        edges: PCollection of `(x candidate indices int64 [k], y record numbers int64 [k],
+            x candidates named int64 [m])`, from `ResolvePairList`.
+        tables: PCollection[(record_set, IdTable)], a side input.
+        sharding: how each record set is cut into shards.
+
+    Returns:
+        The `Selected` singletons.
+    """
     survivors = (
         edges
         | "ValidX" >> beam.Map(lambda e: e[0])
@@ -284,6 +345,19 @@ def WritePairIndex(
 
     `selection` and `verdict`: singleton PCollections; `tables`: PCollection[(record_set,
     IdTable)].
+
+    Args:
+        edges: the resolved edges, as `SelectRecords` takes them.
+        output_dir: the run folder, claimed by this job.
+        selection: singleton PCollection[XSelection].
+        tables: PCollection[(record_set, IdTable)].
+        verdict: singleton PCollection[Verdict].
+
+    Returns:
+        Singleton PCollection[dict]: {"pairs": stats} ({"num_pairs": 0} when not ok).
+
+    Raises:
+        RuntimeError: (in the workers) when x shards are missing or an x record has no pair.
     """
     return (
         edges

@@ -5,51 +5,53 @@ the groups).
 Files are decoded in batches (one Beam element per `files_per_batch` files); each decoded
 Example is spilled to a file at once and only its ref travels on, grouped by shard, to the
 shard writer, or with `--spill none` the Example itself does (`spill`). Everything global
-(sorting, which images survive) runs on ids and record numbers only; the valid-pair side of the
-job is in `pair_index` (a pair list) or `group_pairing` (groups).
+(sorting, which images survive) runs on ids and record numbers only. The job is composed of
+the shared `stages` (read, plan ids, write shards and indexes, commit); what is its own is the
+listing and decoding of images and the reading of groups files (`group_pairing.ReadGroups`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import apache_beam as beam
-import numpy as np
 
 from components import layout
-from components.materialize import (
-    common,
-    group_pairing,
-    images,
-    outcome,
-    pair_index,
-    pair_list,
-    paths,
-    rejects,
-    shards,
-    spill,
-)
+from components.materialize import group_pairing, images, pair_list, paths, rejects, spill, stages
 from components.materialize.config import PairsConfig
 
 X = layout.X_RECORD_SET
 Y = layout.Y_RECORD_SET
-REJECTED = common.REJECTED
+REJECTED = stages.REJECTED
 
 
 def run_pairs(
     config: PairsConfig, make_pipeline: Callable[[], beam.Pipeline] | None = None
 ) -> dict:
-    """Runs the pairs job and returns its summary (the content of `summary.json`).
+    """Runs the pairs job (`stages.run_materialize`).
 
-    `make_pipeline` returns a fresh `beam.Pipeline` (e.g. TFX's
-    `BaseBeamExecutor._make_beam_pipeline`); None builds one from
-    `config.beam_pipeline_args` (DirectRunner by default). Raises MaterializeError on bad
-    arguments, when nothing is left, or when rejects exceed `config.max_reject_fraction`.
+    Args:
+        config: the job's config; validated first.
+        make_pipeline: returns a fresh `beam.Pipeline` (e.g. TFX's
+            `BaseBeamExecutor._make_beam_pipeline`); None builds one from
+            `config.beam_pipeline_args` (DirectRunner by default).
+
+    Returns:
+        The run's summary (the content of `summary.json`).
+
+    Raises:
+        MaterializeError: on bad arguments, when nothing is left, or when rejects exceed
+            `config.max_reject_fraction`.
+
+    Example:
+        run_pairs(PairsConfig(x_dir="data/x", y_dir="data/y", pairs="data/pairs.jsonl",
+                              output_dir="/tmp/run"))["record_sets"]["x"]["num_records"]
     """
     config.validate()
-    return common.run_materialize(MaterializePairs(config), config, make_pipeline)
+    return stages.run_materialize(MaterializePairs(config), config, make_pipeline)
 
 
 def _list_batches(record_set_root: tuple[str, str], batch_size: int) -> Iterator[tuple]:
@@ -94,14 +96,11 @@ class _DecodeImages(spill.SpillingDoFn):
 
 class DecodedImages(NamedTuple):
     """What `_DecodeImageSets` yields, as PCollections: `file_counts` (record_set, files
-    listed); `records` (record_set, [ids], [Payload]); `rejects` (Reject); `tables` and
-    `rejected_tables` (record_set, IdTable) of the decoded and of the rejected ids."""
+    listed); `records` (record_set, [ids], [Payload]); `rejects` (Reject)."""
 
     file_counts: beam.PCollection
     records: beam.PCollection
     rejects: beam.PCollection
-    tables: beam.PCollection
-    rejected_tables: beam.PCollection
 
 
 @beam.ptransform_fn
@@ -116,88 +115,29 @@ def _DecodeImageSets(
     spilled below `spill_root` (or, when None, handed on as they are)."""
     listed = (
         begin
-        # Not reshuffled here: SpreadFiles spreads the listed batches.
+        # Not reshuffled here: ReadSpread spreads the listed batches.
         | "Roots" >> beam.Create(sorted(roots.items()), reshuffle=False)
         | "List" >> beam.FlatMap(_list_batches, files_per_batch)
-        | "SpreadFiles" >> beam.Reshuffle()
     )
     file_counts = (
         listed
         | "FilesPerBatch" >> beam.Map(lambda batch: (batch[0], len(batch[1])))
         | "FilesPerSet" >> beam.CombinePerKey(sum)
     )
-    decoded = listed | "Decode" >> beam.ParDo(
-        _DecodeImages(roots, storage, spill_root)
-    ).with_outputs(REJECTED, main="records")
-    tables = (
-        decoded.records
-        | "Keys" >> beam.Map(lambda d: (d[0], (d[1], [spill.payload_length(p) for p in d[2]])))
-        | "CollectIds" >> beam.CombinePerKey(shards.CollectIds())
+    decoded = listed | "Decode" >> stages.ReadSpread(
+        _DecodeImages(roots, storage, spill_root), main="records"
     )
-    rejected_tables = (
-        decoded[REJECTED]
-        | "WithId" >> beam.Filter(lambda reject: bool(reject.id))
-        | "RejectedKeys" >> beam.Map(lambda reject: (reject.record_set, ([reject.id], [0])))
-        | "CollectRejectedIds" >> beam.CombinePerKey(shards.CollectIds())
-    )
-    return DecodedImages(file_counts, decoded.records, decoded[REJECTED], tables, rejected_tables)
+    return DecodedImages(file_counts, decoded.records, decoded[REJECTED])
 
 
-class _AssignRecords(beam.DoFn):
-    """Decoded batches -> ((record_set, shard), [ShardRecord]); the images the pairing leaves
-    out rejected (x without valid pairs; by group, images without one group too)."""
+@dataclasses.dataclass(frozen=True)
+class _PathUnderRoot:
+    """A reject's source for an image: its path, its record set's root joined with its id."""
 
-    def __init__(self, roots: dict[str, str]):
-        super().__init__()
-        self._roots = roots
+    roots: dict[str, str]
 
-    def process(
-        self, decoded, plans, selection: pair_index.XSelection | group_pairing.GroupSelection
-    ):
-        record_set, ids, payloads = decoded
-        if isinstance(selection, group_pairing.GroupSelection):
-            numbers, refused = selection.assign(record_set, ids)
-        elif record_set == X:
-            numbers, refused = _assign_listed_x(selection, ids)
-        else:
-            numbers, refused = plans[record_set].ids.lookup(ids), []
-        for i, reason, detail in refused:
-            yield beam.pvalue.TaggedOutput(
-                REJECTED,
-                rejects.Reject(
-                    posixpath.join(self._roots[record_set], ids[i]),
-                    reason,
-                    detail,
-                    record_set,
-                    ids[i],
-                ),
-            )
-        kept = np.flatnonzero(numbers >= 0)
-        yield from shards.group_by_shard(
-            plans[record_set],
-            numbers[kept],
-            [payloads[i] for i in kept.tolist()],
-            np.full([len(kept)], -1, np.int64),
-        )
-
-
-def _assign_listed_x(
-    selection: pair_index.XSelection, ids: list[str]
-) -> tuple[np.ndarray, list[tuple]]:
-    """As `GroupSelection.assign`, for x images paired by a pair list."""
-    candidates = selection.candidates.lookup(ids)
-    numbers = selection.candidate_record[candidates]
-    refused = [
-        (
-            i,
-            rejects.NO_VALID_PAIRS,
-            "every y listed for it is unknown or rejected, or none is listed"
-            if selection.mentioned[candidates[i]]
-            else "not in the pair list",
-        )
-        for i in np.flatnonzero(numbers < 0).tolist()
-    ]
-    return numbers, refused
+    def __call__(self, record_set: str, record_id: str) -> str:
+        return posixpath.join(self.roots[record_set], record_id)
 
 
 def _input_counts(line_counts: dict[str, int], file_counts: dict[str, int]) -> dict:
@@ -238,7 +178,7 @@ def _static_summary(config: PairsConfig) -> dict:
             "image_storage": config.image_storage,
             "raw_size": [config.raw_height, config.raw_width, config.raw_channels],
             "max_reject_fraction": config.max_reject_fraction,
-            **common.sharding_summary(config.sharding),
+            **stages.sharding_summary(config.sharding),
         },
     }
 
@@ -246,7 +186,15 @@ def _static_summary(config: PairsConfig) -> dict:
 class MaterializePairs(beam.PTransform):
     """The pairs job as one transform, applied to a pipeline (`run_pairs` runs it).
 
-    Output: a singleton PCollection, the summary (the content of `summary.json`).
+    Args:
+        config: the job's config.
+
+    Returns (of `expand`):
+        A singleton PCollection, the summary (the content of `summary.json`).
+
+    Example:
+        # Under `stages.run_job`, whose claim on the output folder the writers read:
+        stages.run_job(lambda p: p | MaterializePairs(config), config.output_dir, False, (), None)
     """
 
     def __init__(self, config: PairsConfig):
@@ -254,6 +202,14 @@ class MaterializePairs(beam.PTransform):
         self._config = config
 
     def expand(self, begin: beam.pvalue.PBegin) -> beam.PCollection:
+        """Builds the pairs job on the pipeline's root.
+
+        Args:
+            begin: the pipeline's root.
+
+        Returns:
+            A singleton PCollection, the summary.
+        """
         config = self._config
         output_dir = config.output_dir
         roots = {X: config.x_dir, Y: config.y_dir}
@@ -265,68 +221,59 @@ class MaterializePairs(beam.PTransform):
             max_pixels=config.max_image_pixels,
         )
 
-        spill_root = spill.resolve_spill_root(config.spill, begin.pipeline, output_dir)
+        # Read and screen: decoding is the screen; the ids of the images left, and of those
+        # rejected, are what the pairing sees.
+        spill_root = stages.resolve_spill_root(config.spill, begin.pipeline, output_dir)
         decoded = begin | "Images" >> _DecodeImageSets(
             roots, storage, config.files_per_batch, spill_root
         )
-        if config.pairs:
-            pairs = begin | "PairList" >> pair_index.ResolvePairList(
-                config.pairs,
-                pair_list.resolve_format(config.pairs, config.pairs_format),
-                decoded.tables,
-                decoded.rejected_tables,
-            )
-            selected = pairs.edges | "Select" >> pair_index.SelectRecords(
-                decoded.tables, config.sharding
-            )
-            selection, plans, pairing_rejects = selected.selection, selected.plans, pairs.rejects
-            line_counts = pairs.num_lines | "PairLines" >> beam.Map(lambda n: {"pair_lines": n})
-        else:
-            grouping = begin | "Groups" >> group_pairing.SelectByGroup(
-                _group_files(config), decoded.tables, decoded.rejected_tables, config.sharding
-            )
-            selection, plans, pairing_rejects = grouping.selection, grouping.plans, grouping.rejects
-            line_counts = grouping.line_counts
-        assigned = decoded.records | "Assign" >> beam.ParDo(
-            _AssignRecords(roots),
-            beam.pvalue.AsSingleton(plans),
-            beam.pvalue.AsSingleton(selection),
-        ).with_outputs(REJECTED, main="shard_batches")
+        tables = decoded.records | "Tables" >> stages.CollectIdTables()
+        rejected_tables = decoded.rejects | "RejectedTables" >> stages.CollectRejectedIds()
 
+        # Plan ids.
+        if config.pairs:
+            pairing = begin | "PairList" >> stages.PlanByPairList(
+                config.pairs, config.pairs_format, tables, rejected_tables, config.sharding
+            )
+            input_rejects = (decoded.rejects, pairing.rejects)
+            line_counts = pairing.num_lines | "PairLines" >> beam.Map(lambda n: {"pair_lines": n})
+        else:
+            groups = begin | "Groups" >> group_pairing.ReadGroups(
+                _group_files(config), tables, rejected_tables
+            )
+            pairing = begin | "ByGroup" >> stages.PlanByGroup(
+                groups.tables, tables, config.sharding, groups.missing_detail
+            )
+            input_rejects = (decoded.rejects, groups.rejects)
+            line_counts = groups.line_counts
+        assigned = decoded.records | "Assign" >> stages.AssignToShards(
+            pairing.plans, _PathUnderRoot(roots), pairing.selection
+        )
         num_files = (
             decoded.file_counts | "Files" >> beam.Values() | "AllFiles" >> beam.CombineGlobally(sum)
         )
-        judgement = (
-            decoded.rejects,
-            pairing_rejects,
-            assigned[REJECTED],
-        ) | "Judge" >> outcome.Judge(
+        judgement = (*input_rejects, assigned[REJECTED]) | "Judge" >> stages.Judge(
             output_dir,
             num_inputs=num_files,
-            plans=plans,
+            plans=pairing.plans,
             required_record_sets=(X, Y),
             max_reject_fraction=config.max_reject_fraction,
         )
-        index_stats = assigned.shard_batches | "Write" >> shards.WriteRecordSets(
-            output_dir,
-            plans=beam.pvalue.AsSingleton(plans),
-            verdict=beam.pvalue.AsSingleton(judgement.verdict),
+
+        # Write shards, then indexes, then commit.
+        index_stats = assigned.shard_batches | "Write" >> stages.WriteShards(
+            output_dir, plans=pairing.plans, verdict=judgement.verdict
         )
-        if config.pairs:
-            pair_stats = pairs.edges | "PairIndex" >> pair_index.WritePairIndex(
-                output_dir, selection, decoded.tables, judgement.verdict
-            )
-        else:
-            pair_stats = judgement.verdict | "GroupIndex" >> group_pairing.WriteGroupIndex(
-                output_dir, selection
-            )
+        pair_stats = judgement.verdict | "PairIndex" >> stages.WritePairing(
+            output_dir, pairing, tables
+        )
         input_counts = line_counts | "InputCounts" >> beam.Map(
             _input_counts, beam.pvalue.AsDict(decoded.file_counts)
         )
-        return judgement | "Summary" >> outcome.WriteSummary(
+        return judgement | "Summary" >> stages.Commit(
             output_dir,
             _static_summary(config),
-            plans=plans,
+            plans=pairing.plans,
             index_stats=index_stats,
-            sections=(pair_stats, input_counts) | "Sections" >> beam.Flatten(),
+            sections=(pair_stats, input_counts),
         )

@@ -1,5 +1,5 @@
-"""Input paths: record ids, root-escape checks, directory listing, reading file bytes, and
-reading the records of a text input (pair list, manifest).
+"""Input paths: record ids, root-escape checks, directory listing, reading file bytes. The
+records of a text input (pair list, manifest, groups file) are read by `text_records`.
 
 Files are read with Beam's `FileSystems`, so local paths and object stores (gs://, s3://,
 hdfs://) work alike. Local folders are listed with `os.scandir`; other roots with `tf.io.gfile`
@@ -10,17 +10,13 @@ below the resolved root, and only regular files are opened.
 
 from __future__ import annotations
 
-import csv
 import errno
-import io
 import os
 import posixpath
 import re
 import stat
-from collections.abc import Callable, Iterable, Iterator
-from typing import NamedTuple
+from collections.abc import Iterator
 
-import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
@@ -32,8 +28,6 @@ _FORBIDDEN_CHARACTERS = frozenset("\n\r\0")
 # does not name it alone (another file has that name, or other bytes print alike): a NUL, which
 # no file name holds, so `normalize_id` rejects it as NON_UTF8_NAME before it becomes an id.
 _AMBIGUOUS_NAME = "\0"
-_UTF8_BOM = b"\xef\xbb\xbf"
-_UNDECODABLE = "rejected"  # the output of `ReadParsedRecords`' steps that holds rejects
 # How `printable` writes a byte that is not UTF-8; `_undo_printable` reverses it.
 _ESCAPED_BYTE = re.compile(rb"\\x([89a-f][0-9a-f])")
 _FILE_KINDS = (
@@ -47,9 +41,19 @@ _FILE_KINDS = (
 def normalize_id(raw_path: str) -> str:
     """Returns the record id of a path given relative to a root (posix, without `.` parts).
 
-    Raises `RejectedInput(UNSAFE_PATH)` for absolute paths, paths leaving the root through
-    `..`, empty paths and ids that cannot be stored one per line (newlines, NUL, invalid UTF-8),
-    and `RejectedInput(NON_UTF8_NAME)` for a listed name `list_files` marked as not UTF-8.
+    Args:
+        raw_path: the path relative to the root, as listed or as a list names it.
+
+    Returns:
+        The normalized record id, e.g. "a/b.png" for "a/./b.png".
+
+    Raises:
+        RejectedInput: UNSAFE_PATH for absolute paths, paths leaving the root through `..`,
+            empty paths and ids that cannot be stored one per line (newlines, NUL, invalid
+            UTF-8); NON_UTF8_NAME for a listed name `list_files` marked as not UTF-8.
+
+    Example:
+        normalize_id("cats/./a.png")  # "cats/a.png"
     """
     if raw_path.startswith(_AMBIGUOUS_NAME):
         raise rejects.RejectedInput(rejects.NON_UTF8_NAME, _ambiguous_detail(raw_path))
@@ -71,6 +75,28 @@ def normalize_id(raw_path: str) -> str:
     return record_id
 
 
+def normalize_listed_id(raw_path: str, reason: str, what: str) -> str:
+    """`normalize_id` of an id a list names (a pair list's, a groups file's).
+
+    Args:
+        raw_path: the id as the list gives it.
+        reason: the reject reason when it is not a safe id (`rejects.UNSAFE_PAIR_PATH`, ...).
+        what: what the reject calls it ("x id", "id").
+
+    Returns:
+        The record id.
+
+    Raises:
+        RejectedInput: with `reason`, saying which id and why.
+    """
+    try:
+        return normalize_id(raw_path)
+    except rejects.RejectedInput as error:
+        raise rejects.RejectedInput(
+            reason, f"{what} {printable(raw_path)!r}: {error.detail}"
+        ) from error
+
+
 def _ambiguous_detail(marked: str) -> str:
     shown = marked[len(_AMBIGUOUS_NAME) :]
     return (
@@ -84,6 +110,14 @@ def _has_drive(path: str) -> bool:
 
 
 def is_local(path: str) -> bool:
+    """Whether `path` is on the local file system (it has no `scheme://`).
+
+    Args:
+        path: a local path or a URL such as gs://bucket/x.
+
+    Returns:
+        True for a local path.
+    """
     return "://" not in path
 
 
@@ -92,6 +126,13 @@ def check_inside_root(root: str, path: str) -> None:
 
     `path` is `root` joined with a normalized id. Only a symlink below `root` can lead out, so
     the full resolution runs only when one of the id's components is a link.
+
+    Args:
+        root: the input root.
+        path: `root` joined with a normalized id.
+
+    Raises:
+        RejectedInput: SYMLINK_ESCAPES_ROOT when it resolves outside `root`.
     """
     if not is_local(path):
         return
@@ -115,8 +156,16 @@ def read_bytes(root: str, path: str) -> bytes:
     """Reads a whole file below `root`, after the root-escape check; a local path must be a
     regular file (after following links) before it is opened.
 
-    Raises `RejectedInput` with MISSING_FILE, SYMLINK_ESCAPES_ROOT, SYMLINK_LOOP,
-    NOT_REGULAR_FILE, NON_UTF8_NAME, UNSUPPORTED_FORMAT (a directory) or READ_ERROR.
+    Args:
+        root: the input root.
+        path: the file, `root` joined with its id.
+
+    Returns:
+        The file's bytes.
+
+    Raises:
+        RejectedInput: with MISSING_FILE, SYMLINK_ESCAPES_ROOT, SYMLINK_LOOP,
+            NOT_REGULAR_FILE, NON_UTF8_NAME, UNSUPPORTED_FORMAT (a directory) or READ_ERROR.
     """
     if _AMBIGUOUS_NAME in path:
         marked = path[path.index(_AMBIGUOUS_NAME) :]
@@ -167,7 +216,17 @@ def _check_regular_file(path: str) -> None:
 def printable(text: str) -> str:
     """`text` with each byte that was not UTF-8 (a lone surrogate from `os.fsdecode` or a
     `surrogateescape` decode) written as `\\xNN`, so it can pass through Beam's coders and be
-    written to JSON; other lone surrogates (from a JSON escape) are written as `\\uNNNN`."""
+    written to JSON; other lone surrogates (from a JSON escape) are written as `\\uNNNN`.
+
+    Args:
+        text: a str, perhaps holding lone surrogates.
+
+    Returns:
+        A str that encodes as UTF-8.
+
+    Example:
+        printable(os.fsdecode(b"a\\xff"))  # "a\\\\xff"
+    """
     try:
         return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     except UnicodeEncodeError:  # A surrogate that no undecodable byte stands for.
@@ -190,6 +249,12 @@ def list_files(root: str) -> Iterator[str]:
     form does not lead back to this file alone (a file is named so: `a\\xff.png` beside the
     non-UTF-8 `a<FF>.png`; or other bytes print alike), the id part is yielded behind a NUL
     marker, so `normalize_id` rejects it as NON_UTF8_NAME and the other file keeps its own id.
+
+    Args:
+        root: the folder to list: a local path or any gfile URL.
+
+    Returns:
+        An iterator of file paths, each `root` joined with the file's relative path.
     """
     if is_local(root):
         yield from _list_local_files(root)
@@ -258,262 +323,18 @@ def relative_id(root: str, path: str) -> str:
     `list_files` joins names onto `root` as given, so the id is what follows that prefix; this
     runs once per file in the serial listing step, where `posixpath.relpath` (two `abspath`
     calls) cost more than the listing itself.
+
+    Args:
+        root: the root given to `list_files`.
+        path: a path it yielded.
+
+    Returns:
+        The path relative to `root`.
+
+    Example:
+        relative_id("/data", "/data/cats/a.png")  # "cats/a.png"
     """
     return path[len(root) :].lstrip("/")
-
-
-class TextRecord(NamedTuple):
-    """One record of a text input: a line, or a CSV record (whose quoted fields may span lines).
-
-    `line` is the 1-based number of its first line; `text` keeps its line endings, and holds
-    each byte that is not UTF-8 as a lone surrogate (`surrogateescape`).
-    """
-
-    line: int
-    text: str
-
-
-def read_text_records(
-    path: str, csv_records: bool = False, data: bytes | None = None
-) -> Iterator[TextRecord]:
-    """Yields the records of a text file (any Beam path) in order, blank ones included; of
-    `data` instead when given (the file's content, read once by `read_if_stream`).
-
-    The file is split at b"\\n" only, like Beam's `ReadFromText` (not at the other Unicode
-    line breaks `str.splitlines` knows), and a leading UTF-8 byte order mark is dropped. Bytes
-    that are not UTF-8 do not stop the reading: `utf8_problem` finds the records holding them.
-    """
-    if data is not None:
-        yield from _text_records(io.BytesIO(data), csv_records)
-        return
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        yield from _text_records(handle, csv_records)
-
-
-def _text_records(handle: Iterable[bytes], csv_records: bool) -> Iterator[TextRecord]:
-    lines = _decoded_lines(handle)
-    if csv_records:
-        yield from _csv_records(lines)
-    else:
-        yield from (TextRecord(number, line) for number, line in enumerate(lines, 1))
-
-
-def read_if_stream(path: str) -> bytes | None:
-    """The whole content of a local `path` that is not a regular file (a pipe such as bash's
-    `<(...)`, a FIFO, `/dev/stdin`), read now; None for a regular file or a remote path.
-
-    A stream can be read only once: a job that sniffed its format (a CSV header) and then read
-    it again would find it empty. The job keeps these bytes and reads its records from them.
-    """
-    if not is_local(path):
-        return None
-    try:
-        mode = os.stat(path).st_mode
-    except (OSError, ValueError):
-        return None  # The reader says what is wrong with the path.
-    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
-        return None
-    with open(path, "rb") as handle:
-        return handle.read()
-
-
-def csv_fields(text: str) -> list[str]:
-    """The fields of one CSV record (`text`, as `read_text_records` yields it): a quoted field
-    exactly as written between its quotes, an unquoted one without surrounding whitespace (so
-    `a.png, b.png` names `b.png`, and `" b.png"` names ` b.png`). Raises `csv.Error`."""
-    values = next(csv.reader([text]), [])
-    quoted = _quoted_fields(text)
-    if len(quoted) != len(values):  # not a shape the scan knows: strip every field
-        quoted = [False] * len(values)
-    return [
-        value if was_quoted else value.strip()
-        for value, was_quoted in zip(values, quoted, strict=True)
-    ]
-
-
-def _quoted_fields(text: str) -> list[bool]:
-    """Whether each field of a CSV record (the csv module's default dialect) is quoted: it is
-    when its first character is the quote; the csv module does not say."""
-    flags = []
-    i, n = 0, len(text)
-    while True:
-        quoted = i < n and text[i] == '"'
-        flags.append(quoted)
-        if quoted:
-            i += 1
-            while i < n:
-                if text[i] == '"':
-                    if text.startswith('"', i + 1):  # a doubled quote inside the field
-                        i += 2
-                        continue
-                    i += 1
-                    break
-                i += 1
-        while i < n and text[i] not in ",\r\n":
-            i += 1
-        if i < n and text[i] == ",":
-            i += 1
-            continue
-        return flags
-
-
-def _decoded_lines(handle: Iterable[bytes]) -> Iterator[str]:
-    for number, line in enumerate(handle):
-        if number == 0:
-            line = line.removeprefix(_UTF8_BOM)
-        yield line.decode("utf-8", "surrogateescape")
-
-
-def _csv_records(lines: Iterable[str]) -> Iterator[TextRecord]:
-    # The csv module finds where a record ends (a quoted field may hold newlines); the record's
-    # own parser reads its fields again from `text`, so a reject can quote the record.
-    consumed: list[str] = []
-
-    def pulled() -> Iterator[str]:
-        for line in lines:
-            consumed.append(line)
-            yield line
-
-    reader = csv.reader(pulled())
-    first_line = 1
-    while True:
-        try:
-            next(reader)
-        except StopIteration:
-            return
-        except csv.Error:
-            pass  # The record's parser meets the same error and rejects the record.
-        yield TextRecord(first_line, "".join(consumed))
-        consumed.clear()
-        first_line = reader.line_num + 1
-
-
-def utf8_problem(record: TextRecord) -> str | None:
-    """None when `record` is valid UTF-8; otherwise which line and byte are not."""
-    if record.text.isascii():
-        return None
-    try:
-        record.text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        line = record.line + record.text.count("\n", 0, error.start)
-        byte = ord(record.text[error.start]) - 0xDC00
-        return f"line {line}: byte 0x{byte:02x} is not valid UTF-8"
-    return None
-
-
-class ParsedRecords(NamedTuple):
-    """What `ReadParsedRecords` yields, as PCollections: `num_records` (singleton int: the
-    records read, blank ones and the header excepted); `parsed` (what `parse` made of the valid
-    records); `rejects` (Reject of each record that is not valid UTF-8 or does not parse, and
-    those `parse` yields)."""
-
-    num_records: beam.PCollection
-    parsed: beam.PCollection
-    rejects: beam.PCollection
-
-
-# What a record parser returns for one record's text: the parsed items and any rejects beside
-# them; it raises `rejects.RejectedInput` to reject the whole record.
-RecordParser = Callable[[str, int], Iterable[object]]
-
-
-class ReadParsedRecords(beam.PTransform):
-    """PBegin -> `ParsedRecords`: the records of a pair list or manifest, parsed, with line
-    numbers in every reject.
-
-    The file is read by one worker in one pass (line numbers and CSV records that span lines
-    need it; a million rows take seconds) and its records are then spread over the workers and
-    parsed there by `parse(text, line)`. `skip_header` drops the first non-blank record; records
-    that are not valid UTF-8 become rejects with `bad_encoding_reason`. `data`: the file's
-    content when it was read already (`read_if_stream`); the records are read from it.
-    """
-
-    def __init__(
-        self,
-        path: str,
-        parse: RecordParser,
-        *,
-        csv_records: bool,
-        skip_header: bool,
-        bad_encoding_reason: str,
-        data: bytes | None = None,
-    ):
-        super().__init__()
-        self._path = path
-        self._parse = parse
-        self._csv_records = csv_records
-        self._skip_header = skip_header
-        self._bad_encoding_reason = bad_encoding_reason
-        self._data = data
-
-    def expand(self, begin: beam.pvalue.PBegin) -> ParsedRecords:
-        read = (
-            begin
-            | "Path" >> beam.Create([self._path], reshuffle=False)
-            | "Read"
-            >> beam.FlatMap(
-                _read_records,
-                self._csv_records,
-                self._skip_header,
-                self._bad_encoding_reason,
-                self._data,
-            ).with_outputs(_UNDECODABLE, main="records")
-        )
-        parsed = (
-            read.records
-            | "Spread" >> beam.Reshuffle()
-            | "Parse"
-            >> beam.FlatMap(_parse_record, self._path, self._parse).with_outputs(
-                _UNDECODABLE, main="parsed"
-            )
-        )
-        return ParsedRecords(
-            (read.records, read[_UNDECODABLE])
-            | "All" >> beam.Flatten()
-            | "Count" >> beam.combiners.Count.Globally(),
-            parsed.parsed,
-            (read[_UNDECODABLE], parsed[_UNDECODABLE]) | "Rejects" >> beam.Flatten(),
-        )
-
-
-def _parse_record(record: TextRecord, path: str, parse: RecordParser) -> Iterator[object]:
-    try:
-        for item in parse(record.text, record.line):
-            yield (
-                beam.pvalue.TaggedOutput(_UNDECODABLE, item)
-                if isinstance(item, rejects.Reject)
-                else item
-            )
-    except rejects.RejectedInput as error:
-        yield beam.pvalue.TaggedOutput(
-            _UNDECODABLE, rejects.Reject.of_line(path, record.text, error, record.line)
-        )
-
-
-def _read_records(
-    path: str,
-    csv_records: bool,
-    skip_header: bool,
-    bad_encoding_reason: str,
-    data: bytes | None = None,
-) -> Iterator[TextRecord | beam.pvalue.TaggedOutput]:
-    header_pending = skip_header
-    for record in read_text_records(path, csv_records, data):
-        if not record.text.strip():
-            continue
-        if header_pending:
-            header_pending = False
-            continue
-        problem = utf8_problem(record)
-        if problem is None:
-            yield record
-            continue
-        # Lone surrogates cannot pass through Beam's coders: the reject quotes the record
-        # with its bad bytes written out.
-        error = rejects.RejectedInput(bad_encoding_reason, problem)
-        yield beam.pvalue.TaggedOutput(
-            _UNDECODABLE, rejects.Reject.of_line(path, printable(record.text), error, record.line)
-        )
 
 
 def _one_line(error: BaseException) -> str:

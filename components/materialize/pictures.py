@@ -2,7 +2,9 @@
 
 `write_run_pictures(output_dir, summary)` writes one event file under
 `<output_dir>/tensorboard/` (step 0): for each tag below, a histogram (`tf.summary.histogram`)
-under the tag and a bar chart image under `<tag>_chart`:
+under the tag and a bar chart image under `<tag>_chart`; the same chart goes beside the event
+file as a PNG file, `charts.png_name(<tag>)` (`pairs_degree.png`, say), for people without
+TensorBoard:
 
 - pairs job: `pairs/degree`, the number of valid y of each x record. Read from the pair index
   (`index/pairs/row_splits.npy`, or the groups of a group index), since `summary.json` keeps
@@ -35,17 +37,33 @@ class _Picture(NamedTuple):
     values: np.ndarray  # int64 [N], one per x record or speaker
     edges: np.ndarray  # int64 [n + 1], see `charts.integer_bins`
     counts: np.ndarray  # int64 [n]
+    x_title: str
+    y_title: str
     description: str
 
 
 def run_pictures_dir(output_dir: str) -> str:
-    """Where `write_run_pictures` writes the pictures of the run in `output_dir`."""
+    """Where `write_run_pictures` writes the pictures of the run in `output_dir`.
+
+    Args:
+        output_dir: the run folder.
+
+    Returns:
+        `<output_dir>/pictures`.
+    """
     return os.path.join(output_dir, PICTURES_DIR)
 
 
 def data_files(output_dir: str) -> Iterator[tuple[str, str]]:
     """(path relative to the run, path) of every file of a local run but its pictures: what
-    re-runs of the same input reproduce byte for byte (event files carry their wall time)."""
+    re-runs of the same input reproduce byte for byte (event files carry their wall time).
+
+    Args:
+        output_dir: a local run folder.
+
+    Returns:
+        An iterator of `(relative path, path)`, sorted within each folder.
+    """
     for directory, subdirectories, names in os.walk(output_dir):
         if directory == output_dir and PICTURES_DIR in subdirectories:
             subdirectories.remove(PICTURES_DIR)
@@ -94,26 +112,38 @@ def write_run_pictures(output_dir: str, summary: dict) -> str:
             tf.summary.histogram(
                 picture.tag, picture.values, buckets=len(counts), description=picture.description
             )
-            # A tag holds one kind of summary in TensorBoard: the image gets its own.
             chart = charts.histogram_chart(
                 [counts],
                 [charts.BLUE],
                 x_labels=(str(edges[0]), str(edges[-2])),  # the first value of each bar
                 y_label=str(int(counts.max())),
                 y_max=float(counts.max()),
+                x_title=picture.x_title,
+                y_title=picture.y_title,
             )
+            # A tag holds one kind of summary in TensorBoard: the image gets its own.
             tf.summary.image(
                 picture.tag + CHART_SUFFIX, chart[np.newaxis], description=picture.description
             )
+            charts.write_png(chart, os.path.join(log_dir, charts.png_name(picture.tag)))
     writer.close()
     return log_dir
 
 
 def tensorboard_hint(log_dirs: Mapping[str, str]) -> str:
     """Lines that say how to look at the pictures: one `tensorboard --logdir` command per
-    named log dir, and one command showing them all at once.
+    named log dir, one command showing them all at once, and a last line saying that the
+    charts are PNG files in those folders too (for people without TensorBoard).
 
-    Names must not hold ',' or ':' (TensorBoard's `--logdir_spec` separators).
+    Args:
+      log_dirs: name -> log dir, in the order to list them. Names must not hold ',' or ':'
+        (TensorBoard's `--logdir_spec` separators).
+
+    Returns:
+      The lines, joined by newlines.
+
+    Raises:
+      ValueError: a name is empty or holds ',' or ':'.
     """
     bad = [name for name in log_dirs if not name or set(name) & {",", ":"}]
     if bad:
@@ -123,6 +153,7 @@ def tensorboard_hint(log_dirs: Mapping[str, str]) -> str:
     lines += [f"  {name:<{width}}  tensorboard --logdir {path}" for name, path in log_dirs.items()]
     spec = ",".join(f"{name}:{path}" for name, path in log_dirs.items())
     lines.append(f"  {'all':<{width}}  tensorboard --logdir_spec {spec}")
+    lines.append("PNG files of the charts (DET curves, histograms): *.png in the folders above")
     return "\n".join(lines)
 
 
@@ -146,7 +177,9 @@ def _degree_picture(output_dir: str, summary: dict) -> _Picture:
         f"by their number of valid y (x axis, {edges[0]} to {edges[-1] - 1}, "
         f"{edges[1] - edges[0]} per bar); {num_x} x records, {num_pairs} valid pairs."
     )
-    return _Picture("pairs/degree", degrees, edges, counts, description)
+    return _Picture(
+        "pairs/degree", degrees, edges, counts, "valid y per x record", "x records", description
+    )
 
 
 def _utterances_picture(record_set: str, class_counts: Mapping[str, int]) -> _Picture:
@@ -158,4 +191,12 @@ def _utterances_picture(record_set: str, class_counts: Mapping[str, int]) -> _Pi
         f"{edges[-1] - 1}, {edges[1] - edges[0]} per bar); {len(per_speaker)} speakers, "
         f"{per_speaker.sum()} utterances."
     )
-    return _Picture(f"utterances_per_speaker/{record_set}", per_speaker, edges, counts, description)
+    return _Picture(
+        f"utterances_per_speaker/{record_set}",
+        per_speaker,
+        edges,
+        counts,
+        "utterances per speaker",
+        "speakers",
+        description,
+    )

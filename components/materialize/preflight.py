@@ -14,13 +14,28 @@ from components.materialize.errors import MaterializeError
 
 
 def not_empty(output_dir: str) -> MaterializeError:
+    """The error (returned, not raised) for a non-empty `--output_dir` without `--overwrite`.
+
+    Args:
+        output_dir: the output folder.
+
+    Returns:
+        The `MaterializeError`.
+    """
     return MaterializeError(
         f"--output_dir {output_dir} is not empty (pass --overwrite to replace a run)"
     )
 
 
 def check_output_path(output_dir: str) -> None:
-    """Refuses a dangling `--output_dir` link (and says where it points)."""
+    """Refuses a dangling `--output_dir` link (and says where it points).
+
+    Args:
+        output_dir: the output folder (an object-store path is never a link).
+
+    Raises:
+        MaterializeError: when it is a symbolic link to nothing.
+    """
     if owned_files.is_link(output_dir) and not os.path.exists(output_dir):
         raise MaterializeError(
             f"--output_dir {output_dir} is a symbolic link to {os.readlink(output_dir)!r}, "
@@ -31,7 +46,19 @@ def check_output_path(output_dir: str) -> None:
 def check_output_dir(output_dir: str, overwrite: bool, input_dirs: dict[str, str]) -> None:
     """The checks of `run_dir.claim_output_dir` / `prepare_output_dir` that need no claim, made
     early on a local `output_dir`: a dangling link, a file, a folder that is not empty without
-    `overwrite`, and one that is, holds or lies inside an input folder (`check_apart`)."""
+    `overwrite`, and one that is, holds or lies inside an input folder (`check_apart`).
+
+    Args:
+        output_dir: the output folder.
+        overwrite: whether `--overwrite` was given.
+        input_dirs: flag -> input folder, e.g. {"--x_dir": "/data/x"}.
+
+    Raises:
+        MaterializeError: for any of the above.
+
+    Example:
+        check_output_dir("/tmp/run", False, {"--input_dir": "/data/images"})
+    """
     check_apart(output_dir, input_dirs)
     if not owned_files.is_local(output_dir):
         return
@@ -46,7 +73,15 @@ def check_output_dir(output_dir: str, overwrite: bool, input_dirs: dict[str, str
 
 def check_apart(output_dir: str, input_dirs: dict[str, str]) -> None:
     """Refuses an `output_dir` that is, holds or lies inside one of `input_dirs` (flag -> folder):
-    the job would read its own files as inputs, and `--overwrite` could delete inputs."""
+    the job would read its own files as inputs, and `--overwrite` could delete inputs.
+
+    Args:
+        output_dir: the output folder.
+        input_dirs: flag -> input folder; empty or object-store folders are skipped.
+
+    Raises:
+        MaterializeError: naming the flag and how the folders overlap.
+    """
     if not owned_files.is_local(output_dir):
         return
     output = os.path.realpath(output_dir)

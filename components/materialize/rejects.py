@@ -124,11 +124,25 @@ class Reject(NamedTuple):
         cls, path: str, line: str, error: RejectedInput, line_number: int | None = None
     ) -> Reject:
         """The reject of one unparsable line (or CSV record) of a manifest or pair list;
-        `line_number` (1-based, of its first line) is named in the source when known."""
+        `line_number` (1-based, of its first line) is named in the source when known.
+
+        Args:
+            path: the manifest's or pair list's path.
+            line: the line's text (the first 200 characters, stripped, are kept).
+            error: why it was rejected.
+            line_number: its 1-based line number, or None.
+
+        Returns:
+            The `Reject`, with `error`'s reason and detail.
+
+        Example:
+            Reject.of_line("pairs.jsonl", "{", error, 3).source  # "pairs.jsonl:3: {"
+        """
         where = path if line_number is None else f"{path}:{line_number}"
         return cls(f"{where}: {line.strip()[:200]}", error.reason, error.detail)
 
     def to_json(self) -> str:
+        """This reject as a line of `rejects.jsonl` (sorted keys; no empty record_set or id)."""
         fields = {"source": self.source, "reason": self.reason, "detail": self.detail}
         if self.record_set:
             fields["record_set"] = self.record_set
@@ -159,7 +173,15 @@ class Formats:
 
     def unrecognized(self, data: bytes, source_name: str) -> RejectedInput:
         """The error for `data`, whose content is none of the formats: corrupt when its
-        extension claims one, unsupported otherwise."""
+        extension claims one, unsupported otherwise.
+
+        Args:
+            data: the file's bytes.
+            source_name: the file's name or path (its extension is read).
+
+        Returns:
+            A `RejectedInput` (returned, not raised) with `corrupt_reason` or UNSUPPORTED_FORMAT.
+        """
         extension = posixpath.splitext(source_name)[1].lower()
         if extension in self.extensions:
             what = "empty file" if not data else f"content is not {self.name}"
@@ -171,6 +193,14 @@ class Formats:
 
 
 def reject_counter(reason: str) -> beam.metrics.metricbase.Counter:
+    """The Beam counter of rejects with `reason` (`materialize:rejected_<reason>`).
+
+    Args:
+        reason: one of `ALL_REASONS`.
+
+    Returns:
+        The counter.
+    """
     return beam.metrics.Metrics.counter(COUNTER_NAMESPACE, f"rejected_{reason}")
 
 
@@ -193,6 +223,12 @@ class RecordRejects(beam.PTransform):
     rejects per reason (sorted by reason; empty when nothing was rejected), available once the
     file is written. The file is written whatever the job's verdict, so a failed run still
     says what went wrong.
+
+    Args:
+        output_dir: the run folder `rejects.jsonl` is written to.
+
+    Example:
+        counts = all_rejects | RecordRejects(run_dir)
     """
 
     def __init__(self, output_dir: str):
@@ -200,6 +236,14 @@ class RecordRejects(beam.PTransform):
         self._output_dir = output_dir
 
     def expand(self, rejects: beam.PCollection) -> beam.PCollection:
+        """Counts, gathers and writes the rejects.
+
+        Args:
+            rejects: PCollection[Reject].
+
+        Returns:
+            A singleton PCollection[dict[str, int]] of rejects per reason.
+        """
         return (
             rejects
             | "Count" >> beam.Map(_count_reject)

@@ -38,6 +38,20 @@ def claim_output_dir(output_dir: str, run_id: str) -> list[str]:
     MaterializeError naming that job. A claim left by a process of this host that is gone is
     stale: it is taken over, with a warning, and the dead run's orphan spill files are removed
     (`spill.remove_spill_dir`: only the folder named by that run's id).
+
+    Args:
+        output_dir: the run folder (local or object store), created when missing.
+        run_id: the id of the run claiming it.
+
+    Returns:
+        The run ids of the stale claims taken over.
+
+    Raises:
+        MaterializeError: when `output_dir` is a file or a bad output path, or another job holds
+            (or keeps taking) the claim.
+
+    Example:
+        stale = claim_output_dir("/tmp/run", run_id); prepare_output_dir("/tmp/run", True, stale)
     """
     gfile = layout.gfile()
     preflight.check_output_path(output_dir)
@@ -102,6 +116,15 @@ def prepare_output_dir(
     `_RUN_ENTRIES` and that run's spill folder. Other files stay. Nothing is removed when any
     of those entries is a symbolic link (a run never writes one): MaterializeError names it,
     before anything is deleted.
+
+    Args:
+        output_dir: the claimed run folder.
+        overwrite: whether the previous run's parts may be removed.
+        stale_run_ids: the run ids `claim_output_dir` took stale claims from.
+
+    Raises:
+        MaterializeError: when the folder holds more than the claim and `overwrite` is off, or
+            holds no run, or one of the run's entries is a symbolic link.
     """
     gfile = layout.gfile()
     in_use = sorted(
@@ -136,7 +159,14 @@ def prepare_output_dir(
 
 def previous_run_id(output_dir: str) -> str | None:
     """The run id of the run in `output_dir`: the one `summary.json` commits, else (a job killed
-    before its summary) the one its index parts name; None when nothing there names a run."""
+    before its summary) the one its index parts name; None when nothing there names a run.
+
+    Args:
+        output_dir: the run folder.
+
+    Returns:
+        The run id, or None.
+    """
     gfile = layout.gfile()
     summary_path = os.path.join(output_dir, layout.SUMMARY_FILE)
     if gfile.exists(summary_path):
@@ -167,7 +197,13 @@ def record_failure(output_dir: str, run_id: str, error: BaseException) -> None:
     """Writes a `summary.json` saying run `run_id` failed with `error` (or was interrupted),
     unless the job wrote its own: readers then refuse the folder naming the run, and
     `--overwrite` can prove its parts are a run's. Never raises (the job's own error is what the
-    caller reports)."""
+    caller reports).
+
+    Args:
+        output_dir: the run folder.
+        run_id: the run that failed.
+        error: what it failed with (a KeyboardInterrupt: interrupted).
+    """
     path = os.path.join(output_dir, layout.SUMMARY_FILE)
     if isinstance(error, KeyboardInterrupt):
         what = "the job was interrupted"
@@ -183,7 +219,18 @@ def record_failure(output_dir: str, run_id: str, error: BaseException) -> None:
 
 def read_summary(output_dir: str, run_id: str) -> dict:
     """Loads `summary.json` of run `run_id`; raises MaterializeError with the run's error when
-    it failed, or when the summary there commits another run."""
+    it failed, or when the summary there commits another run.
+
+    Args:
+        output_dir: the run folder.
+        run_id: the run the summary must commit.
+
+    Returns:
+        The summary dict (`"ok": True`, the record sets' stats, ...).
+
+    Raises:
+        MaterializeError: when there is no summary, it commits another run, or the run failed.
+    """
     gfile = layout.gfile()
     path = os.path.join(output_dir, layout.SUMMARY_FILE)
     if not gfile.exists(path):

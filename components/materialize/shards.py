@@ -48,35 +48,97 @@ class IdTable:
         return len(self.ids)
 
     def subset(self, positions: np.ndarray) -> IdTable:
+        """The `IdTable` of the records at `positions`.
+
+        Args:
+            positions: int64 [k], positions into this table (its sort order is kept when ascending).
+
+        Returns:
+            A new `IdTable` of k ids and their sizes.
+        """
         positions = np.asarray(positions, np.int64)
         return IdTable(self.ids.take(positions), self.sizes[positions])
 
 
-class CollectIds(beam.CombineFn):
-    """Combines `(ids, sizes)` batches of one record set into an `IdTable`."""
+class CollectColumns(beam.CombineFn):
+    """Combines batches of two aligned columns, `(keys, values)` lists, into whole columns and
+    hands them to `finish`: `CollectIds` makes an `IdTable` of them, `group_pairing.CollectGroups`
+    a `GroupTable`.
 
-    def create_accumulator(self) -> tuple[list[str], list[int]]:
+    Args:
+        finish: (all keys, all values) -> the combined output.
+    """
+
+    def __init__(self, finish: Callable[[list, list], object]):
+        super().__init__()
+        self._finish = finish
+
+    def create_accumulator(self) -> tuple[list, list]:
+        """An empty `(keys, values)` pair of lists."""
         return [], []
 
-    def add_input(self, accumulator, batch: tuple[list[str], list[int]]):
+    def add_input(self, accumulator, batch: tuple[list, list]):
+        """Appends one batch to the accumulator.
+
+        Args:
+            accumulator: `(keys, values)` lists so far.
+            batch: `(keys, values)` lists of one batch, aligned.
+
+        Returns:
+            The accumulator, extended.
+        """
         accumulator[0].extend(batch[0])
         accumulator[1].extend(batch[1])
         return accumulator
 
     def merge_accumulators(self, accumulators):
-        ids: list[str] = []
-        sizes: list[int] = []
-        for more_ids, more_sizes in accumulators:
-            ids.extend(more_ids)
-            sizes.extend(more_sizes)
-        return ids, sizes
+        """Concatenates accumulators.
 
-    def extract_output(self, accumulator) -> IdTable:
-        return id_table(*accumulator)
+        Args:
+            accumulators: iterable of `(keys, values)` lists.
+
+        Returns:
+            One `(keys, values)` pair holding them all.
+        """
+        keys: list = []
+        values: list = []
+        for more_keys, more_values in accumulators:
+            keys.extend(more_keys)
+            values.extend(more_values)
+        return keys, values
+
+    def extract_output(self, accumulator):
+        """Hands the whole columns to `finish`.
+
+        Args:
+            accumulator: `(keys, values)` lists of all batches.
+
+        Returns:
+            What `finish(keys, values)` returns.
+        """
+        return self._finish(*accumulator)
+
+
+class CollectIds(CollectColumns):
+    """Combines `(ids, sizes)` batches of one record set into an `IdTable`."""
+
+    def __init__(self):
+        super().__init__(id_table)
 
 
 def id_table(ids: list[str], sizes: list[int]) -> IdTable:
-    """The `IdTable` of unique `ids` and their serialized `sizes`, in any order."""
+    """The `IdTable` of unique `ids` and their serialized `sizes`, in any order.
+
+    Args:
+        ids: the record ids (str), unique.
+        sizes: the serialized size in bytes of each record, aligned with `ids`.
+
+    Returns:
+        The `IdTable`, sorted by id; `sizes` int64 [N] in that order.
+
+    Example:
+        id_table(["b", "a"], [5, 3])  # ids ["a", "b"], sizes [3, 5]
+    """
     index, order = IdIndex.sorting(ids)
     return IdTable(index, np.asarray(sizes, np.int64).reshape([-1])[order])
 
@@ -95,17 +157,35 @@ class ShardPlan:
 
     @property
     def num_records(self) -> int:
+        """How many records the record set holds."""
         return len(self.ids)
 
     @property
     def num_shards(self) -> int:
+        """How many shards the record set is cut into."""
         return len(self.shard_starts) - 1
 
     def shard_of(self, record_numbers: np.ndarray) -> np.ndarray:
-        """int64 [n]: the shard of each record number."""
+        """int64 [n]: the shard of each record number.
+
+        Args:
+            record_numbers: int64 [n], record numbers in [0, num_records).
+
+        Returns:
+            int64 [n], the shard of each, in [0, num_shards).
+        """
         return np.searchsorted(self.shard_starts, record_numbers, side="right").astype(np.int64) - 1
 
     def shard_path(self, output_dir: str, shard: int) -> str:
+        """The path of shard `shard` of this record set in the run at `output_dir`.
+
+        Args:
+            output_dir: the run directory.
+            shard: the shard number, in [0, num_shards).
+
+        Returns:
+            The shard file's path (`layout.shard_name` below the record set's examples folder).
+        """
         return os.path.join(
             layout.examples_dir(output_dir, self.record_set),
             layout.shard_name(shard, self.num_shards),
@@ -118,6 +198,17 @@ def plan_shards(record_set: str, table: IdTable, sharding: ShardingConfig) -> Sh
     With `num_shards` set, shards hold equal counts (±1). Otherwise a shard starts wherever a
     record's frame begins past the next multiple of `max_shard_bytes`, so a shard holds at most
     `max_shard_bytes` plus one record.
+
+    Args:
+        record_set: the record set's name, e.g. "train".
+        table: the record set's sorted ids and sizes.
+        sharding: `num_shards` (0: by size) and `max_shard_bytes`.
+
+    Returns:
+        The `ShardPlan`; an empty table gets zero shards.
+
+    Example:
+        plan_shards("train", table, ShardingConfig(num_shards=4)).num_shards  # 4 (when N >= 4)
     """
     n = len(table)
     if n == 0:
@@ -139,7 +230,18 @@ def group_by_shard(
     payloads: list[spill.Payload],
     class_ids: np.ndarray,
 ) -> Iterable[tuple[tuple[str, int], list[ShardRecord]]]:
-    """Splits one batch of planned records into `((record_set, shard), [ShardRecord])`."""
+    """Splits one batch of planned records into `((record_set, shard), [ShardRecord])`.
+
+    Args:
+        plan: the record set's `ShardPlan`.
+        record_numbers: int64 [n], the batch's record numbers.
+        payloads: the n payloads (bytes or `spill.SpillRef`), aligned.
+        class_ids: int64 [n], the class of each record, -1 when unlabelled.
+
+    Returns:
+        An iterable of `((record_set, shard), [(record number, payload, class id)])`, one item
+        per shard the batch touches.
+    """
     shards = plan.shard_of(record_numbers)
     for shard in np.unique(shards).tolist():
         members = np.flatnonzero(shards == shard).tolist()
@@ -261,6 +363,20 @@ class WriteRecordSets(beam.PTransform):
     each record from its payload (labelled sets only); without it a payload is the record.
     Output: PCollection[(record_set, stats dict)]. The indexes name the run of the job that
     claims `output_dir` (`claims.claimed_run_id`).
+
+    Args:
+        output_dir: the run directory, claimed by this job.
+        plans: side input, as above.
+        verdict: side input, as above.
+        vocabularies: side input, as above, or None.
+        make_record: builds a record from (id, payload, class id, class name), or None.
+
+    Raises:
+        RuntimeError: (in the workers) when a shard receives other records than its plan
+            names (`LOST_RECORDS`), or shards are missing from a record set's index.
+
+    Example:
+        stats = batches | WriteRecordSets(run_dir, plans_view, verdict_view)
     """
 
     def __init__(
@@ -279,6 +395,14 @@ class WriteRecordSets(beam.PTransform):
         self._make_record = make_record
 
     def expand(self, shard_batches: beam.PCollection) -> beam.PCollection:
+        """Groups the batches by shard, writes each shard, then each record set's index.
+
+        Args:
+            shard_batches: PCollection[((record_set, shard), list[ShardRecord])].
+
+        Returns:
+            PCollection[(record_set, stats dict)].
+        """
         vocabularies = {} if self._vocabularies is None else self._vocabularies
         run_id = claims.claimed_run_id(self._output_dir)
         return (

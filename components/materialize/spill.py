@@ -7,7 +7,7 @@ Runners move every element between stages through their own channels (the Direct
 data plane or in-memory lists, Dataflow's shuffle), so a payload emitted by a decoder and
 grouped by shard would otherwise be encoded and copied about four times; a ref is about 100
 bytes whatever the payload, and keeps the DirectRunner's multi-process mode clear of the
-payload sizes at which it loses elements (`common.run_job`). Spill files hold whole frames, so
+payload sizes at which it loses elements (`stages.run_job`). Spill files hold whole frames, so
 a shard writer copies a record's frame, CRCs included, without computing it again.
 
 Spill files need a file system that every worker sees. On a distributed runner (Dataflow,
@@ -27,7 +27,7 @@ alone, and a link is never followed), never a user's `.spill` folder.
 Spill file names are random: a retried bundle writes a new file and its refs, while the failed
 attempt's file is never referenced. A ref may only be read by a later stage (one behind a
 GroupByKey or a side input): object stores make a file readable only once its writer closes it,
-at the end of the bundle. `common.run_job` removes the spill files when the job ends (once an
+at the end of the bundle. `stages.run_job` removes the spill files when the job ends (once an
 interrupted job is cancelled); a launcher killed outright leaves them to the next run on the
 folder, which takes over its stale claim.
 """
@@ -75,7 +75,15 @@ Payload = bytes | SpillRef
 
 
 def spill_dir(output_dir: str, run_id: str) -> str:
-    """The spill folder, or the pointer file to it, of run `run_id` in its `output_dir`."""
+    """The spill folder, or the pointer file to it, of run `run_id` in its `output_dir`.
+
+    Args:
+        output_dir: the run's output folder.
+        run_id: the run's id.
+
+    Returns:
+        `<output_dir>/.spill-<run_id>`.
+    """
     return layout.resolve(output_dir, SPILL_PREFIX + run_id)
 
 
@@ -87,8 +95,19 @@ def resolve_spill_root(mode: str, pipeline: beam.Pipeline, output_dir: str) -> s
     memory or in worker processes), whose workers all see its files; any other runner gets
     the payloads. The folder is `spill_dir(output_dir, run id)`, or a folder of this run below
     the pipeline's `--temp_location` when it has one; for the latter a pointer file is written
-    first (so the launcher calls this while it builds the pipeline, under `common.run_job`'s
+    first (so the launcher calls this while it builds the pipeline, under `stages.run_job`'s
     claim, which holds the run id).
+
+    Args:
+        mode: "auto", "files" or "none" (`config.SPILL_MODES`).
+        pipeline: the pipeline the job is built on (its runner and options are read).
+        output_dir: the run's output folder, claimed by this job.
+
+    Returns:
+        The spill folder, or None when payloads go through the runner.
+
+    Raises:
+        MaterializeError: when `mode` is not one of `SPILL_MODES`.
     """
     from apache_beam.options.pipeline_options import GoogleCloudOptions
 
@@ -107,7 +126,14 @@ def resolve_spill_root(mode: str, pipeline: beam.Pipeline, output_dir: str) -> s
 
 
 def is_local_runner(runner: PipelineRunner) -> bool:
-    """Whether every worker of `runner` runs on this machine (so sees its local files)."""
+    """Whether every worker of `runner` runs on this machine (so sees its local files).
+
+    Args:
+        runner: the pipeline's runner.
+
+    Returns:
+        True for the DirectRunner (either kind) and Beam's FnApiRunner.
+    """
     from apache_beam.runners.direct.direct_runner import (
         BundleBasedDirectRunner,
         SwitchingDirectRunner,
@@ -119,7 +145,14 @@ def is_local_runner(runner: PipelineRunner) -> bool:
 
 class SpillWriter:
     """Spills payloads to one new spill file in the folder `spill_root`, opened on the first
-    write; with no folder, hands the payloads back as they are, for the runner to carry."""
+    write; with no folder, hands the payloads back as they are, for the runner to carry.
+
+    Args:
+        spill_root: the folder for the spill file, or None to hand payloads back as they are.
+
+    Example:
+        writer = SpillWriter(root); refs = writer.write([b"a", b"bc"]); writer.close()
+    """
 
     def __init__(self, spill_root: str | None):
         self._directory = spill_root
@@ -128,7 +161,15 @@ class SpillWriter:
         self._size = 0
 
     def write(self, payloads: Sequence[bytes]) -> list[Payload]:
-        """The `Payload` of each of `payloads`, in order."""
+        """The `Payload` of each of `payloads`, in order.
+
+        Args:
+            payloads: the serialized payloads.
+
+        Returns:
+            A `SpillRef` for each (appended to this writer's spill file), or the payloads themselves
+            when there is no spill folder.
+        """
         if self._directory is None:
             return list(payloads)
         if self._file is None:
@@ -143,6 +184,7 @@ class SpillWriter:
         return refs
 
     def close(self) -> None:
+        """Closes the spill file, if one was opened."""
         if self._file is not None:
             self._file.close()
             self._file = None
@@ -150,7 +192,11 @@ class SpillWriter:
 
 class SpillingDoFn(beam.DoFn):
     """A DoFn that hands payloads on through `self.spill`: one spill file per bundle below
-    `spill_root`, or none when it is None (`resolve_spill_root`)."""
+    `spill_root`, or none when it is None (`resolve_spill_root`).
+
+    Args:
+        spill_root: the spill folder, or None.
+    """
 
     def __init__(self, spill_root: str | None):
         super().__init__()
@@ -158,24 +204,53 @@ class SpillingDoFn(beam.DoFn):
         self.spill: SpillWriter | None = None
 
     def start_bundle(self):
+        """Opens a `SpillWriter` for the bundle (its file is made on the first write)."""
         self.spill = SpillWriter(self._spill_root)
 
     def finish_bundle(self):
+        """Closes the bundle's spill file, so that later stages can read it."""
         self.spill.close()
 
 
 def payload_length(payload: Payload) -> int:
-    """The length in bytes of the payload that `payload` is or refers to."""
+    """The length in bytes of the payload that `payload` is or refers to.
+
+    Args:
+        payload: the bytes, or their `SpillRef`.
+
+    Returns:
+        The payload's length (without frame header and footer).
+    """
     return payload.length if isinstance(payload, SpillRef) else len(payload)
 
 
 def read_frames(payloads: Sequence[Payload]) -> list[bytes]:
-    """The whole TFRecord frame of each payload, in order: refs read back, bytes framed."""
+    """The whole TFRecord frame of each payload, in order: refs read back, bytes framed.
+
+    Args:
+        payloads: bytes or `SpillRef`s, mixed.
+
+    Returns:
+        One frame (header, payload, footer, CRCs included) per payload.
+
+    Raises:
+        RuntimeError: when a spill file is shorter than its refs say.
+    """
     return _resolve(payloads, frames=True)
 
 
 def read_payloads(payloads: Sequence[Payload]) -> list[bytes]:
-    """The bytes of each payload (a ref's frame without header and footer), in order."""
+    """The bytes of each payload (a ref's frame without header and footer), in order.
+
+    Args:
+        payloads: bytes or `SpillRef`s, mixed.
+
+    Returns:
+        The payload bytes of each.
+
+    Raises:
+        RuntimeError: when a spill file is shorter than its refs say.
+    """
     return _resolve(payloads, frames=False)
 
 
@@ -223,6 +298,10 @@ def remove_spill_dir(output_dir: str, run_id: str) -> None:
     Only `spill_dir(output_dir, run_id)` is considered, so nothing of another run or of the
     user's is. It is not followed when it is a link (left, with a warning); a pointer file is
     followed only to a folder named `<TEMP_ROOT_PREFIX><run_id>`, the name this run gave it.
+
+    Args:
+        output_dir: the run's output folder.
+        run_id: the run whose spill files go.
     """
     gfile = layout.gfile()
     local = spill_dir(output_dir, run_id)

@@ -13,8 +13,9 @@ and adds it as `--extra_package`, unless the arguments ship the code already:
 
 Beam's SDK container installs an extra package with `pip install`, which also installs its
 `Requires-Dist`. The project's own list (TFX, TensorFlow, KFP: about 3 GB) is for the launcher;
-a worker imports only Beam, NumPy, Pillow and the audio decoders (`tests/materialize/
-test_worker_imports.py`), so the staged wheel declares only those (`WORKER_DISTRIBUTIONS`), and
+a worker imports only Beam, NumPy, google-crc32c, Pillow and the audio decoders
+(`tests/materialize/test_worker_imports.py`), so the staged wheel declares only those
+(`WORKER_DISTRIBUTIONS`, with the ranges the core, `[beam]` and `[tfx]` give them), and
 TFX's own `tfx_ephemeral` sdist, which TFX's Beam executors add to non-empty Beam arguments, is
 left out: no worker of these jobs imports TFX.
 
@@ -54,7 +55,12 @@ from components.materialize.errors import MaterializeError
 DISTRIBUTION = "tfx-dynamic-inputs"
 # What the jobs' workers import besides the standard library and this project (PEP 503 names);
 # their version ranges come from pyproject.toml.
-WORKER_DISTRIBUTIONS = frozenset({"apache-beam", "av", "numpy", "pillow", "soundfile", "soxr"})
+WORKER_DISTRIBUTIONS = frozenset(
+    {"apache-beam", "av", "google-crc32c", "numpy", "pillow", "soundfile", "soxr"}
+)
+# The extras whose requirements of worker distributions hold for the workers too: `[beam]`
+# brings the decoders, `[tfx]` pins Beam and NumPy to the launcher's stack.
+WORKER_EXTRAS = frozenset({"beam", "tfx"})
 
 # Runners whose SDK workers run on this machine with this interpreter (lower case, as Beam
 # matches `--runner`, with the `Runner` suffix it adds to a bare name).
@@ -85,8 +91,19 @@ def with_project_staged(beam_pipeline_args: Iterable[str]) -> list[str]:
     """`beam_pipeline_args`, plus `--extra_package=<wheel of this project>` when the runner's
     SDK workers are remote and the arguments do not ship the project already (module doc).
 
-    Raises MaterializeError when the wheel cannot be built: the project is not installed from
-    a source tree (`pip install -e .`), or its build fails.
+    Args:
+        beam_pipeline_args: Beam's command-line options.
+
+    Returns:
+        The options to build the pipeline with (TFX's tfx_ephemeral package replaced by the
+        wheel when one is added).
+
+    Raises:
+        MaterializeError: when the wheel cannot be built: the project is not installed from
+            a source tree (`pip install -e .`), or its build fails.
+
+    Example:
+        with_project_staged(["--runner=DirectRunner"])  # unchanged: the workers are local
     """
     args = list(beam_pipeline_args)
     options = PipelineOptions(args)
@@ -252,7 +269,7 @@ def _keep_worker_requirements(wheel: str) -> None:
     contents = dict(zip(names, (data for _, data in entries), strict=True))
 
     header, separator, body = contents[metadata_name].decode().partition("\n\n")
-    kept = [line for line in header.splitlines() if _is_worker_line(line)]
+    kept = [kept for line in header.splitlines() if (kept := _worker_line(line)) is not None]
     new_metadata = ("\n".join(kept) + separator + body).encode()
     contents[metadata_name] = new_metadata
 
@@ -273,13 +290,21 @@ def _keep_worker_requirements(wheel: str) -> None:
     os.replace(rewritten, wheel)
 
 
-def _is_worker_line(line: str) -> bool:
-    """Whether a METADATA header line stays in the workers' wheel."""
+def _worker_line(line: str) -> str | None:
+    """A METADATA header line as it stays in the workers' wheel, or None to leave it out.
+
+    Requirements of worker distributions stay, those of `WORKER_EXTRAS` without their marker
+    (the workers need them unconditionally); every other requirement and extra goes.
+    """
     if line.startswith("Provides-Extra:"):
-        return False
+        return None
     if not line.startswith("Requires-Dist:"):
-        return True
-    requirement = line.partition(":")[2].strip()
+        return line
+    requirement, _, marker = line.partition(":")[2].strip().partition(";")
     name = re.match(r"[A-Za-z0-9._-]+", requirement).group()
-    # Lines with a marker belong to extras (`extra == "dev"`).
-    return _canonical(name) in WORKER_DISTRIBUTIONS and ";" not in requirement
+    if _canonical(name) not in WORKER_DISTRIBUTIONS:
+        return None
+    extra = re.fullmatch(r"\s*extra\s*==\s*[\"']([^\"']+)[\"']\s*", marker)
+    if marker and (extra is None or extra.group(1) not in WORKER_EXTRAS):
+        return None
+    return f"Requires-Dist: {requirement.strip()}"

@@ -9,6 +9,10 @@ from components.materialize import rejects
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
+    """The judgement of a run: `ok`, else `error` (the one line a failed run prints); the
+    number of rejected input records and their fraction of all inputs (6 decimals).
+    """
+
     ok: bool
     error: str = ""
     record_rejects: int = 0
@@ -31,6 +35,22 @@ def decide(
     manifest rows, Examples records; not pair-list entries) over all input records. Fails when
     every record set is empty, when a required one is, or when the fraction exceeds
     `max_reject_fraction`. `input_noun`: what the failure line calls the input records.
+
+    Args:
+        num_inputs: how many input records were read.
+        reject_counts: reason -> rejects (`RecordRejects`' output).
+        record_counts: record set -> records written.
+        required_record_sets: the record sets that must not be empty.
+        max_reject_fraction: the largest fraction of rejected inputs allowed.
+        record_reasons: the reasons that count as rejected input records.
+        input_noun: as above.
+
+    Returns:
+        The `Verdict`.
+
+    Example:
+        decide(num_inputs=10, reject_counts={"corrupt_image": 2}, record_counts={"x": 8},
+               required_record_sets=("x",), max_reject_fraction=0.1).ok  # False
     """
     record_rejects = sum(reject_counts.get(reason, 0) for reason in record_reasons)
     fraction = record_rejects / num_inputs if num_inputs else 0.0

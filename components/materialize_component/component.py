@@ -64,6 +64,8 @@ def _outputs(index_key: str, index_type: type[types.Artifact]) -> dict[str, Chan
 
 
 class MaterializePairsSpec(types.ComponentSpec):
+    """The parameters and outputs of `MaterializePairs` (examples, offset_index, pair_index)."""
+
     PARAMETERS = {
         keys.X_DIR_KEY: ExecutionParameter(type=str),
         keys.Y_DIR_KEY: ExecutionParameter(type=str),
@@ -84,6 +86,8 @@ class MaterializePairsSpec(types.ComponentSpec):
 
 
 class MaterializeAudioSpec(types.ComponentSpec):
+    """The parameters and outputs of `MaterializeAudio` (examples, offset_index, class_index)."""
+
     PARAMETERS = {
         keys.MANIFEST_KEY: ExecutionParameter(type=str, optional=True),
         keys.SPEAKER_FROM_PATH_KEY: ExecutionParameter(type=bool, optional=True),
@@ -132,7 +136,28 @@ class _MaterializeComponent(base_beam_component.BaseBeamComponent):
 
 class MaterializePairs(_MaterializeComponent):
     """Beam job: image domains X, Y + valid-pair list or groups -> Examples, OffsetIndex,
-    PairIndex. Give `pairs`, or `x_groups` and `y_groups`, or `groups_from_subfolder=True`."""
+    PairIndex. Give `pairs`, or `x_groups` and `y_groups`, or `groups_from_subfolder=True`.
+
+    Args:
+        x_dir: the folder of the x images (PNG/JPEG); ids are paths below it.
+        y_dir: the folder of the y images.
+        pairs: the valid-pair list (JSON Lines or a CSV edge list), or None.
+        pairs_format: "auto" (by extension), "jsonl" or "csv".
+        x_groups: the groups file of the x images, or None.
+        y_groups: the groups file of the y images, or None.
+        groups_format: "auto", "jsonl" or "csv".
+        groups_from_subfolder: each image's group is the first folder of its id.
+        image_storage: "encoded" (the file bytes) or "raw" (uint8 pixels, HWC).
+        raw_height: the raw pixels' height.
+        raw_width: the raw pixels' width.
+        raw_channels: the raw pixels' channels (1, 3 or 4).
+        **common: `num_shards`, `max_shard_bytes`, `max_reject_fraction`, `input_fingerprint`,
+            `spill` (module doc).
+
+    Example:
+        MaterializePairs(x_dir="data/x", y_dir="data/y", pairs="data/pairs.jsonl",
+                         input_fingerprint=input_fingerprint(["data"]))
+    """
 
     SPEC_CLASS = MaterializePairsSpec
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.PairsExecutor)
@@ -178,6 +203,24 @@ class MaterializeAudio(_MaterializeComponent):
 
     Give `manifest`, or `manifest=None` and `speaker_from_path=True`: every audio file below
     `root`, its speaker the first folder of its path (VoxCeleb's `id10001/<video>/00001.wav`).
+
+    Args:
+        manifest: the manifest (CSV with a header, or JSON Lines), or None.
+        root: the folder the manifest's paths are relative to.
+        speaker_from_path: take every audio file below `root`, its speaker its first folder.
+        manifest_format: "auto", "csv" or "jsonl".
+        sample_rate: the rate, in Hz, the int16 PCM is stored at.
+        split_mode: "speaker" or "utterance", for a manifest without splits.
+        eval_fraction: the fraction of speakers (or utterances) held out as `eval`.
+        split_seed: the seed of that split.
+        **common: `num_shards`, `max_shard_bytes`, `max_reject_fraction`, `input_fingerprint`,
+            `spill` (module doc).
+
+    Raises:
+        ValueError: when neither or both of `manifest` and `speaker_from_path` are given.
+
+    Example:
+        MaterializeAudio(manifest="data/manifest.csv", root="data/audio", sample_rate=16000)
     """
 
     SPEC_CLASS = MaterializeAudioSpec

@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
 
 from tfx import types
-from tfx.types import artifact_utils
 
-from components import artifacts, layout, run_artifacts
+from components import artifacts, execution, layout, run_artifacts
 from components import component_keys as keys
 from components.materialize import AudioConfig, PairsConfig, config, run_audio, run_pairs
 
 
-class _MaterializeExecutor(run_artifacts.RunExecutor):
-    """Shared `Do`: run the job into the offset index URI, then split the run over artifacts."""
+class _MaterializeExecutor(execution.LoggedExecutor, run_artifacts.RunExecutor):
+    """Shared `execute`: run the job into the offset index URI, then split the run over
+    artifacts."""
 
     _CONFIG_CLASS: type[PairsConfig | AudioConfig]
     # The job's `run_*` function; staticmethod, so that it is not bound to the executor.
@@ -30,22 +29,23 @@ class _MaterializeExecutor(run_artifacts.RunExecutor):
     def _describe_index(self, index: types.Artifact, record_sets: list[str]) -> None:
         raise NotImplementedError
 
-    def Do(
-        self,
-        input_dict: dict[str, list[types.Artifact]],
-        output_dict: dict[str, list[types.Artifact]],
-        exec_properties: dict[str, Any],
-    ) -> None:
-        self._log_startup(input_dict, output_dict, exec_properties)
-        examples = artifact_utils.get_single_instance(output_dict[keys.EXAMPLES_KEY])
-        offset_index = artifact_utils.get_single_instance(output_dict[keys.OFFSET_INDEX_KEY])
-        index = artifact_utils.get_single_instance(output_dict[self._INDEX_KEY])
+    def execute(self, run: execution.Execution) -> None:
+        """Runs the job into `offset_index`, then moves the shards and the index to their
+        artifacts.
+
+        Args:
+          run: the execution: the job's parameters and the three outputs.
+
+        Raises:
+          ValueError: a bad parameter; the job's own errors (too many rejects, ...).
+        """
+        examples = run.output(keys.EXAMPLES_KEY)
+        offset_index = run.output(keys.OFFSET_INDEX_KEY)
+        index = run.output(self._INDEX_KEY)
         run_dir = offset_index.uri
         run_artifacts.clear_outputs((examples, offset_index, index))
 
-        job_config = config.from_flat(
-            self._CONFIG_CLASS, {**exec_properties, "output_dir": run_dir}
-        )
+        job_config = config.from_flat(self._CONFIG_CLASS, {**run.properties, "output_dir": run_dir})
         summary = self._RUN_JOB(job_config, make_pipeline=self._make_beam_pipeline)
         record_sets = run_artifacts.split_examples(run_dir, summary, examples, offset_index)
         self._move_index(run_dir, record_sets, index.uri)

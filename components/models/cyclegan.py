@@ -27,6 +27,8 @@ from collections.abc import Mapping
 import keras
 import tensorflow as tf
 
+from components.models import charts
+
 X_KEY = "x"
 Y_KEY = "y"
 LOSS_NAMES = ("cycle_loss", "identity_loss", "generator_adv_loss", "discriminator_loss")
@@ -64,8 +66,24 @@ def build_generator(
     `num_downsamplings` stride-2 convolutions (doubling the channels each time), then
     `num_residual_blocks` residual blocks at the lowest resolution, then as many nearest
     upsamplings + convolutions (no transposed convolution: it leaves checkerboard artifacts on
-    small images). H and W must be multiples of 2**num_downsamplings. Most of the compute sits
-    at low resolution, which is what makes a few CPU epochs on 32x32 images cheap.
+    small images). Most of the compute sits at low resolution, which is what makes a few CPU
+    epochs on 32x32 images cheap.
+
+    Args:
+        image_shape: (H, W, C) of the images; H and W multiples of 2**num_downsamplings.
+        filters: Channels of the first convolution (doubled at each downsampling).
+        num_downsamplings: How many stride-2 convolutions (and upsamplings).
+        num_residual_blocks: How many residual blocks at the lowest resolution.
+        name: The Keras model's name.
+
+    Returns:
+        A functional `keras.Model`, float32 [B, H, W, C] -> float32 [B, H, W, C] (sigmoid).
+
+    Raises:
+        ValueError: H or W is not a multiple of 2**num_downsamplings.
+
+    Example:
+        generator = build_generator((32, 32, 1), name="generator_xy")
     """
     height, width, channels = image_shape
     scale = 2**num_downsamplings
@@ -102,7 +120,17 @@ def build_discriminator(
     """A PatchGAN: float32 [B, H, W, C] -> float32 [B, H/4, W/4, 1] unbounded realness scores.
 
     Each score sees a 22x22-pixel patch; LSGAN compares the scores with 1 (real) or 0 (fake).
-    H and W must be multiples of 4.
+
+    Args:
+        image_shape: (H, W, C) of the images; H and W multiples of 4.
+        filters: Channels of the first convolution (then twice and four times as many).
+        name: The Keras model's name.
+
+    Returns:
+        A functional `keras.Model`, float32 [B, H, W, C] -> float32 [B, H/4, W/4, 1].
+
+    Raises:
+        ValueError: H or W is not a multiple of 4.
     """
     height, width, _ = image_shape
     if height % 4 or width % 4:
@@ -119,16 +147,42 @@ def build_discriminator(
 
 
 def lsgan_generator_loss(fake_scores: tf.Tensor) -> tf.Tensor:
+    """The least-squares GAN loss of a generator: how far `D(fake)` is from 1 (real).
+
+    Args:
+        fake_scores: float32 [B, h, w, 1], the discriminator's scores of generated images.
+
+    Returns:
+        float32 []: mean((fake_scores - 1)^2).
+    """
     return tf.reduce_mean(tf.square(fake_scores - 1.0))
 
 
 def lsgan_discriminator_loss(real_scores: tf.Tensor, fake_scores: tf.Tensor) -> tf.Tensor:
+    """The least-squares GAN loss of a discriminator: real scores towards 1, fakes towards 0.
+
+    Args:
+        real_scores: float32 [B, h, w, 1], its scores of real images.
+        fake_scores: float32 [B, h, w, 1], its scores of generated images.
+
+    Returns:
+        float32 []: (mean((real_scores - 1)^2) + mean(fake_scores^2)) / 2.
+    """
     return 0.5 * (
         tf.reduce_mean(tf.square(real_scores - 1.0)) + tf.reduce_mean(tf.square(fake_scores))
     )
 
 
 def mean_absolute_error(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
+    """The mean absolute difference of two tensors (the cycle and identity losses).
+
+    Args:
+        a: float32 tensor, e.g. images [B, H, W, C].
+        b: float32 tensor broadcastable to `a`'s shape.
+
+    Returns:
+        float32 []: mean(|a - b|).
+    """
     return tf.reduce_mean(tf.abs(a - b))
 
 
@@ -137,6 +191,25 @@ class CycleGAN(keras.Model):
 
     Calling the model translates X to Y. Compile with `compile(generator_optimizer=...,
     discriminator_optimizer=...)` (Adam(2e-4, beta_1=0.5) each by default).
+
+    Args:
+        image_shape: (H, W, C) of the images of both domains.
+        generator_filters: `filters` of both generators (`build_generator`).
+        num_downsamplings: `num_downsamplings` of both generators.
+        num_residual_blocks: `num_residual_blocks` of both generators.
+        discriminator_filters: `filters` of both discriminators (`build_discriminator`).
+        cycle_weight: The weight of the cycle loss in the generators' loss.
+        identity_weight: The weight of the identity loss in the generators' loss.
+        **kwargs: Passed to `keras.Model` (`name`, ...).
+
+    Raises:
+        ValueError: `image_shape` is not (height, width, channels), or its sides do not suit
+            the networks (see `build_generator`, `build_discriminator`).
+
+    Example:
+        model = CycleGAN((32, 32, 1))
+        model.compile()
+        model.fit(dynamic_pairs_dataset, epochs=5)
     """
 
     def __init__(
@@ -175,14 +248,17 @@ class CycleGAN(keras.Model):
 
     @property
     def generator_variables(self) -> list:
+        """The trainable variables of both generators (what the generator optimizer updates)."""
         return self.generator_xy.trainable_variables + self.generator_yx.trainable_variables
 
     @property
     def discriminator_variables(self) -> list:
+        """The trainable variables of both discriminators."""
         return self.discriminator_x.trainable_variables + self.discriminator_y.trainable_variables
 
     @property
     def metrics(self) -> list:
+        """The loss trackers, one `keras.metrics.Mean` per name of `LOSS_NAMES`."""
         # Listing the trackers here makes `fit` reset them at each epoch start, so the logged
         # values are epoch means.
         return list(self.loss_trackers.values())
@@ -193,6 +269,13 @@ class CycleGAN(keras.Model):
         discriminator_optimizer: keras.optimizers.Optimizer | None = None,
         **kwargs,
     ) -> None:
+        """Sets one optimizer per player and builds each over its own networks' variables.
+
+        Args:
+            generator_optimizer: Updates both generators; None: Adam(2e-4, beta_1=0.5).
+            discriminator_optimizer: Updates both discriminators; None: Adam(2e-4, beta_1=0.5).
+            **kwargs: Passed to `keras.Model.compile` (`run_eagerly`, `jit_compile`, ...).
+        """
         self.generator_optimizer = generator_optimizer or keras.optimizers.Adam(2e-4, beta_1=0.5)
         self.discriminator_optimizer = discriminator_optimizer or keras.optimizers.Adam(
             2e-4, beta_1=0.5
@@ -204,6 +287,15 @@ class CycleGAN(keras.Model):
         super().compile(optimizer=self.generator_optimizer, **kwargs)
 
     def call(self, images, training=False):
+        """Translates X to Y with the generator G.
+
+        Args:
+            images: float32 [B, H, W, C] in [0, 1], images of domain X.
+            training: Whether the layers run in training mode.
+
+        Returns:
+            float32 [B, H, W, C] in [0, 1]: G(images).
+        """
         return self.generator_xy(images, training=training)
 
     def _unpack_pair(self, data) -> tuple[tf.Tensor, tf.Tensor]:
@@ -266,6 +358,17 @@ class CycleGAN(keras.Model):
         return {name: tracker.result() for name, tracker in self.loss_trackers.items()}
 
     def train_step(self, data):
+        """One step of both players on a pair batch (what `fit` calls).
+
+        Args:
+            data: A dict with "x" and "y", float32 [B, H, W, C] in [0, 1] (other keys ignored).
+
+        Returns:
+            The epoch means so far of the losses in `LOSS_NAMES`, float32 [] each.
+
+        Raises:
+            ValueError: `data` is not such a dict, or its images are not of `image_shape`.
+        """
         x, y = self._unpack_pair(data)
         with tf.GradientTape(persistent=True) as tape:
             losses = self._cyclegan_losses(x, y, training=True)
@@ -283,14 +386,38 @@ class CycleGAN(keras.Model):
         return self._update_loss_trackers(losses)
 
     def test_step(self, data):
+        """The losses of a pair batch without training (what `evaluate` calls).
+
+        Args:
+            data: A dict with "x" and "y", as for `train_step`.
+
+        Returns:
+            The means so far of the losses in `LOSS_NAMES`, float32 [] each.
+
+        Raises:
+            ValueError: as `train_step`.
+        """
         x, y = self._unpack_pair(data)
         return self._update_loss_trackers(self._cyclegan_losses(x, y, training=False))
 
 
 def translation_grid(images: tf.Tensor, forward: keras.Model, backward: keras.Model) -> tf.Tensor:
-    """float32 [1, k * (H + 2), 3 * (W + 2), C]: one picture, a row per image of `images`
-    (float32 [k, H, W, C] in [0, 1]): the image, `forward(image)` and `backward(forward(image))`,
-    each framed by a one-pixel grey border."""
+    """One picture of how images translate and cycle back: a row per image.
+
+    Each row holds the image, `forward(image)` and `backward(forward(image))`, each framed by a
+    one-pixel grey border.
+
+    Args:
+        images: float32 [k, H, W, C] in [0, 1].
+        forward: The generator to the other domain (G for x, F for y).
+        backward: The generator back (F for x, G for y).
+
+    Returns:
+        float32 [1, k * (H + 2), 3 * (W + 2), C], as `tf.summary.image` takes it.
+
+    Example:
+        grid = translation_grid(x[:4], model.generator_xy, model.generator_yx)
+    """
     translated = forward(images, training=False)
     cycled = backward(translated, training=False)
     cells = tf.stack([images, translated, cycled], axis=1)  # [k, 3, H, W, C]
@@ -303,12 +430,23 @@ def translation_grid(images: tf.Tensor, forward: keras.Model, backward: keras.Mo
 class TranslationSnapshots(keras.callbacks.Callback):
     """Logs how a `CycleGAN` translates fixed images, at the end of every epoch.
 
-    Writes two images to `<log_dir>/translations` (step: the epoch, from 0), both
+    Writes two images to `<log_dir>/translations` (step: the epoch, from 0), each also as a PNG
+    there (`charts.png_name`: `x_to_y_to_x_step<epoch>.png`, ...), both
     `translation_grid`s: `x_to_y_to_x`, rows [x, G(x), F(G(x))], and `y_to_x_to_y`, rows
     [y, F(y), G(F(y))]. The images are the first `num_images` x and y of the first batch that a
     dataset passed through `watch` yields, kept from then on, so every epoch shows the same ones.
     They are taken as that dataset streams past rather than by an extra pass over it: a pass
     over dynamic pairs plans an epoch and counts towards pair coverage.
+
+    Args:
+        log_dir: The TensorBoard log folder; images go to `<log_dir>/translations`.
+        image_shape: (H, W, C) of the model's images.
+        images_from: Which data `watch` is given, as the summaries' descriptions say it.
+        num_images: How many x and how many y are shown.
+
+    Example:
+        snapshots = TranslationSnapshots(log_dir, (32, 32, 1), images_from="the training pairs")
+        model.fit(snapshots.watch(dataset), callbacks=[snapshots])
     """
 
     def __init__(
@@ -319,7 +457,6 @@ class TranslationSnapshots(keras.callbacks.Callback):
         images_from: str,
         num_images: int = 4,
     ):
-        """`images_from` says in the summaries' descriptions which data `watch` is given."""
         super().__init__()
         self.images_from = images_from
         self.num_images = int(num_images)
@@ -330,10 +467,18 @@ class TranslationSnapshots(keras.callbacks.Callback):
             for key in (X_KEY, Y_KEY)
         }
         self._kept = tf.Variable(False, trainable=False)
-        self._writer = tf.summary.create_file_writer(os.path.join(log_dir, TRANSLATIONS_DIR))
+        self._log_dir = os.path.join(log_dir, TRANSLATIONS_DIR)
+        self._writer = tf.summary.create_file_writer(self._log_dir)
 
     def watch(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
-        """`dataset`, unchanged, except that its first batch leaves its first images here."""
+        """`dataset`, unchanged, except that its first batch leaves its first images here.
+
+        Args:
+            dataset: Pair batches, dicts with "x" and "y" [B, H, W, C] in [0, 1].
+
+        Returns:
+            The same batches; pass it to `fit` instead of `dataset`.
+        """
 
         def keep(batch):
             assigned = [
@@ -351,6 +496,12 @@ class TranslationSnapshots(keras.callbacks.Callback):
         return dataset.map(keep_first)
 
     def on_epoch_end(self, epoch, logs=None):
+        """Writes both translation grids at step `epoch` (nothing before `watch` yielded).
+
+        Args:
+            epoch: The epoch that ended, from 0.
+            logs: Keras's epoch logs (unused).
+        """
         if not self._kept:  # the watched dataset has yielded nothing yet
             return
         model = self.model
@@ -360,9 +511,16 @@ class TranslationSnapshots(keras.callbacks.Callback):
         )
         with self._writer.as_default(step=epoch):
             for tag, key, forward, backward, row in cycles:
+                grid = translation_grid(self._images[key], forward, backward)
+                # Also a PNG beside the events, for people without TensorBoard.
+                rgb = tf.image.grayscale_to_rgb(grid) if grid.shape[-1] == 1 else grid
+                charts.write_png(
+                    tf.image.convert_image_dtype(rgb[0], tf.uint8, saturate=True).numpy(),
+                    os.path.join(self._log_dir, charts.png_name(tag, epoch)),
+                )
                 tf.summary.image(
                     tag,
-                    translation_grid(self._images[key], forward, backward),
+                    grid,
                     description=(
                         f"Each row: a fixed {row} (G: X -> Y, F: Y -> X); the cycle loss pulls "
                         f"the last towards the first. The {key} are the first "

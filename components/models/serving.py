@@ -82,20 +82,33 @@ _FLAC_STREAMINFO_RATE_OFFSET = 18
 
 
 def quantize_pcm16(samples: tf.Tensor) -> tf.Tensor:
-    """float32 [...] in [-1, 1] -> float32 [...] on the int16 grid, as the audio job stores
-    samples (`components.materialize.audio.to_int16`: rounded half to even, clipped)."""
+    """Rounds samples to the int16 grid, as the audio job stores them.
+
+    As `components.materialize.audio.to_int16`: rounded half to even, clipped.
+
+    Args:
+        samples: float32 [...] in [-1, 1].
+
+    Returns:
+        float32 [...], the same shape: multiples of 1/32768 in [-1, 1 - 1/32768].
+    """
     steps = tf.clip_by_value(tf.round(samples * _PCM16_SCALE), -_PCM16_SCALE, _PCM16_SCALE - 1)
     return steps / _PCM16_SCALE
 
 
 def pcm16_records(waveforms: tf.Tensor, lengths: tf.Tensor) -> tf.Tensor:
-    """float32 [B, T] and int [B] valid samples (at most T) -> tf.string [B]: the first `lengths[b]`
-    samples
-    of each row as an audio record holds them (mono little-endian int16 PCM, `quantize_pcm16`).
+    """Waveform rows as audio records hold them: mono little-endian int16 PCM (`quantize_pcm16`).
 
     Core TF has no op that writes a tensor's bytes; `encode_wav` does, after a header, so the
     whole batch is encoded once and each row's bytes are cut out of the data chunk that ends the
     file. Samples already on the int16 grid pass through `encode_wav` unchanged.
+
+    Args:
+        waveforms: float32 [B, T] in [-1, 1].
+        lengths: int [B], the valid samples of each row (at most T).
+
+    Returns:
+        tf.string [B]: the first `lengths[b]` samples of row b, 2 bytes each.
     """
     batch, width = tf.shape(waveforms)[0], tf.shape(waveforms)[1]
     wav = tf.audio.encode_wav(tf.reshape(quantize_pcm16(waveforms), [-1, 1]), sample_rate=1)
@@ -112,8 +125,20 @@ def decode_audio_files(
 
     Each file is decoded, its channels averaged and its samples rounded to int16, as the audio
     job stores a record. Decoders: 16-bit PCM WAV (`tf.audio.decode_wav`); 16-bit FLAC
-    (`tensorflow_io.audio.decode_flac`) when `audio_formats` holds ``"flac"``. Another file is an
-    InvalidArgumentError naming its position in the batch.
+    (`tensorflow_io.audio.decode_flac`) when `audio_formats` holds ``"flac"``.
+
+    Args:
+        audio: tf.string [B], one audio file each.
+        audio_formats: ``("wav",)`` or ``("wav", "flac")``.
+
+    Returns:
+        `(records, rates)`: tf.string [B] audio records (mono int16 PCM) and int64 [B] sample
+        rates.
+
+    Raises:
+        ValueError: `audio_formats` is neither of the two.
+        tf.errors.InvalidArgumentError: (when run) a file is not of those formats, or not 16-bit;
+            the message names its position in the batch.
     """
     check_audio_formats(audio_formats)
     flac = "flac" in audio_formats
@@ -208,7 +233,15 @@ def _decode_flac(data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
 
 
 def check_audio_formats(audio_formats: Sequence[str]) -> None:
-    """Raises ValueError unless `audio_formats` is ``("wav",)`` or ``("wav", "flac")``."""
+    """Checks the audio formats an export is asked to decode.
+
+    Args:
+        audio_formats: The formats, e.g. ``("wav", "flac")``.
+
+    Raises:
+        ValueError: `audio_formats` does not hold "wav", or holds a format not in
+            `AUDIO_FORMATS`.
+    """
     unknown = sorted(set(audio_formats) - set(AUDIO_FORMATS))
     if unknown or "wav" not in audio_formats:
         raise ValueError(
@@ -218,8 +251,14 @@ def check_audio_formats(audio_formats: Sequence[str]) -> None:
 
 
 def speaker_front_end(features: AudioFeatureConfig) -> AudioFeatureConfig:
-    """The front end of the signatures: the trainer's evaluation features (whole utterances,
-    ``"pad"`` mode, no SpecAugment) of the training `features`."""
+    """The front end of the signatures: the trainer's evaluation features of training's.
+
+    Args:
+        features: The `AudioFeatureConfig` the training batches were computed with.
+
+    Returns:
+        A copy in ``"pad"`` mode (whole utterances) without SpecAugment.
+    """
     return dataclasses.replace(features, mode="pad", spec_augment=None)
 
 
@@ -232,14 +271,23 @@ def export_speaker_model(
 ) -> None:
     """Writes the embedding net with its audio front end as a SavedModel to `export_dir`.
 
-    Args:
-      embedding_model: `speaker.build_embedding_model`'s net, [features, lengths] -> [B, D].
-      export_dir: where the SavedModel goes.
-      features: the `AudioFeatureConfig` the training batches were computed with.
-      audio_formats: files `embed_encoded_audio` decodes: ``("wav",)`` or ``("wav", "flac")``
-        (FLAC needs tensorflow-io wherever the SavedModel is loaded, see the module docstring).
-
     Signatures are in the module docstring.
+
+    Args:
+        embedding_model: `speaker.build_embedding_model`'s net, [features, lengths] -> [B, D].
+        export_dir: Where the SavedModel goes.
+        features: The `AudioFeatureConfig` the training batches were computed with.
+        audio_formats: Files `embed_encoded_audio` decodes: ``("wav",)`` or ``("wav", "flac")``
+            (FLAC needs tensorflow-io wherever the SavedModel is loaded, see the module
+            docstring).
+
+    Raises:
+        ValueError: unknown `audio_formats`, or the net takes another number of mel bins than
+            `features` computes.
+
+    Example:
+        export_speaker_model(model.embedding_model, export_dir, features)
+        embed = tf.saved_model.load(export_dir).signatures["embed_waveforms"]
     """
     check_audio_formats(audio_formats)
     n_mels = int(embedding_model.inputs[0].shape[-1])
@@ -333,8 +381,19 @@ def export_speaker_model(
 
 
 def decode_image_files(images: tf.Tensor, image: ImageSpec) -> tf.Tensor:
-    """tf.string [B] PNG or JPEG files of any sizes -> image.dtype [B, H, W, C], each decoded as
-    the training inputs decode an encoded image record."""
+    """Decodes image files as the training inputs decode an encoded image record.
+
+    Args:
+        images: tf.string [B], PNG or JPEG files (what `tf.io.decode_image` reads) of any sizes.
+        image: The training image spec: (H, W, C) and dtype.
+
+    Returns:
+        `image.dtype` [B, H, W, C]: channels converted, scaled and resized to the spec.
+
+    Raises:
+        tf.errors.InvalidArgumentError: (when run) a file does not decode, or decodes to
+            another channel count than 1 to 4 (this message names its position in the batch).
+    """
     positions = tf.range(tf.size(images, out_type=tf.int64))
 
     def decode_one(item: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
@@ -351,6 +410,14 @@ def export_cyclegan(model: CycleGAN, export_dir: str) -> None:
     """Writes both generators with their image front end as a SavedModel to `export_dir`.
 
     Signatures are in the module docstring.
+
+    Args:
+        model: The trained CycleGAN; its `image_shape` is the signatures' H, W, C.
+        export_dir: Where the SavedModel goes.
+
+    Example:
+        export_cyclegan(model, export_dir)
+        translate = tf.saved_model.load(export_dir).signatures["x_to_y_uint8"]
     """
     image = ImageSpec(*model.image_shape, dtype=tf.float32)
 

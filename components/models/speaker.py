@@ -35,7 +35,18 @@ LOSSES = ("ge2e", "angular_prototypical", "aam_softmax")
 
 
 def sequence_mask(lengths: tf.Tensor, num_frames: tf.Tensor) -> tf.Tensor:
-    """float32 [B, T, 1]: 1 on the first `lengths[b]` frames of each row, 0 on the padding."""
+    """The frame mask of a padded batch: 1 on the valid frames of each row, 0 on the padding.
+
+    Args:
+        lengths: int32 [B], the valid frames of each row.
+        num_frames: int32 [], T, the padded length.
+
+    Returns:
+        float32 [B, T, 1]: 1 on the first `lengths[b]` frames of row b, 0 after.
+
+    Example:
+        mask = sequence_mask(tf.constant([2, 3]), 4)  # [[1, 1, 0, 0], [1, 1, 1, 0]] (x [..., 1])
+    """
     return tf.sequence_mask(lengths, num_frames, dtype=tf.float32)[:, :, tf.newaxis]
 
 
@@ -48,6 +59,16 @@ class UtteranceNormalization(keras.layers.Layer):
     """
 
     def call(self, features: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
+        """Normalizes each utterance over its valid frames.
+
+        Args:
+            features: float32 [B, T, n_mels] log-mel features.
+            mask: float32 [B, T, 1] frame mask (`sequence_mask`).
+
+        Returns:
+            float32 [B, T, n_mels]: zero mean and unit variance over each utterance's valid
+            frames and bins, zero on the padding.
+        """
         count = tf.maximum(
             tf.reduce_sum(mask, axis=[1, 2]) * tf.cast(tf.shape(features)[2], tf.float32), 1.0
         )
@@ -61,6 +82,15 @@ class MaskedStatisticsPooling(keras.layers.Layer):
     """float32 [B, T, C] frames and [B, T, 1] mask -> [B, 2C]: mean and std over valid frames."""
 
     def call(self, frames: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
+        """Pools the valid frames of each row.
+
+        Args:
+            frames: float32 [B, T, C].
+            mask: float32 [B, T, 1] frame mask (`sequence_mask`).
+
+        Returns:
+            float32 [B, 2C]: the mean, then the standard deviation, of each channel.
+        """
         count = tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)
         mean = tf.reduce_sum(frames * mask, axis=1) / count
         variance = tf.reduce_sum(tf.square(frames - mean[:, tf.newaxis]) * mask, axis=1) / count
@@ -71,6 +101,15 @@ class FrameMask(keras.layers.Layer):
     """float32 [B, T, C] features and int32 [B] lengths -> float32 [B, T, 1] frame mask."""
 
     def call(self, features: tf.Tensor, lengths: tf.Tensor) -> tf.Tensor:
+        """The frame mask of `features`.
+
+        Args:
+            features: float32 [B, T, C] (only its T is used).
+            lengths: int [B], the valid frames of each row.
+
+        Returns:
+            float32 [B, T, 1] (`sequence_mask`).
+        """
         return sequence_mask(tf.cast(lengths, tf.int32), tf.shape(features)[1])
 
 
@@ -86,6 +125,20 @@ def build_embedding_model(
     T may differ between batches. The embedding is not normalized; score with cosine
     similarity (`evaluate_verification` and the signatures `serving.export_speaker_model`
     exports normalize it).
+
+    Args:
+        n_mels: Mel bins of the features.
+        channels: Channels of the TDNN layers (the last has 1.5 times as many).
+        embedding_dim: D, the embedding size.
+        name: The Keras model's name.
+
+    Returns:
+        A functional `keras.Model` with inputs `features` float32 [B, T, n_mels] and `lengths`
+        int32 [B], and output `embedding` float32 [B, D].
+
+    Example:
+        net = build_embedding_model(40, embedding_dim=64)
+        embeddings = net([features, lengths])
     """
     features = keras.Input(shape=(None, n_mels), name=FEATURES_KEY)
     lengths = keras.Input(shape=(), dtype="int32", name=LENGTHS_KEY)
@@ -112,10 +165,19 @@ def _group(embeddings: tf.Tensor, n_samples_per_class: int) -> tf.Tensor:
 
 
 def ge2e_logits(embeddings: tf.Tensor, n_samples_per_class: int) -> tf.Tensor:
-    """Cosine similarities float32 [n_c * n_p, n_c] of every utterance to every centroid.
+    """Cosine similarities of every utterance to every speaker centroid of a batch (GE2E).
 
     The similarity of an utterance to its own speaker's centroid uses the centroid of the other
     n_p - 1 utterances (GE2E's exclusive centroid), so no utterance scores against itself.
+
+    Args:
+        embeddings: float32 [n_c * n_p, D], n_c groups of n_p consecutive utterances of one
+            speaker (need not be normalized).
+        n_samples_per_class: n_p, at least 2.
+
+    Returns:
+        float32 [n_c * n_p, n_c]: row i, column k is the similarity of utterance i to the
+        centroid of group k.
     """
     grouped = _group(embeddings, n_samples_per_class)  # [n_c, n_p, D]
     n_classes = tf.shape(grouped)[0]
@@ -130,8 +192,19 @@ def ge2e_logits(embeddings: tf.Tensor, n_samples_per_class: int) -> tf.Tensor:
 
 
 def angular_prototypical_logits(embeddings: tf.Tensor, n_samples_per_class: int) -> tf.Tensor:
-    """Cosine similarities float32 [n_c, n_c] of each group's last utterance to the prototypes
-    (means of the other n_p - 1 utterances) of all groups."""
+    """Cosine similarities of each group's last utterance to the prototypes of all groups.
+
+    A group's prototype is the mean of its other n_p - 1 utterances.
+
+    Args:
+        embeddings: float32 [n_c * n_p, D], n_c groups of n_p consecutive utterances of one
+            speaker (need not be normalized).
+        n_samples_per_class: n_p, at least 2.
+
+    Returns:
+        float32 [n_c, n_c]: row g, column k is the similarity of group g's query to group k's
+        prototype.
+    """
     grouped = _group(embeddings, n_samples_per_class)
     queries = grouped[:, -1]
     prototypes = tf.math.l2_normalize(tf.reduce_mean(grouped[:, :-1], axis=1), axis=-1)
@@ -142,6 +215,12 @@ class ScaledCosineLoss(keras.layers.Layer):
     """GE2E or angular prototypical loss: softmax cross-entropy over `w * cos + b`.
 
     `w` (kept positive) and `b` are trained with the net, as in both papers.
+
+    Args:
+        kind: `"ge2e"` (`ge2e_logits`); any other value: angular prototypical
+            (`angular_prototypical_logits`).
+        n_samples_per_class: n_p of the batches.
+        **kwargs: Passed to `keras.layers.Layer` (`name`, ...).
     """
 
     def __init__(self, kind: str, n_samples_per_class: int, **kwargs):
@@ -156,6 +235,15 @@ class ScaledCosineLoss(keras.layers.Layer):
         )
 
     def call(self, embeddings: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+        """The loss of a class-balanced batch.
+
+        Args:
+            embeddings: float32 [n_c * n_p, D], grouped by class.
+            labels: int [n_c * n_p], unused: the batch order carries the classes.
+
+        Returns:
+            float32 []: the mean softmax cross-entropy.
+        """
         del labels  # the batch order carries the classes: group g holds class g of the batch
         if self.kind == "ge2e":
             similarity = ge2e_logits(embeddings, self.n_samples_per_class)
@@ -170,7 +258,15 @@ class ScaledCosineLoss(keras.layers.Layer):
 
 
 class AAMSoftmaxLoss(keras.layers.Layer):
-    """Additive angular margin softmax (ArcFace) over `num_classes` training speakers."""
+    """Additive angular margin softmax (ArcFace) over `num_classes` training speakers.
+
+    Args:
+        num_classes: How many training speakers (the labels are in [0, num_classes)).
+        embedding_dim: D, the embedding size.
+        margin: The angular margin added to each target angle, in radians.
+        scale: The scale of the logits.
+        **kwargs: Passed to `keras.layers.Layer` (`name`, ...).
+    """
 
     def __init__(
         self,
@@ -189,6 +285,15 @@ class AAMSoftmaxLoss(keras.layers.Layer):
         )
 
     def call(self, embeddings: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+        """The loss of a batch.
+
+        Args:
+            embeddings: float32 [B, D].
+            labels: int32 [B], the speaker of each embedding.
+
+        Returns:
+            float32 []: the mean softmax cross-entropy of the margin logits.
+        """
         cosine = tf.matmul(
             tf.math.l2_normalize(embeddings, axis=-1),
             tf.math.l2_normalize(self.class_weights, axis=0),
@@ -206,6 +311,24 @@ class SpeakerEmbeddingModel(keras.Model):
     Batches are dicts `{"features": float32 [B, T, n_mels], "lengths": int32 [B], "label": int64
     [B], ...}` with B = n_c * n_p grouped by class. Calling the model returns the embeddings.
     Logs `loss` (epoch mean).
+
+    Args:
+        n_mels: Mel bins of the features.
+        n_samples_per_class: n_p of the batches (at least 2 but for `"aam_softmax"`).
+        loss: One of `LOSSES`.
+        num_classes: The number of training speakers; needed by `"aam_softmax"` only.
+        channels: `channels` of the embedding net (`build_embedding_model`).
+        embedding_dim: `embedding_dim` of the embedding net.
+        **kwargs: Passed to `keras.Model` (`name`, ...).
+
+    Raises:
+        ValueError: an unknown `loss`, n_p < 2 for a batch loss, or `"aam_softmax"` without
+            `num_classes`.
+
+    Example:
+        model = SpeakerEmbeddingModel(40, n_samples_per_class=4)
+        model.compile(optimizer="adam")
+        model.fit(class_balanced_dataset, epochs=3)
     """
 
     def __init__(
@@ -243,9 +366,19 @@ class SpeakerEmbeddingModel(keras.Model):
 
     @property
     def metrics(self) -> list:
+        """The loss tracker (reset by `fit` at each epoch start)."""
         return [self.loss_tracker]
 
     def call(self, inputs, training=False):
+        """The embeddings of a batch.
+
+        Args:
+            inputs: A dict with "features" float32 [B, T, n_mels] and "lengths" int32 [B].
+            training: Whether the layers run in training mode.
+
+        Returns:
+            float32 [B, D], not normalized.
+        """
         return self.embedding_model([inputs[FEATURES_KEY], inputs[LENGTHS_KEY]], training=training)
 
     def _check_batch(self, data) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -277,6 +410,19 @@ class SpeakerEmbeddingModel(keras.Model):
         return features, tf.cast(data[LENGTHS_KEY], tf.int32), labels
 
     def train_step(self, data):
+        """One training step on a class-balanced batch (what `fit` calls).
+
+        Args:
+            data: A dict with "features" float32 [B, T, n_mels], "lengths" int [B] and "label"
+                int [B], B = n_c * n_p in groups of n_p consecutive samples of one class.
+
+        Returns:
+            {"loss": the epoch mean so far, float32 []}.
+
+        Raises:
+            ValueError: `data` is not a dict with those keys.
+            tf.errors.InvalidArgumentError: B is not a multiple of n_p, or a group mixes classes.
+        """
         features, lengths, labels = self._check_batch(data)
         with tf.GradientTape() as tape:
             embeddings = self.embedding_model([features, lengths], training=True)

@@ -1,10 +1,11 @@
 """Speaker verification on held-out speakers: embeddings of held-out utterances, cosine-scored
 trials, the equal error rate and DET curve, and their TensorBoard summaries (the DET curve and
-target / non-target score histograms). Pure Keras 3 / numpy; no TFX.
+target / non-target score histograms, also written as PNG files). Pure Keras 3 / numpy; no TFX.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
@@ -31,15 +32,18 @@ def equal_error_rate(scores, same_speaker) -> float:
     constant scores give 0.5, perfectly separated ones 0. O(N log N).
 
     Args:
-      scores: float [N], higher means more likely the same speaker.
-      same_speaker: bool (or 0/1) [N], the truth of each trial.
+        scores: float [N], higher means more likely the same speaker.
+        same_speaker: bool (or 0/1) [N], the truth of each trial.
 
     Returns:
-      The EER in [0, 1].
+        The EER in [0, 1].
 
     Raises:
-      ValueError: on mismatched lengths, non-finite scores, labels other than 0/1, or when the
-        trials lack either kind.
+        ValueError: on mismatched lengths, non-finite scores, labels other than 0/1, or when
+            the trials lack either kind.
+
+    Example:
+        equal_error_rate([0.9, 0.8, 0.3, 0.1], [True, False, True, False])  # 0.5
     """
     return _equal_error_rate_and_threshold(scores, same_speaker)[0]
 
@@ -50,8 +54,20 @@ def det_curve(scores, same_speaker) -> tuple[np.ndarray, np.ndarray]:
     One point per distinct threshold, in threshold order from +inf (accept nothing: FAR 0,
     FRR 1) down to the lowest score (accept everything: FAR 1, FRR 0), so FAR never decreases
     and FRR never increases: the detection error trade-off (DET) curve, and the polyline whose
-    crossing with FAR = FRR is `equal_error_rate`. Same arguments and errors as
-    `equal_error_rate`.
+    crossing with FAR = FRR is `equal_error_rate`.
+
+    Args:
+        scores: float [N], higher means more likely the same speaker.
+        same_speaker: bool (or 0/1) [N], the truth of each trial.
+
+    Returns:
+        `(far, frr)`: float64 [K] each, K the number of distinct scores + 1.
+
+    Raises:
+        ValueError: as `equal_error_rate`.
+
+    Example:
+        far, frr = det_curve(trials.scores, trials.same_speaker)
     """
     far, frr, _ = _operating_points(scores, same_speaker)
     return far, frr
@@ -119,12 +135,24 @@ def embed(
     max_utterances: int | None = None,
     seed: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """L2-normalized embeddings float32 [N, D] and labels int64 [N] of the utterances of
-    `batches` (dicts with `features`, `lengths`, `label`).
+    """L2-normalized embeddings and labels of the utterances of `batches`.
 
     With `max_utterances`, a uniform random sample of at most that many utterances, drawn by
     reservoir sampling as the batches stream past: memory stays at `max_utterances` rows however
     large the data, and the sample depends only on `seed` and the utterance order.
+
+    Args:
+        embedding_model: Maps `[features, lengths]` to embeddings (`build_embedding_model`).
+        batches: An iterable (e.g. `tf.data.Dataset`) of dicts with "features" float32
+            [B, T, n_mels], "lengths" int [B] and "label" int [B].
+        max_utterances: The most utterances kept; None keeps all.
+        seed: Picks the sample.
+
+    Returns:
+        `(embeddings, labels)`: float32 [N, D], unit length, and int64 [N].
+
+    Raises:
+        ValueError: `batches` holds no utterance.
     """
     n_mels = embedding_model.inputs[0].shape[-1]
 
@@ -152,8 +180,24 @@ def embed(
 def reservoir_sample(
     batches: Iterable[tuple[np.ndarray, np.ndarray]], max_rows: int | None, seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
-    """A uniform sample of at most `max_rows` rows of a stream of `(rows [n, D], labels [n])`
-    batches (all rows when `max_rows` is None), by Algorithm R: memory O(max_rows * D)."""
+    """A uniform sample of at most `max_rows` rows of a stream of batches, by Algorithm R.
+
+    Memory is O(max_rows * D); the sample depends only on `seed` and the row order.
+
+    Args:
+        batches: `(rows [n, D], labels [n])` pairs of numpy arrays (n may vary).
+        max_rows: The most rows kept; None keeps all.
+        seed: Seeds the sample.
+
+    Returns:
+        `(rows, labels)`: [N, D] of the rows' dtype and int64 [N], N <= `max_rows`.
+
+    Raises:
+        ValueError: the stream holds no row.
+
+    Example:
+        rows, labels = reservoir_sample([(np.eye(3), np.arange(3))], max_rows=2)
+    """
     rng = np.random.default_rng(seed)
     kept_rows: list[np.ndarray] = []
     kept_labels: list[int] = []
@@ -175,7 +219,13 @@ def reservoir_sample(
 
 
 class VerificationTrials(NamedTuple):
-    """Every pair of N evaluated utterances as one trial (M = N(N-1)/2 trials)."""
+    """Every pair of N evaluated utterances as one trial (M = N(N-1)/2 trials).
+
+    Attributes:
+        scores: float32 [M], the cosine similarity of each trial.
+        same_speaker: bool [M], whether a trial is a target trial.
+        labels: int64 [N], the utterances' speakers.
+    """
 
     scores: np.ndarray  # float32 [M], cosine similarity
     same_speaker: np.ndarray  # bool [M], a target trial
@@ -196,11 +246,20 @@ def verification_trials(
     N^2, and memory stays bounded however large the evaluation set.
 
     Args:
-      embedding_model: maps `[features, lengths]` to embeddings.
-      batches: an iterable (e.g. `tf.data.Dataset`) of dicts with `features`, `lengths`,
-        `label`; held-out speakers, any batch order.
-      max_utterances: the most utterances scored.
-      seed: picks the sample.
+        embedding_model: Maps `[features, lengths]` to embeddings.
+        batches: An iterable (e.g. `tf.data.Dataset`) of dicts with `features`, `lengths`,
+            `label`; held-out speakers, any batch order.
+        max_utterances: The most utterances scored.
+        seed: Picks the sample.
+
+    Returns:
+        The trials of every pair of the (sampled) utterances.
+
+    Raises:
+        ValueError: `batches` holds no utterance, or utterances of fewer than two speakers.
+
+    Example:
+        trials = verification_trials(net, held_out_dataset, max_utterances=2000)
     """
     embeddings, labels = embed(embedding_model, batches, max_utterances=max_utterances, seed=seed)
     if np.unique(labels).size < 2:
@@ -214,8 +273,18 @@ def verification_trials(
 
 
 def verification_metrics(trials: VerificationTrials) -> dict[str, float]:
-    """`eer`, `eer_threshold` (cosine), and the counts `num_utterances`, `num_speakers`,
-    `num_target_trials`, `num_nontarget_trials`."""
+    """The equal error rate of `trials`, its threshold and the trial counts.
+
+    Args:
+        trials: The scored trials (`verification_trials`).
+
+    Returns:
+        Floats by name: `eer`, `eer_threshold` (cosine), and the counts `num_utterances`,
+        `num_speakers`, `num_target_trials`, `num_nontarget_trials`.
+
+    Raises:
+        ValueError: the trials lack target or non-target trials (see `equal_error_rate`).
+    """
     eer, threshold = _equal_error_rate_and_threshold(trials.scores, trials.same_speaker)
     return {
         "eer": eer,
@@ -234,22 +303,59 @@ def evaluate_verification(
     max_utterances: int = 4000,
     seed: int = 0,
 ) -> dict[str, float]:
-    """Verification EER on the utterances of `batches`, every pair one trial:
-    `verification_metrics` of `verification_trials` (same arguments)."""
+    """Verification EER on the utterances of `batches`, every pair one trial.
+
+    `verification_metrics` of `verification_trials`.
+
+    Args:
+        embedding_model: Maps `[features, lengths]` to embeddings.
+        batches: Dicts with `features`, `lengths`, `label` of held-out speakers.
+        max_utterances: The most utterances scored (a seeded uniform sample above it).
+        seed: Picks the sample.
+
+    Returns:
+        As `verification_metrics`.
+
+    Raises:
+        ValueError: as `verification_trials` and `verification_metrics`.
+
+    Example:
+        metrics = evaluate_verification(model.embedding_model, held_out_dataset)
+    """
     return verification_metrics(
         verification_trials(embedding_model, batches, max_utterances=max_utterances, seed=seed)
     )
 
 
 def write_verification_summaries(
-    trials: VerificationTrials, metrics: Mapping[str, float], step: int
-) -> None:
+    trials: VerificationTrials,
+    metrics: Mapping[str, float],
+    step: int,
+    *,
+    png_dir: str | None = None,
+) -> list[str]:
     """Writes what the trials look like to the default summary writer, at `step`.
 
     `eval/eer` (scalar); `eval/target_scores` and `eval/nontarget_scores` (histograms of the
     cosine scores); `eval/det_curve` (image: the DET curve, see `charts.det_chart`);
     `eval/score_distributions` (image: both score histograms as fractions of their trials,
-    overlaid, with the EER threshold). `metrics`: `verification_metrics(trials)`.
+    overlaid, with the EER threshold). With `png_dir`, both images are also written there as
+    PNG files (`charts.png_name(tag, step)`), for people without TensorBoard.
+
+    Args:
+        trials: The scored trials.
+        metrics: `verification_metrics(trials)`.
+        step: The summary step (an epoch, say).
+        png_dir: The folder of the PNG files (the writer's log dir, say); None writes none.
+
+    Returns:
+        The paths of the PNG files written, [] without `png_dir`.
+
+    Example:
+        with tf.summary.create_file_writer(log_dir).as_default():
+            write_verification_summaries(
+                trials, verification_metrics(trials), step=epoch, png_dir=log_dir
+            )
     """
     target = trials.scores[trials.same_speaker]
     nontarget = trials.scores[~trials.same_speaker]
@@ -260,36 +366,43 @@ def write_verification_summaries(
 
     far, frr = det_curve(trials.scores, trials.same_speaker)
     ticks = ", ".join(f"{tick:.1%}".replace(".0%", "%") for tick in charts.DET_TICKS)
-    tf.summary.image(
-        "eval/det_curve",
-        charts.det_chart(far, frr, eer)[np.newaxis],
-        step=step,
-        description=(
-            f"Detection error trade-off of {len(target)} target and {len(nontarget)} non-target "
-            "trials: x = false-alarm rate, y = miss rate, both on normal-deviate axes (grid at "
-            f"{ticks}). Grey diagonal: equal rates; red square: the EER, {eer:.1%}. Closer to "
-            "the lower left is better."
-        ),
-    )
-
     edges = np.histogram_bin_edges(trials.scores, bins=SCORE_BINS)
     fractions = [np.histogram(s, bins=edges)[0] / len(s) for s in (target, nontarget)]
     peak = max(float(f.max()) for f in fractions)
-    tf.summary.image(
-        "eval/score_distributions",
-        charts.histogram_chart(
-            fractions,
-            (charts.GREEN, charts.RED),
-            x_labels=(f"{(edges[0] + edges[1]) / 2:.2f}", f"{(edges[-2] + edges[-1]) / 2:.2f}"),
-            y_label=f"{peak:.0%}",
-            y_max=peak,
-            marker=(threshold - edges[0]) / (edges[-1] - edges[0]),
-        )[np.newaxis],
-        step=step,
-        description=(
+    images = {
+        "eval/det_curve": (
+            charts.det_chart(far, frr, eer),
+            f"Detection error trade-off of {len(target)} target and {len(nontarget)} non-target "
+            "trials: x = false-alarm rate, y = miss rate, both on normal-deviate axes (grid at "
+            f"{ticks}). Grey diagonal: equal rates; red square: the EER, {eer:.1%}. Closer to "
+            "the lower left is better.",
+        ),
+        "eval/score_distributions": (
+            charts.histogram_chart(
+                fractions,
+                (charts.GREEN, charts.RED),
+                x_labels=(
+                    f"{(edges[0] + edges[1]) / 2:.2f}",
+                    f"{(edges[-2] + edges[-1]) / 2:.2f}",
+                ),
+                y_label=f"{peak:.0%}",
+                y_max=peak,
+                x_title="cosine score",
+                y_title="fraction of trials",
+                names=("target", "non-target"),
+                marker=(threshold - edges[0]) / (edges[-1] - edges[0]),
+                marker_name="EER threshold",
+            ),
             "Cosine scores of target (green) and non-target (red) trials, each as a fraction "
             f"of its {len(target)} / {len(nontarget)} trials, in {SCORE_BINS} bins from "
             f"{edges[0]:.3f} to {edges[-1]:.3f}; black line: the EER threshold "
-            f"{threshold:.3f}. The less they overlap, the better."
+            f"{threshold:.3f}. The less they overlap, the better.",
         ),
-    )
+    }
+    paths = []
+    for tag, (image, description) in images.items():
+        tf.summary.image(tag, image[np.newaxis], step=step, description=description)
+        if png_dir is not None:
+            paths.append(os.path.join(png_dir, charts.png_name(tag, step)))
+            charts.write_png(image, paths[-1])
+    return paths

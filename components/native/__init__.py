@@ -6,10 +6,15 @@ One op today, `ReadRecordsByIndex` (`read_records_op.cc`): the disk backend of
 threads), where the Python reader pays a `os.pread` call, slices and a `tf.numpy_function`
 conversion per record.
 
-The library is built by `make setup` (`python -m components.native`) with the C++ compiler and
-TensorFlow's own compile and link flags. Its file name carries a hash of the source, the
-TensorFlow version and the flags, so a stale build is never loaded. Without a compiler nothing
-fails: `read_records_op()` returns None and the record store keeps its Python reader.
+The library is built for whatever TensorFlow is installed (2.16 to 2.21 are tested), with the
+C++ compiler and TensorFlow's own compile and link flags: by `make setup`
+(`python -m components.native`), or else at first use, when the disk backend first asks for it
+(about 10 s, once). It goes beside the source, or, where the installed package folder is not
+writable, into `$TFX_DYNAMIC_INPUTS_CACHE/native` (default `~/.cache/tfx-dynamic-inputs/native`).
+Its file name carries a hash of the source, the TensorFlow version and the flags, so a stale
+build is never loaded. Without a compiler, or when the build fails, nothing else fails:
+`read_records_op()` logs one warning line and returns None, and the record store keeps its
+Python reader. `TFX_DYNAMIC_INPUTS_NATIVE_BUILD=0` turns the build at first use off.
 A process that runs graphs built elsewhere (a tf.data service worker,
 `components.data_service_worker`) registers the op with `load_read_records_op()` first.
 """
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
@@ -27,6 +33,11 @@ from types import ModuleType
 _HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(_HERE, "read_records_op.cc")
 COMPILER_ENV = "CXX"
+CACHE_ENV = "TFX_DYNAMIC_INPUTS_CACHE"
+BUILD_AT_FIRST_USE_ENV = "TFX_DYNAMIC_INPUTS_NATIVE_BUILD"
+_LIBRARY_PREFIX = "_read_records_op_"
+
+_log = logging.getLogger(__name__)
 
 
 class NativeBuildError(RuntimeError):
@@ -40,17 +51,48 @@ def _build_flags() -> tuple[list[str], list[str], str]:
 
 
 def library_path() -> str:
-    """Where the build for this source, TensorFlow version and flags lives (may not exist)."""
+    """Where the build for this source, TensorFlow version and flags lives (it may not exist).
+
+    Imports TensorFlow (for its version and build flags).
+
+    Returns:
+        `<library_dir()>/_read_records_op_<hash>.so`, the hash (12 hex digits of a SHA-256)
+        taken over the source, the TensorFlow version and the compile and link flags.
+    """
     compile_flags, link_flags, tf_version = _build_flags()
     digest = hashlib.sha256()
     with open(SOURCE, "rb") as f:
         digest.update(f.read())
     digest.update(" ".join([tf_version, *compile_flags, *link_flags]).encode())
-    return os.path.join(_HERE, f"_read_records_op_{digest.hexdigest()[:12]}.so")
+    return os.path.join(
+        library_dir(), f"{_LIBRARY_PREFIX}{_tf_tag(tf_version)}_{digest.hexdigest()[:12]}.so"
+    )
+
+
+def _tf_tag(tf_version: str) -> str:
+    """The TensorFlow version in a library's name: builds for other versions (a second venv
+    over the same checkout) are told apart, and left alone, by it."""
+    return "tf" + "".join(c if c.isalnum() or c == "." else "_" for c in tf_version)
+
+
+def library_dir() -> str:
+    """The folder builds go to: beside the source when it is writable (a checkout, a venv),
+    else the user's cache (`$TFX_DYNAMIC_INPUTS_CACHE/native`, default
+    `~/.cache/tfx-dynamic-inputs/native`), e.g. for a system-wide install."""
+    if os.access(_HERE, os.W_OK):
+        return _HERE
+    cache = os.environ.get(CACHE_ENV) or os.path.join(
+        os.path.expanduser("~"), ".cache", "tfx-dynamic-inputs"
+    )
+    return os.path.join(cache, "native")
 
 
 def compiler() -> str | None:
-    """The C++ compiler to build with: $CXX, else g++ or c++ on PATH, else None."""
+    """The C++ compiler to build with.
+
+    Returns:
+        `$CXX` when it names a program on PATH, else `g++` or `c++` found on PATH, else None.
+    """
     for candidate in (os.environ.get(COMPILER_ENV), "g++", "c++"):
         if candidate and shutil.which(candidate):
             return candidate
@@ -58,9 +100,24 @@ def compiler() -> str | None:
 
 
 def build(force: bool = False) -> str:
-    """Compiles the op library if it is not built yet; returns its path.
+    """Compiles the op library if it is not built yet.
 
-    Raises NativeBuildError when no compiler is found or compilation fails.
+    The compiler writes a temporary file that is then renamed into place, so concurrent builds
+    never leave half a library; older builds for the same TensorFlow are removed (another
+    TensorFlow's are kept: a second venv may use them).
+
+    Args:
+        force: Whether to rebuild even when the library for this source and TensorFlow exists.
+
+    Returns:
+        The library's path (`library_path()`).
+
+    Raises:
+        NativeBuildError: no compiler is found (`compiler()`), or compilation fails (the
+            message holds the command and the end of the compiler's output).
+
+    Example:
+        path = build()
     """
     target = library_path()
     if os.path.exists(target) and not force:
@@ -71,7 +128,9 @@ def build(force: bool = False) -> str:
             f"no C++ compiler found (set ${COMPILER_ENV} or install g++) to build {SOURCE}"
         )
     compile_flags, link_flags, _ = _build_flags()
-    fd, scratch = tempfile.mkstemp(suffix=".so", dir=_HERE)
+    folder = os.path.dirname(target)
+    os.makedirs(folder, exist_ok=True)
+    fd, scratch = tempfile.mkstemp(suffix=".so", dir=folder)
     os.close(fd)
     command = [cxx, "-shared", "-fPIC", "-O2", SOURCE, "-o", scratch, *compile_flags, *link_flags]
     try:
@@ -85,30 +144,64 @@ def build(force: bool = False) -> str:
     finally:
         if os.path.exists(scratch):
             os.remove(scratch)
-    for name in os.listdir(_HERE):
-        stale = os.path.join(_HERE, name)
-        if name.startswith("_read_records_op_") and name.endswith(".so") and stale != target:
+    # Older builds for this TensorFlow; another TensorFlow's builds belong to another venv.
+    same_tf = os.path.basename(target).rsplit("_", 1)[0] + "_"
+    for name in os.listdir(folder):
+        stale = os.path.join(folder, name)
+        if name.startswith(same_tf) and name.endswith(".so") and stale != target:
             os.remove(stale)
     return target
 
 
 @functools.cache
 def read_records_op() -> ModuleType | None:
-    """The loaded op module (`.read_records_by_index`), or None when it is not built."""
+    """The op library loaded into this process, looked up once: later calls return the same.
+
+    Not built yet for this TensorFlow, it is built now (`build`), unless
+    `TFX_DYNAMIC_INPUTS_NATIVE_BUILD=0`; a build that cannot be made is one warning line.
+
+    Returns:
+        The op module (its `read_records_by_index` op), or None when it is not built.
+
+    Example:
+        op_module = read_records_op()
+        reader = op_module.read_records_by_index if op_module is not None else None
+    """
     import tensorflow as tf
 
     path = library_path()
     if not os.path.exists(path):
-        return None
+        if os.environ.get(BUILD_AT_FIRST_USE_ENV, "1") == "0":
+            return None
+        _log.info("building the native record reader for TensorFlow %s (once)", tf.__version__)
+        try:
+            path = build()
+        except NativeBuildError as error:
+            reason = str(error).splitlines()[0]
+            _log.warning(
+                "native record reader not built (%s): the disk backend reads in Python; "
+                "`python -m components.native` says why",
+                reason[:200],
+            )
+            return None
     return tf.load_op_library(path)
 
 
 def load_read_records_op() -> ModuleType:
-    """Loads the op library into this process (registering `ReadRecordsByIndex`) and returns it.
+    """Loads the op library into this process, registering `ReadRecordsByIndex`.
 
     For processes that run graphs built elsewhere (tf.data service workers): a graph naming an op
-    that the process has not registered fails with "Op type not registered". Raises
-    NativeBuildError when it is not built.
+    that the process has not registered fails with "Op type not registered".
+
+    Returns:
+        The op module, as `read_records_op()` returns it.
+
+    Raises:
+        NativeBuildError: the library is not built for this source and TensorFlow (the message
+            says how to build it).
+
+    Example:
+        load_read_records_op()  # before starting a tf.data service worker
     """
     op_module = read_records_op()
     if op_module is None:

@@ -16,6 +16,18 @@ from components import native  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Builds the native ops and loads them once, printing the result.
+
+    Args:
+        argv: The command-line flags (`--force`, `--required`); None reads `sys.argv`.
+
+    Returns:
+        The exit status: 0 when built and loaded, or when no build was possible without
+        `--required`; 1 when a required build fails or the built library is not found to load.
+
+    Example:
+        main(["--force"])  # as `python -m components.native --force`
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--force", action="store_true", help="rebuild even if built")
     parser.add_argument("--required", action="store_true", help="fail if it cannot be built")

@@ -26,7 +26,8 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/util/work_sharder.h"
-#include "tsl/lib/hash/crc32c.h"
+// The portable CRC32C: TensorFlow's own wrapper, at the same path in 2.16 and 2.21 (tsl moved).
+#include "tensorflow/core/lib/hash/crc32c.h"
 
 namespace tfx_dynamic_inputs {
 namespace {
@@ -62,7 +63,8 @@ __attribute__((target("sse4.2"))) uint32_t Crc32cHardware(const char* data, size
 const bool kHardwareCrc = __builtin_cpu_supports("sse4.2");
 
 uint32_t MaskedCrc32c(const char* data, size_t n) {
-  const uint32_t crc = kHardwareCrc ? Crc32cHardware(data, n) : tsl::crc32c::Value(data, n);
+  const uint32_t crc =
+      kHardwareCrc ? Crc32cHardware(data, n) : tensorflow::crc32c::Value(data, n);
   return ((crc >> 15) | (crc << 17)) + kMaskDelta;
 }
 

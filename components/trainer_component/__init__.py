@@ -1,6 +1,17 @@
-"""The trainer component (dynamic-pair or class-balanced inputs -> a user module's `run_fn`)."""
+"""The trainer components: dynamic pairs (`PairsTrainer`) or class-balanced batches
+(`ClassBalancedTrainer`) -> a user module's `run_fn`."""
 
-from components.trainer_component.component import ResampledTrainer, ResampledTrainerSpec
+from components.extras import require
+
+# Without the extra: one line naming the pip install, not an error deep in an import.
+require("tfx", "components.trainer_component")
+from components.trainer_component.component import (
+    ClassBalancedTrainer,
+    ClassBalancedTrainerSpec,
+    PairsTrainer,
+    PairsTrainerSpec,
+    TrainerArgs,
+)
 from components.trainer_component.fn_args import FnArgs
 from components.trainer_component.input_options import (
     ClassBalancedInputOptions,
@@ -9,8 +20,11 @@ from components.trainer_component.input_options import (
 
 __all__ = [
     "ClassBalancedInputOptions",
+    "ClassBalancedTrainer",
+    "ClassBalancedTrainerSpec",
     "FnArgs",
     "PairsInputOptions",
-    "ResampledTrainer",
-    "ResampledTrainerSpec",
+    "PairsTrainer",
+    "PairsTrainerSpec",
+    "TrainerArgs",
 ]

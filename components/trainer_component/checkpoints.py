@@ -82,7 +82,18 @@ class TrainingCheckpoints:
     ) -> int:
         """Tracks `sampler`'s state and `other_inputs` (by name), restores them from the latest
         checkpoint (none: a fresh start) and returns the batches of the epoch in progress already
-        trained: the sampler dataset's `initial_step`."""
+        trained: the sampler dataset's `initial_step`.
+
+        Args:
+            sampler: the training run's `EpochSampler`.
+            other_inputs: more input state to checkpoint, name -> `tf.Module`, or None.
+
+        Returns:
+            The batches of the epoch in progress already trained (0 on a fresh start).
+
+        Raises:
+            ValueError: when called a second time.
+        """
         if self._inputs:
             raise ValueError("resume() was called already: one sampler per training run")
         self._inputs = {"sampler": sampler.state, **(other_inputs or {})}
@@ -120,6 +131,15 @@ class TrainingCheckpoints:
         return {name: [logs[name] for logs in done if name in logs] for name in _names(done)}
 
     def record_epoch(self, epoch: int, logs: Mapping[str, object]) -> None:
+        """Records the numeric logs of epoch `epoch` in the checkpoint folder's history.
+
+        The history keeps the epochs before `epoch`; any recorded from `epoch` on (by an
+        earlier attempt) are replaced.
+
+        Args:
+            epoch: the 0-based epoch that ended.
+            logs: its Keras logs; values that are not numbers are left out.
+        """
         path = os.path.join(self.directory, HISTORY_FILE)
         epochs = []
         if tf.io.gfile.exists(path):
@@ -143,6 +163,15 @@ class TrainingCheckpoints:
         return _CheckpointCallback(self)
 
     def manager(self, model: keras.Model) -> tf.train.CheckpointManager:
+        """The checkpoint manager of the training state: steps, `model`, the sampler and the other
+        inputs (after `resume`).
+
+        Args:
+            model: the Keras model trained.
+
+        Returns:
+            A `tf.train.CheckpointManager` over `directory`.
+        """
         checkpoint = tf.train.Checkpoint(
             trained_steps=self.trained_steps, model=model, **self._inputs
         )
@@ -156,7 +185,14 @@ def _names(epochs: list[dict[str, float]]) -> list[str]:
 
 
 def checkpoint_dir(model_run_uri: str) -> str:
-    """The checkpoint folder of the execution whose ModelRun artifact is at `model_run_uri`."""
+    """The checkpoint folder of the execution whose ModelRun artifact is at `model_run_uri`.
+
+    Args:
+        model_run_uri: the ModelRun artifact's URI.
+
+    Returns:
+        `<model_run_uri>/checkpoints`.
+    """
     return os.path.join(model_run_uri, CHECKPOINT_DIR)
 
 

@@ -1,18 +1,22 @@
-"""The trainer component: the standard Trainer's role, on inputs re-sampled every epoch.
+"""The trainer components: the standard Trainer's role, on inputs re-sampled every epoch.
 
-Takes the materialize component's `Examples` and index artifacts, builds dynamic-pair
-(`input_kind="dynamic_pairs"`, needs `pair_index`) or class-balanced
-(`input_kind="class_balanced"`, needs `class_index`) inputs, and calls the user module's
-`run_fn(fn_args)` like the standard Trainer (see `FnArgs` for what it gets). `run_fn` returns
-its final metrics, which land in `<model_run>/metrics.json` and as custom properties of both
-outputs. Given ExampleValidator's `anomalies`, the component refuses to train on splits with
-anomalies.
+Two thin components on one executor base (`executor.TrainerExecutor`), as TFX's own are built:
+
+- `PairsTrainer`: dynamic pairs, from the materialize (or `IndexExamples`) component's
+  `Examples`, `offset_index` and `pair_index`, in batches of `batch_size`;
+- `ClassBalancedTrainer`: class-balanced batches of `n_classes_per_batch x
+  n_samples_per_class`, from the `Examples`, `offset_index` and `class_index`.
+
+Each calls the user module's `run_fn(fn_args)` like the standard Trainer (see `FnArgs` for
+what it gets). `run_fn` returns its final metrics, which land in `<model_run>/metrics.json` and
+as custom properties of both outputs. Given ExampleValidator's `anomalies`, the component refuses
+to train on splits with anomalies.
 
 `input_options` (a `PairsInputOptions` / `ClassBalancedInputOptions`, or their fields as a dict:
 pairing `strategy`, `image` size, `features` for audio, `backend`, ...) go to the samplers and
 are checked when the component is built; `custom_config` (a JSON object) goes to `run_fn`.
 
-Like the standard Trainer it takes Transform's `transform_graph` and a `schema`, and hands
+Like the standard Trainer they take Transform's `transform_graph` and a `schema`, and hand
 `run_fn` the `tf_transform_output` and `schema_path`. Class-balanced inputs of records that are
 not audio (`IndexExamples` over tabular, embedding or transformed Examples) are parsed with a
 feature spec instead of the audio front end: input option `feature_spec` `"schema"` (the schema's
@@ -38,7 +42,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from tfx import types
 from tfx.dsl.components.base import base_component, executor_spec
@@ -47,120 +51,142 @@ from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 
 from components import artifacts
 from components import component_keys as keys
-from components.trainer_component import executor, training_inputs
+from components.trainer_component import executor
 from components.trainer_component import input_options as trainer_input_options
 
+if TYPE_CHECKING:
+    # typing.Unpack is Python 3.11+; annotations are not evaluated at run time.
+    from typing_extensions import Unpack
 
-class ResampledTrainerSpec(types.ComponentSpec):
+# The parameters and channels both trainers take, declared once.
+_COMMON_PARAMETERS = {
+    keys.MODULE_PATH_KEY: ExecutionParameter(type=str, optional=True),
+    keys.MODULE_FILE_KEY: ExecutionParameter(type=str, optional=True),
+    keys.NUM_EPOCHS_KEY: ExecutionParameter(type=int),
+    keys.SEED_KEY: ExecutionParameter(type=int, optional=True),
+    keys.TRAIN_SPLIT_KEY: ExecutionParameter(type=str, optional=True),
+    keys.EVAL_SPLIT_KEY: ExecutionParameter(type=str, optional=True),
+    keys.INPUT_OPTIONS_KEY: ExecutionParameter(type=str, optional=True),
+    keys.CUSTOM_CONFIG_KEY: ExecutionParameter(type=str, optional=True),
+    keys.CHECKPOINT_EVERY_STEPS_KEY: ExecutionParameter(type=int, optional=True),
+}
+_COMMON_INPUTS = {
+    keys.EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples),
+    keys.OFFSET_INDEX_KEY: ChannelParameter(type=artifacts.OffsetIndex),
+    keys.ANOMALIES_KEY: ChannelParameter(type=standard_artifacts.ExampleAnomalies, optional=True),
+    keys.TRANSFORM_GRAPH_KEY: ChannelParameter(
+        type=standard_artifacts.TransformGraph, optional=True
+    ),
+    keys.SCHEMA_KEY: ChannelParameter(type=standard_artifacts.Schema, optional=True),
+}
+_OUTPUTS = {
+    keys.MODEL_KEY: ChannelParameter(type=standard_artifacts.Model),
+    keys.MODEL_RUN_KEY: ChannelParameter(type=standard_artifacts.ModelRun),
+}
+
+
+class PairsTrainerSpec(types.ComponentSpec):
+    """`PairsTrainer`'s spec: the common trainer parameters, `batch_size`, and `pair_index`."""
+
+    PARAMETERS = {**_COMMON_PARAMETERS, keys.BATCH_SIZE_KEY: ExecutionParameter(type=int)}
+    INPUTS = {**_COMMON_INPUTS, keys.PAIR_INDEX_KEY: ChannelParameter(type=artifacts.PairIndex)}
+    OUTPUTS = _OUTPUTS
+
+
+class ClassBalancedTrainerSpec(types.ComponentSpec):
+    """`ClassBalancedTrainer`'s spec: the common trainer parameters, the batch's classes and
+    samples per class, and `class_index`."""
+
     PARAMETERS = {
-        keys.INPUT_KIND_KEY: ExecutionParameter(type=str),
-        keys.MODULE_PATH_KEY: ExecutionParameter(type=str, optional=True),
-        keys.MODULE_FILE_KEY: ExecutionParameter(type=str, optional=True),
-        keys.NUM_EPOCHS_KEY: ExecutionParameter(type=int),
-        keys.SEED_KEY: ExecutionParameter(type=int, optional=True),
-        keys.BATCH_SIZE_KEY: ExecutionParameter(type=int, optional=True),
-        keys.N_CLASSES_PER_BATCH_KEY: ExecutionParameter(type=int, optional=True),
-        keys.N_SAMPLES_PER_CLASS_KEY: ExecutionParameter(type=int, optional=True),
-        keys.TRAIN_SPLIT_KEY: ExecutionParameter(type=str, optional=True),
-        keys.EVAL_SPLIT_KEY: ExecutionParameter(type=str, optional=True),
-        keys.INPUT_OPTIONS_KEY: ExecutionParameter(type=str, optional=True),
-        keys.CUSTOM_CONFIG_KEY: ExecutionParameter(type=str, optional=True),
-        keys.CHECKPOINT_EVERY_STEPS_KEY: ExecutionParameter(type=int, optional=True),
+        **_COMMON_PARAMETERS,
+        keys.N_CLASSES_PER_BATCH_KEY: ExecutionParameter(type=int),
+        keys.N_SAMPLES_PER_CLASS_KEY: ExecutionParameter(type=int),
     }
-    INPUTS = {
-        keys.EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples),
-        keys.OFFSET_INDEX_KEY: ChannelParameter(type=artifacts.OffsetIndex),
-        keys.PAIR_INDEX_KEY: ChannelParameter(type=artifacts.PairIndex, optional=True),
-        keys.CLASS_INDEX_KEY: ChannelParameter(type=artifacts.ClassIndex, optional=True),
-        keys.ANOMALIES_KEY: ChannelParameter(
-            type=standard_artifacts.ExampleAnomalies, optional=True
-        ),
-        keys.TRANSFORM_GRAPH_KEY: ChannelParameter(
-            type=standard_artifacts.TransformGraph, optional=True
-        ),
-        keys.SCHEMA_KEY: ChannelParameter(type=standard_artifacts.Schema, optional=True),
-    }
-    OUTPUTS = {
-        keys.MODEL_KEY: ChannelParameter(type=standard_artifacts.Model),
-        keys.MODEL_RUN_KEY: ChannelParameter(type=standard_artifacts.ModelRun),
-    }
+    INPUTS = {**_COMMON_INPUTS, keys.CLASS_INDEX_KEY: ChannelParameter(type=artifacts.ClassIndex)}
+    OUTPUTS = _OUTPUTS
 
 
-class ResampledTrainer(base_component.BaseComponent):
-    """Trains a user module's `run_fn` on dynamic-pair or class-balanced inputs."""
+class TrainerArgs(TypedDict, total=False):
+    """The keyword arguments both trainers take beside their own (all optional).
 
-    SPEC_CLASS = ResampledTrainerSpec
-    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
+    Attributes:
+      module_path: the importable module of `run_fn` (or `module_file`; exactly one of them).
+      module_file: the source file of `run_fn`.
+      anomalies: ExampleValidator's output; training stops on anomalies in the splits it reads
+        (pairs: `x` and `y`; class-balanced: the train and eval splits).
+      transform_graph: Transform's output, handed to `run_fn` as `tf_transform_output` (and
+        needed by the class-balanced `feature_spec="transformed"` and `apply_transform`).
+      schema: a `Schema`, handed to `run_fn` as `schema_path` (needed by
+        `feature_spec="schema"`).
+      seed: the samplers' seed (default 0).
+      train_split: the record set training reads (default: pairs `x`, class-balanced `train`).
+      eval_split: the class-balanced record set of `fn_args.eval_dataset` (None: none).
+      custom_config: a JSON object for `run_fn` (`fn_args.custom_config`).
+      checkpoint_every_steps: a checkpoint every so many batches (None or 0: epoch ends only).
+    """
+
+    module_path: str | None
+    module_file: str | None
+    anomalies: types.BaseChannel | None
+    transform_graph: types.BaseChannel | None
+    schema: types.BaseChannel | None
+    seed: int | None
+    train_split: str | None
+    eval_split: str | None
+    custom_config: Mapping[str, Any] | None
+    checkpoint_every_steps: int | None
+
+
+class _TrainerComponent(base_component.BaseComponent):
+    """What both trainers do when built: check the settings they share and the typed input
+    options, then build the spec of `SPEC_CLASS` with new `model` and `model_run` channels."""
+
+    _OPTIONS_CLASS: type[trainer_input_options.InputOptions]
 
     def __init__(
         self,
+        kind_arguments: dict[str, Any],
+        *,
         examples: types.BaseChannel,
         offset_index: types.BaseChannel,
-        *,
-        input_kind: str,
         num_epochs: int,
+        input_options: trainer_input_options.InputOptions | Mapping[str, Any] | None,
         module_path: str | None = None,
         module_file: str | None = None,
-        pair_index: types.BaseChannel | None = None,
-        class_index: types.BaseChannel | None = None,
         anomalies: types.BaseChannel | None = None,
         transform_graph: types.BaseChannel | None = None,
         schema: types.BaseChannel | None = None,
         seed: int | None = None,
-        batch_size: int | None = None,
-        n_classes_per_batch: int | None = None,
-        n_samples_per_class: int | None = None,
         train_split: str | None = None,
         eval_split: str | None = None,
-        input_options: trainer_input_options.InputOptions | Mapping[str, Any] | None = None,
         custom_config: Mapping[str, Any] | None = None,
         checkpoint_every_steps: int | None = None,
     ):
-        if input_kind not in keys.INPUT_KINDS:
-            raise ValueError(f"input_kind must be one of {keys.INPUT_KINDS}, got {input_kind!r}")
         if bool(module_path) == bool(module_file):
             raise ValueError("give exactly one of module_path and module_file")
-        if input_kind == keys.DYNAMIC_PAIRS and (pair_index is None or batch_size is None):
-            raise ValueError("input_kind='dynamic_pairs' needs pair_index and batch_size")
-        if input_kind == keys.CLASS_BALANCED and (
-            class_index is None or n_classes_per_batch is None or n_samples_per_class is None
-        ):
-            raise ValueError(
-                "input_kind='class_balanced' needs class_index, n_classes_per_batch and "
-                "n_samples_per_class"
-            )
         if checkpoint_every_steps is not None and checkpoint_every_steps < 0:
             raise ValueError(
                 f"checkpoint_every_steps must be >= 0 (0: at epoch ends only), got "
                 f"{checkpoint_every_steps}"
             )
         # Typed and checked here, in the pipeline file: a misspelt option names itself now.
-        options = trainer_input_options.input_options(input_kind, input_options)
-        spec_source = getattr(options, training_inputs.FEATURE_SPEC_OPTION, None)
-        applies = getattr(options, training_inputs.APPLY_TRANSFORM_OPTION, False)
-        if (applies or spec_source == training_inputs.TRANSFORMED_SPEC) and transform_graph is None:
-            raise ValueError(
-                "input_options apply_transform / feature_spec='transformed' need transform_graph"
-            )
-        if spec_source == training_inputs.SCHEMA_SPEC and schema is None:
-            raise ValueError("input_options feature_spec='schema' needs schema")
+        options = trainer_input_options.input_options(self._OPTIONS_CLASS, input_options)
+        given = {keys.TRANSFORM_GRAPH_KEY: transform_graph, keys.SCHEMA_KEY: schema}
+        for channel, reason in options.needed_channels().items():
+            if given[channel] is None:
+                raise ValueError(f"input_options {reason}: the trainer needs its {channel} input")
         super().__init__(
-            spec=ResampledTrainerSpec(
+            spec=self.SPEC_CLASS(
+                **kind_arguments,
                 examples=examples,
                 offset_index=offset_index,
-                pair_index=pair_index,
-                class_index=class_index,
                 anomalies=anomalies,
                 transform_graph=transform_graph,
                 schema=schema,
-                input_kind=input_kind,
                 module_path=module_path,
                 module_file=module_file,
                 num_epochs=num_epochs,
                 seed=seed,
-                batch_size=batch_size,
-                n_classes_per_batch=n_classes_per_batch,
-                n_samples_per_class=n_samples_per_class,
                 train_split=train_split,
                 eval_split=eval_split,
                 input_options=trainer_input_options.to_json(options),
@@ -171,4 +197,128 @@ class ResampledTrainer(base_component.BaseComponent):
                 model=types.Channel(type=standard_artifacts.Model),
                 model_run=types.Channel(type=standard_artifacts.ModelRun),
             )
+        )
+
+
+class PairsTrainer(_TrainerComponent):
+    """Trains a user module's `run_fn` on dynamic pairs, re-paired every epoch.
+
+    Args:
+      examples: the `Examples` of record sets `x` and `y`.
+      offset_index: their `OffsetIndex`.
+      pair_index: the `PairIndex` (the valid `y` of each `x`, or their groups).
+      batch_size: pairs per batch.
+      num_epochs: epochs to train.
+      input_options: `PairsInputOptions`, or its fields as a dict (`image` required).
+      **common: the arguments both trainers take (`TrainerArgs`: `module_path` or
+        `module_file`, `anomalies`, `seed`, `custom_config`, `checkpoint_every_steps`, ...).
+
+    Raises:
+      ValueError: a bad setting or input option, named (a misspelt option with "did you mean").
+      TypeError: a channel or parameter the spec requires is missing or None, or options of the
+        other trainer.
+
+    Example:
+
+        trainer = PairsTrainer(
+            materialize.outputs["examples"],
+            materialize.outputs["offset_index"],
+            materialize.outputs["pair_index"],
+            batch_size=32,
+            num_epochs=3,
+            input_options=PairsInputOptions(image={"height": 16, "width": 16, "channels": 1}),
+            module_path="components.trainer_modules.cyclegan_trainer",
+        )
+    """
+
+    SPEC_CLASS = PairsTrainerSpec
+    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.PairsExecutor)
+    _OPTIONS_CLASS = trainer_input_options.PairsInputOptions
+
+    def __init__(
+        self,
+        examples: types.BaseChannel,
+        offset_index: types.BaseChannel,
+        pair_index: types.BaseChannel,
+        *,
+        batch_size: int,
+        num_epochs: int,
+        input_options: trainer_input_options.PairsInputOptions | Mapping[str, Any],
+        **common: Unpack[TrainerArgs],
+    ):
+        super().__init__(
+            {keys.PAIR_INDEX_KEY: pair_index, keys.BATCH_SIZE_KEY: batch_size},
+            examples=examples,
+            offset_index=offset_index,
+            num_epochs=num_epochs,
+            input_options=input_options,
+            **common,
+        )
+
+
+class ClassBalancedTrainer(_TrainerComponent):
+    """Trains a user module's `run_fn` on class-balanced batches, re-planned every epoch.
+
+    Args:
+      examples: the `Examples` (audio records, or any `tf.train.Example`s parsed with input
+        option `feature_spec` / `apply_transform`).
+      offset_index: their `OffsetIndex`.
+      class_index: the `ClassIndex` (each record's class).
+      n_classes_per_batch: classes in a batch.
+      n_samples_per_class: records of each of them in a batch.
+      num_epochs: epochs to train.
+      input_options: `ClassBalancedInputOptions`, or its fields as a dict (None: the defaults).
+      **common: the arguments both trainers take (`TrainerArgs`: `module_path` or
+        `module_file`, `eval_split`, `transform_graph`, `schema`, `seed`, ...).
+
+    Raises:
+      ValueError: a bad setting or input option, named (a misspelt option with "did you
+        mean"), or a feature spec without the channel it reads.
+      TypeError: a channel or parameter the spec requires is missing or None, or options of the
+        other trainer.
+
+    Example:
+
+        trainer = ClassBalancedTrainer(
+            materialize.outputs["examples"],
+            materialize.outputs["offset_index"],
+            materialize.outputs["class_index"],
+            n_classes_per_batch=8,
+            n_samples_per_class=4,
+            num_epochs=12,
+            input_options=ClassBalancedInputOptions(epoch_mode="samples"),
+            module_path="components.trainer_modules.speaker_trainer",
+            eval_split="eval",
+        )
+    """
+
+    SPEC_CLASS = ClassBalancedTrainerSpec
+    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.ClassBalancedExecutor)
+    _OPTIONS_CLASS = trainer_input_options.ClassBalancedInputOptions
+
+    def __init__(
+        self,
+        examples: types.BaseChannel,
+        offset_index: types.BaseChannel,
+        class_index: types.BaseChannel,
+        *,
+        n_classes_per_batch: int,
+        n_samples_per_class: int,
+        num_epochs: int,
+        input_options: trainer_input_options.ClassBalancedInputOptions
+        | Mapping[str, Any]
+        | None = None,
+        **common: Unpack[TrainerArgs],
+    ):
+        super().__init__(
+            {
+                keys.CLASS_INDEX_KEY: class_index,
+                keys.N_CLASSES_PER_BATCH_KEY: n_classes_per_batch,
+                keys.N_SAMPLES_PER_CLASS_KEY: n_samples_per_class,
+            },
+            examples=examples,
+            offset_index=offset_index,
+            num_epochs=num_epochs,
+            input_options=input_options,
+            **common,
         )

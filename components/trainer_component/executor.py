@@ -1,7 +1,12 @@
-"""Executor of the trainer component: inputs from artifacts, the user's `run_fn`, metrics out."""
+"""Executors of the trainer components: inputs from artifacts, the user's `run_fn`, metrics out.
+
+`TrainerExecutor` is the shared `Do` (run_fn, anomalies, output folders, checkpoints, metrics);
+`PairsExecutor` and `ClassBalancedExecutor` build their kind's inputs.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -11,12 +16,11 @@ from typing import TYPE_CHECKING, Any
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import anomalies_pb2
 from tfx import types
-from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 from tfx.utils import import_utils, io_utils, path_utils
 
 from components import component_keys as keys
-from components import layout
+from components import execution, layout
 from components.index_component.executor import LABEL_FEATURE_PROPERTY
 from components.inputs import PairCoverage, PairCoverageCallback
 from components.trainer_component import input_options, training_inputs
@@ -36,33 +40,103 @@ class AnomaliesFoundError(ValueError):
     """ExampleValidator found anomalies in a split the trainer would read."""
 
 
-class Executor(base_executor.BaseExecutor):
-    """Builds the re-sampled inputs, calls `run_fn(FnArgs)`, records the returned metrics."""
+@dataclasses.dataclass(frozen=True)
+class InputRequest:
+    """What a trainer kind builds its inputs from (`TrainerExecutor._training_inputs`).
 
-    def Do(
-        self,
-        input_dict: dict[str, list[types.Artifact]],
-        output_dict: dict[str, list[types.Artifact]],
-        exec_properties: dict[str, Any],
-    ) -> None:
-        self._log_startup(input_dict, output_dict, exec_properties)
-        input_kind = exec_properties[keys.INPUT_KIND_KEY]
-        if input_kind not in keys.INPUT_KINDS:
-            raise ValueError(f"input_kind must be one of {keys.INPUT_KINDS}, got {input_kind!r}")
-        train_split = exec_properties.get(keys.TRAIN_SPLIT_KEY) or _default_train_split(input_kind)
-        eval_split = exec_properties.get(keys.EVAL_SPLIT_KEY)
-        run_fn = _load_run_fn(exec_properties)
+    Attributes:
+      run: the execution (its index input and batch parameters).
+      offset_index: the `OffsetIndex` URI.
+      train_split: the record set to train on.
+      eval_split: the record set to evaluate on, or None.
+      seed: the samplers' seed.
+      sent_options: the input options the component sent, not yet checked.
+      schema_path: the schema file of the `schema` input, or None.
+      tf_transform_output: Transform's output of the `transform_graph` input, or None.
+      checkpoints: the training checkpoints the datasets resume from.
+      model_run_dir: the ModelRun folder (logs).
+    """
 
-        if input_dict.get(keys.ANOMALIES_KEY):
-            check_no_anomalies(
-                artifact_utils.get_single_instance(input_dict[keys.ANOMALIES_KEY]),
-                [s for s in (train_split, eval_split) if s]
-                if input_kind == keys.CLASS_BALANCED
-                else [layout.X_RECORD_SET, layout.Y_RECORD_SET],
-            )
+    run: execution.Execution
+    offset_index: str
+    train_split: str
+    eval_split: str | None
+    seed: int
+    sent_options: dict[str, Any]
+    schema_path: str | None
+    tf_transform_output: TFTransformOutput | None
+    checkpoints: TrainingCheckpoints
+    model_run_dir: str
 
-        model = artifact_utils.get_single_instance(output_dict[keys.MODEL_KEY])
-        model_run = artifact_utils.get_single_instance(output_dict[keys.MODEL_RUN_KEY])
+
+@dataclasses.dataclass(frozen=True)
+class TrainingInputs:
+    """A trainer kind's inputs for `run_fn`.
+
+    Attributes:
+      train_dataset: `FnArgs.train_dataset`.
+      eval_dataset: `FnArgs.eval_dataset`, or None.
+      callbacks: the kind's Keras callbacks (the checkpoints' is added after them).
+      settings: what the kind adds to `run_fn`'s `custom_config` (batch geometry, ...).
+      coverage: the pair coverage the dataset is observed by (its results join the metrics),
+        or None.
+    """
+
+    train_dataset: tf.data.Dataset
+    eval_dataset: tf.data.Dataset | None
+    callbacks: list
+    settings: dict[str, Any]
+    coverage: PairCoverage | None = None
+
+
+class TrainerExecutor(execution.LoggedExecutor):
+    """The trainers' shared executor: loads `run_fn`, checks the anomalies, prepares the output
+    folders and checkpoints, builds the kind's inputs (`_training_inputs`), calls
+    `run_fn(FnArgs)` and records the metrics it returns.
+
+    A subclass per trainer kind sets `_OPTIONS_CLASS` and `_DEFAULT_TRAIN_SPLIT` and supplies
+    `_anomaly_splits` and `_training_inputs`.
+    """
+
+    _OPTIONS_CLASS: type[input_options.InputOptions]
+    _DEFAULT_TRAIN_SPLIT: str
+
+    def _anomaly_splits(self, train_split: str, eval_split: str | None) -> list[str]:
+        """The splits of ExampleValidator's anomalies this kind refuses to train with."""
+        raise NotImplementedError
+
+    def _training_inputs(self, request: InputRequest) -> TrainingInputs:
+        """This kind's datasets, callbacks and `custom_config` settings."""
+        raise NotImplementedError
+
+    def _checked_options(self, sent: dict[str, Any]) -> input_options.InputOptions:
+        """The input options read back through the typed options the component checked (the
+        same checks again, for an execution built without the component: a compiled spec edited
+        by hand)."""
+        return input_options.input_options(self._OPTIONS_CLASS, sent)
+
+    def execute(self, run: execution.Execution) -> None:
+        """Trains `run_fn` on the execution's inputs and records its metrics on both outputs.
+
+        Args:
+          run: the execution's artifacts and properties.
+
+        Raises:
+          AnomaliesFoundError: ExampleValidator found anomalies in a split the kind reads.
+          ValueError: a missing input or parameter, or a bad one, named.
+          RuntimeError: `run_fn` exported nothing.
+        """
+        properties = run.properties
+        train_split = properties.get(keys.TRAIN_SPLIT_KEY) or self._DEFAULT_TRAIN_SPLIT
+        eval_split = properties.get(keys.EVAL_SPLIT_KEY)
+        run_fn = _load_run_fn(properties)
+
+        anomalies = run.optional_input(keys.ANOMALIES_KEY)
+        if anomalies is not None:
+            check_no_anomalies(anomalies, self._anomaly_splits(train_split, eval_split))
+
+        model = run.output(keys.MODEL_KEY)
+        model_run = run.output(keys.MODEL_RUN_KEY)
         serving_model_dir = path_utils.serving_model_dir(model.uri)
         # A retried execution gets the same output folders. An export an earlier attempt left
         # may be partial, and would hide a run_fn that exports nothing; the checkpoints under
@@ -75,139 +149,151 @@ class Executor(base_executor.BaseExecutor):
 
         checkpoints = TrainingCheckpoints(
             checkpoint_dir(model_run.uri),
-            save_every_steps=int(exec_properties.get(keys.CHECKPOINT_EVERY_STEPS_KEY) or 0),
+            save_every_steps=int(properties.get(keys.CHECKPOINT_EVERY_STEPS_KEY) or 0),
         )
-        fn_args, coverage = self._fn_args(
-            input_dict,
-            exec_properties,
-            input_kind,
-            train_split,
-            eval_split,
-            checkpoints,
-            serving_model_dir=serving_model_dir,
+        schema = run.optional_input(keys.SCHEMA_KEY)
+        request = InputRequest(
+            run=run,
+            offset_index=run.input(keys.OFFSET_INDEX_KEY).uri,
+            train_split=train_split,
+            eval_split=eval_split,
+            seed=int(properties.get(keys.SEED_KEY) or 0),
+            sent_options=_json_dict(properties, keys.INPUT_OPTIONS_KEY),
+            schema_path=io_utils.get_only_uri_in_dir(schema.uri) if schema else None,
+            tf_transform_output=_transform_output(run.optional_input(keys.TRANSFORM_GRAPH_KEY)),
+            checkpoints=checkpoints,
             model_run_dir=model_run.uri,
         )
+        custom_config = _json_dict(properties, keys.CUSTOM_CONFIG_KEY)
+        inputs = self._training_inputs(request)
+        custom_config.update(inputs.settings)
+        custom_config["seed"] = request.seed
+        fn_args = FnArgs(
+            train_dataset=inputs.train_dataset,
+            eval_dataset=inputs.eval_dataset,
+            # Last, so that the epoch logs it records hold what the other callbacks added.
+            callbacks=[*inputs.callbacks, checkpoints.callback()],
+            num_epochs=_required_int(properties, keys.NUM_EPOCHS_KEY),
+            serving_model_dir=serving_model_dir,
+            model_run_dir=model_run.uri,
+            custom_config=custom_config,
+            initial_epoch=checkpoints.resume_point().epoch,
+            trained_history=checkpoints.history(),
+            schema_path=request.schema_path,
+            tf_transform_output=request.tf_transform_output,
+        )
         metrics = checked_metrics(run_fn(fn_args))
-        if coverage is not None:
+        if inputs.coverage is not None:
             # What the input pipeline served, whatever run_fn chose to report.
-            metrics.update({k: float(v) for k, v in coverage.result().items()})
+            metrics.update({k: float(v) for k, v in inputs.coverage.result().items()})
 
-        if not tf.io.gfile.exists(fn_args.serving_model_dir) or not tf.io.gfile.listdir(
-            fn_args.serving_model_dir
-        ):
-            raise RuntimeError(f"run_fn exported nothing to {fn_args.serving_model_dir}")
+        if not tf.io.gfile.exists(serving_model_dir) or not tf.io.gfile.listdir(serving_model_dir):
+            raise RuntimeError(f"run_fn exported nothing to {serving_model_dir}")
         with tf.io.gfile.GFile(os.path.join(model_run.uri, METRICS_FILE), "w") as f:
             f.write(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
         for artifact in (model, model_run):
             for name, value in metrics.items():
                 artifact.set_float_custom_property(name, value)
 
-    def _fn_args(
-        self,
-        input_dict: Mapping[str, list[types.Artifact]],
-        exec_properties: Mapping[str, Any],
-        input_kind: str,
-        train_split: str,
-        eval_split: str | None,
-        checkpoints: TrainingCheckpoints,
-        *,
-        serving_model_dir: str,
-        model_run_dir: str,
-    ) -> tuple[FnArgs, PairCoverage | None]:
-        """`run_fn`'s arguments, resumed from `checkpoints`, and the pair coverage tracker for
-        dynamic pairs."""
-        offset_index = artifact_utils.get_single_uri(input_dict[keys.OFFSET_INDEX_KEY])
-        schema_path = (
-            io_utils.get_only_uri_in_dir(artifact_utils.get_single_uri(input_dict[keys.SCHEMA_KEY]))
-            if input_dict.get(keys.SCHEMA_KEY)
-            else None
+
+class PairsExecutor(TrainerExecutor):
+    """`PairsTrainer`'s executor: dynamic pairs of `x` and `y`, with their coverage."""
+
+    _OPTIONS_CLASS = input_options.PairsInputOptions
+    _DEFAULT_TRAIN_SPLIT = layout.X_RECORD_SET
+
+    def _anomaly_splits(self, train_split: str, eval_split: str | None) -> list[str]:
+        # Both record sets feed every batch, whatever the splits say.
+        return [layout.X_RECORD_SET, layout.Y_RECORD_SET]
+
+    def _training_inputs(self, request: InputRequest) -> TrainingInputs:
+        pair_index = _required_uri(request.run, keys.PAIR_INDEX_KEY)
+        batch_size = _required_int(request.run.properties, keys.BATCH_SIZE_KEY)
+        train_dataset, coverage, eval_dataset = training_inputs.pairs_train_dataset(
+            request.offset_index,
+            pair_index,
+            batch_size=batch_size,
+            seed=request.seed,
+            options=self._checked_options(request.sent_options),
+            resume=request.checkpoints.resume,
         )
-        tf_transform_output = _transform_output(input_dict)
-        sent_options = _json_dict(exec_properties, keys.INPUT_OPTIONS_KEY)
-        custom_config = _json_dict(exec_properties, keys.CUSTOM_CONFIG_KEY)
-        seed = int(exec_properties.get(keys.SEED_KEY) or 0)
-        callbacks: list = []
-        eval_dataset = None
-        coverage = None
-        if input_kind == keys.CLASS_BALANCED:
-            class_index = _required_uri(input_dict, keys.CLASS_INDEX_KEY, input_kind)
-            n_c = _required_int(exec_properties, keys.N_CLASSES_PER_BATCH_KEY)
-            n_p = _required_int(exec_properties, keys.N_SAMPLES_PER_CLASS_KEY)
-            options = _checked_options(input_kind, sent_options)
-            eval_batch_size = int(options.pop("eval_batch_size", n_c * n_p))
-            parser = training_inputs.example_parser(
-                options,
-                schema_path=schema_path,
-                tf_transform_output=tf_transform_output,
-                label_feature=artifact_utils.get_single_instance(
-                    input_dict[keys.CLASS_INDEX_KEY]
-                ).get_string_custom_property(LABEL_FEATURE_PROPERTY),
-            )
-            if parser is None:
-                parser = training_inputs.audio_feature_config(options.pop("features", None))
-                custom_config.update(
-                    num_mel_bins=parser.num_mel_bins, sample_rate=parser.sample_rate
-                )
-            train_dataset = training_inputs.class_balanced_train_dataset(
-                offset_index,
-                class_index,
-                train_split,
-                n_classes_per_batch=n_c,
-                n_samples_per_class=n_p,
-                seed=seed,
-                parser=parser,
-                options=options,
-                resume=checkpoints.resume,
-            )
-            if eval_split:
-                eval_dataset = training_inputs.class_balanced_eval_dataset(
-                    offset_index,
-                    class_index,
-                    eval_split,
-                    batch_size=eval_batch_size,
-                    parser=parser,
-                    backend=options.get("backend", "auto"),
-                )
-            custom_config.update(
-                n_classes_per_batch=n_c,
-                n_samples_per_class=n_p,
-                num_classes=training_inputs.num_classes(class_index, train_split),
-            )
-        else:
-            pair_index = _required_uri(input_dict, keys.PAIR_INDEX_KEY, input_kind)
-            batch_size = _required_int(exec_properties, keys.BATCH_SIZE_KEY)
-            options = _checked_options(input_kind, sent_options)
-            train_dataset, coverage, eval_dataset = training_inputs.pairs_train_dataset(
-                offset_index,
-                pair_index,
-                batch_size=batch_size,
-                seed=seed,
-                options=options,
-                resume=checkpoints.resume,
-            )
-            callbacks.append(PairCoverageCallback(coverage, log_dir=model_run_dir))
-            custom_config.update(batch_size=batch_size, num_valid_pairs=coverage.num_pairs)
-        # Last, so that the epoch logs it records hold what the other callbacks added.
-        callbacks.append(checkpoints.callback())
-        custom_config["seed"] = seed
-        fn_args = FnArgs(
+        return TrainingInputs(
             train_dataset=train_dataset,
             eval_dataset=eval_dataset,
-            callbacks=callbacks,
-            num_epochs=_required_int(exec_properties, keys.NUM_EPOCHS_KEY),
-            serving_model_dir=serving_model_dir,
-            model_run_dir=model_run_dir,
-            custom_config=custom_config,
-            initial_epoch=checkpoints.resume_point().epoch,
-            trained_history=checkpoints.history(),
-            schema_path=schema_path,
-            tf_transform_output=tf_transform_output,
+            callbacks=[PairCoverageCallback(coverage, log_dir=request.model_run_dir)],
+            settings={"batch_size": batch_size, "num_valid_pairs": coverage.num_pairs},
+            coverage=coverage,
         )
-        return fn_args, coverage
+
+
+class ClassBalancedExecutor(TrainerExecutor):
+    """`ClassBalancedTrainer`'s executor: class-balanced batches of audio (log-mel features) or
+    of records parsed with a feature spec, and the eval split in record order."""
+
+    _OPTIONS_CLASS = input_options.ClassBalancedInputOptions
+    _DEFAULT_TRAIN_SPLIT = "train"
+
+    def _anomaly_splits(self, train_split: str, eval_split: str | None) -> list[str]:
+        return [s for s in (train_split, eval_split) if s]
+
+    def _training_inputs(self, request: InputRequest) -> TrainingInputs:
+        run = request.run
+        class_index = _required_uri(run, keys.CLASS_INDEX_KEY)
+        n_c = _required_int(run.properties, keys.N_CLASSES_PER_BATCH_KEY)
+        n_p = _required_int(run.properties, keys.N_SAMPLES_PER_CLASS_KEY)
+        options = self._checked_options(request.sent_options)
+        eval_batch_size = options.eval_batch_size or n_c * n_p
+        settings: dict[str, Any] = {}
+        parser = training_inputs.example_parser(
+            options,
+            schema_path=request.schema_path,
+            tf_transform_output=request.tf_transform_output,
+            label_feature=run.input(keys.CLASS_INDEX_KEY).get_string_custom_property(
+                LABEL_FEATURE_PROPERTY
+            ),
+        )
+        if parser is None:
+            parser = options.audio_features()
+            settings.update(num_mel_bins=parser.num_mel_bins, sample_rate=parser.sample_rate)
+        train_dataset = training_inputs.class_balanced_train_dataset(
+            request.offset_index,
+            class_index,
+            request.train_split,
+            n_classes_per_batch=n_c,
+            n_samples_per_class=n_p,
+            seed=request.seed,
+            parser=parser,
+            options=options,
+            resume=request.checkpoints.resume,
+        )
+        eval_dataset = None
+        if request.eval_split:
+            eval_dataset = training_inputs.class_balanced_eval_dataset(
+                request.offset_index,
+                class_index,
+                request.eval_split,
+                batch_size=eval_batch_size,
+                parser=parser,
+                store_options=options.store_options(),
+            )
+        settings.update(
+            n_classes_per_batch=n_c,
+            n_samples_per_class=n_p,
+            num_classes=training_inputs.num_classes(class_index, request.train_split),
+        )
+        return TrainingInputs(train_dataset, eval_dataset, callbacks=[], settings=settings)
 
 
 def check_no_anomalies(anomalies: types.Artifact, splits: list[str]) -> None:
-    """Raises `AnomaliesFoundError` listing every anomaly ExampleValidator found in `splits`."""
+    """Refuses anomalies ExampleValidator found in `splits` (splits it did not validate pass).
+
+    Args:
+      anomalies: ExampleValidator's `ExampleAnomalies` artifact.
+      splits: the splits the trainer reads.
+
+    Raises:
+      AnomaliesFoundError: listing every anomaly found in `splits`.
+    """
     validated = set(artifact_utils.decode_split_names(anomalies.split_names))
     problems = []
     for split in splits:
@@ -227,7 +313,22 @@ def check_no_anomalies(anomalies: types.Artifact, splits: list[str]) -> None:
 
 
 def checked_metrics(metrics: object) -> dict[str, float]:
-    """`run_fn`'s result as {name: float}; anything else is an error naming the culprit."""
+    """`run_fn`'s result as {name: float}.
+
+    Args:
+      metrics: what `run_fn` returned.
+
+    Returns:
+      The metrics by name, as finite floats.
+
+    Raises:
+      TypeError: not a dict, or a metric that is not a number (named).
+      ValueError: a metric that is not finite (named).
+
+    Example:
+
+        checked_metrics({"loss": np.float32(0.5)})  # {"loss": 0.5}
+    """
     if not isinstance(metrics, Mapping):
         raise TypeError(f"run_fn must return a dict of metrics, got {type(metrics).__name__}")
     checked = {}
@@ -246,20 +347,14 @@ def _describe(info: anomalies_pb2.AnomalyInfo) -> str:
     return info.short_description or "; ".join(r.short_description for r in info.reason)
 
 
-def _transform_output(input_dict: Mapping[str, list[types.Artifact]]) -> TFTransformOutput | None:
+def _transform_output(transform_graph: types.Artifact | None) -> TFTransformOutput | None:
     """Transform's output (the `transform_graph` input), or None without one."""
-    if not input_dict.get(keys.TRANSFORM_GRAPH_KEY):
+    if transform_graph is None:
         return None
     # On use: tensorflow_transform takes seconds to import, and most runs have no transform.
     import tensorflow_transform as tft
 
-    return tft.TFTransformOutput(
-        artifact_utils.get_single_uri(input_dict[keys.TRANSFORM_GRAPH_KEY])
-    )
-
-
-def _default_train_split(input_kind: str) -> str:
-    return "train" if input_kind == keys.CLASS_BALANCED else layout.X_RECORD_SET
+    return tft.TFTransformOutput(transform_graph.uri)
 
 
 def _load_run_fn(exec_properties: Mapping[str, Any]) -> Callable[[FnArgs], object]:
@@ -270,13 +365,6 @@ def _load_run_fn(exec_properties: Mapping[str, Any]) -> Callable[[FnArgs], objec
     if module_path:
         return import_utils.import_func_from_module(module_path, RUN_FN)
     return import_utils.import_func_from_source(module_file, RUN_FN)
-
-
-def _checked_options(input_kind: str, sent: dict) -> dict[str, Any]:
-    """The input options read back through the typed options the component checked (the same
-    checks again, for an execution built without the component: a compiled spec edited by
-    hand), as the dict of what differs from the defaults that the input functions take."""
-    return input_options.as_dict(input_options.input_options(input_kind, sent))
 
 
 def _json_dict(exec_properties: Mapping[str, Any], key: str) -> dict[str, Any]:
@@ -292,13 +380,13 @@ def _json_dict(exec_properties: Mapping[str, Any], key: str) -> dict[str, Any]:
 def _required_int(exec_properties: Mapping[str, Any], key: str) -> int:
     value = exec_properties.get(key)
     if value is None:
-        raise ValueError(f"the trainer needs {key} for this input kind")
+        raise ValueError(f"this trainer needs {key}")
     if int(value) < 1:
         raise ValueError(f"{key} must be >= 1, got {value}")
     return int(value)
 
 
-def _required_uri(input_dict: Mapping[str, list[types.Artifact]], key: str, kind: str) -> str:
-    if not input_dict.get(key):
-        raise ValueError(f"input_kind={kind!r} needs the {key!r} input")
-    return artifact_utils.get_single_uri(input_dict[key])
+def _required_uri(run: execution.Execution, key: str) -> str:
+    if not run.inputs.get(key):
+        raise ValueError(f"this trainer needs the {key!r} input")
+    return run.input(key).uri

@@ -1,15 +1,16 @@
-"""The trainer's `input_options`, typed: one frozen option object per input kind.
+"""The trainer components' `input_options`, typed: one frozen option object per trainer.
 
-`ResampledTrainer` checks them when the component is built, so a misspelt or bad option fails in
-the pipeline file, naming itself (with "did you mean"), not inside the trainer pod. They travel
-to the executor as the JSON of the options that differ from their defaults (a TFX execution
-parameter is a primitive), and the executor reads them back through the same class.
+`PairsTrainer` takes `PairsInputOptions`, `ClassBalancedTrainer` takes
+`ClassBalancedInputOptions` (or their fields as a dict); each checks them when the component is
+built, so a misspelt or bad option fails in the pipeline file, naming itself (with "did you
+mean"), not inside the trainer pod. They travel to the executor as the JSON of the options that
+differ from their defaults (`to_json`: a TFX execution parameter is a primitive), and the
+executor reads them back through the same class.
 
 Example:
 
-    ResampledTrainer(..., input_kind="dynamic_pairs",
-                     input_options=PairsInputOptions(image={"height": 32, "width": 32,
-                                                            "channels": 3}))
+    PairsTrainer(..., input_options=PairsInputOptions(image={"height": 32, "width": 32,
+                                                             "channels": 3}))
 """
 
 from __future__ import annotations
@@ -20,20 +21,45 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from components import component_keys as keys
+import tensorflow as tf
+
+from components import component_keys
+from components.inputs import AudioFeatureConfig, ImageSpec, SpecAugment, StoreOptions
 from components.inputs.arguments import choice, int_argument
 from components.inputs.class_plan import EPOCH_MODES, SMALL_CLASS_POLICIES
 from components.inputs.pair_plan import REMAINDERS, STRATEGIES
 from components.inputs.record_store import BACKENDS
 from components.inputs.valid_pairs import ON_INVALID
-from components.trainer_component.training_inputs import FEATURE_SPECS, audio_feature_config
 
 _IMAGE_KEYS = ("height", "width", "channels")
+# Where `ClassBalancedInputOptions.feature_spec` takes the spec of records that are not audio.
+SCHEMA_SPEC = "schema"  # the `schema` channel's spec (`parsing.feature_spec_from_schema`)
+TRANSFORMED_SPEC = "transformed"  # records are Transform's output: its transformed_feature_spec
+FEATURE_SPECS = (SCHEMA_SPEC, TRANSFORMED_SPEC)
+
+
+def audio_feature_config(values: Mapping[str, Any] | None) -> AudioFeatureConfig:
+    """`AudioFeatureConfig` from its fields as JSON values (`spec_augment` a dict or None).
+
+    Args:
+      values: the fields that differ from the defaults; None: the defaults.
+
+    Returns:
+      The `AudioFeatureConfig`.
+
+    Raises:
+      TypeError: an unknown field. ValueError: a bad value (named).
+    """
+    fields = dict(values or {})
+    spec_augment = fields.pop("spec_augment", None)
+    if spec_augment is not None:
+        fields["spec_augment"] = SpecAugment(**spec_augment)
+    return AudioFeatureConfig(**fields)
 
 
 @dataclasses.dataclass(frozen=True)
 class PairsInputOptions:
-    """How `input_kind="dynamic_pairs"` reads its pairs.
+    """How `PairsTrainer` reads its pairs.
 
     Args:
       image: `{"height", "width", "channels"}`: images decode to float32 in [0, 1] of that shape.
@@ -64,10 +90,22 @@ class PairsInputOptions:
         choice("backend", self.backend, BACKENDS)
         int_argument("memory_budget_bytes", self.memory_budget_bytes, 0)
 
+    def needed_channels(self) -> dict[str, str]:
+        """The optional trainer inputs these options read: none."""
+        return {}
+
+    def store_options(self) -> StoreOptions:
+        """How the x and y record stores open."""
+        return StoreOptions(backend=self.backend, memory_budget_bytes=self.memory_budget_bytes)
+
+    def image_spec(self) -> ImageSpec:
+        """The images' decoded shape: float32 in [0, 1]."""
+        return ImageSpec(**self.image, dtype=tf.float32)
+
 
 @dataclasses.dataclass(frozen=True)
 class ClassBalancedInputOptions:
-    """How `input_kind="class_balanced"` reads its batches.
+    """How `ClassBalancedTrainer` reads its batches.
 
     Args:
       features: the audio front end's `AudioFeatureConfig` fields (`spec_augment` a dict), for
@@ -100,55 +138,118 @@ class ClassBalancedInputOptions:
             raise TypeError(f"apply_transform must be a bool, got {self.apply_transform!r}")
         if self.eval_batch_size is not None:
             int_argument("eval_batch_size", self.eval_batch_size, 1)
+        if self.features is not None and self.parses_with_a_feature_spec:
+            raise ValueError(
+                "give features (the audio front end) or feature_spec / apply_transform, not both"
+            )
+        if self.apply_transform and self.feature_spec == TRANSFORMED_SPEC:
+            raise ValueError(
+                f"feature_spec={TRANSFORMED_SPEC!r} reads records Transform already transformed: "
+                "drop apply_transform"
+            )
         choice("epoch_mode", self.epoch_mode, EPOCH_MODES)
         choice("small_classes", self.small_classes, SMALL_CLASS_POLICIES)
         choice("backend", self.backend, BACKENDS)
         int_argument("memory_budget_bytes", self.memory_budget_bytes, 0)
 
+    @property
+    def parses_with_a_feature_spec(self) -> bool:
+        """Whether the records are not audio: parsed with a feature spec (and maybe Transform)."""
+        return self.feature_spec is not None or self.apply_transform
+
+    @property
+    def needs_transform_graph(self) -> bool:
+        """Whether parsing needs the trainer's `transform_graph` input."""
+        return self.apply_transform or self.feature_spec == TRANSFORMED_SPEC
+
+    def needed_channels(self) -> dict[str, str]:
+        """The optional trainer inputs these options read, each with the options that do."""
+        needed = {}
+        if self.needs_transform_graph:
+            needed[component_keys.TRANSFORM_GRAPH_KEY] = (
+                "apply_transform / feature_spec='transformed'"
+            )
+        if self.feature_spec == SCHEMA_SPEC:
+            needed[component_keys.SCHEMA_KEY] = "feature_spec='schema'"
+        return needed
+
+    def audio_features(self) -> AudioFeatureConfig:
+        """The audio front end's settings (its defaults where `features` is None)."""
+        return audio_feature_config(self.features)
+
+    def store_options(self) -> StoreOptions:
+        """How the record stores open."""
+        return StoreOptions(backend=self.backend, memory_budget_bytes=self.memory_budget_bytes)
+
 
 InputOptions = PairsInputOptions | ClassBalancedInputOptions
-_BY_KIND = {keys.DYNAMIC_PAIRS: PairsInputOptions, keys.CLASS_BALANCED: ClassBalancedInputOptions}
 
 
-def input_options(input_kind: str, values: InputOptions | Mapping[str, Any] | None) -> InputOptions:
-    """The typed options of `input_kind` from `values` (the object itself, or its fields as a
-    dict). Raises ValueError naming an unknown option (with "did you mean") or a bad value, and
-    TypeError for options of the other kind."""
-    option_class = _BY_KIND[choice("input_kind", input_kind, tuple(_BY_KIND))]
+def input_options(
+    option_class: type[InputOptions], values: InputOptions | Mapping[str, Any] | None
+) -> InputOptions:
+    """The typed options of `option_class` from `values`.
+
+    Args:
+      option_class: `PairsInputOptions` or `ClassBalancedInputOptions`.
+      values: an `option_class` object (returned as it is), or its fields as a dict (None: none).
+
+    Returns:
+      The `option_class` object.
+
+    Raises:
+      ValueError: an unknown option (named, with "did you mean"), a bad value, or a missing
+        required one.
+      TypeError: options of the other class, or a value of the wrong type.
+
+    Example:
+
+        input_options(PairsInputOptions, {"image": {"height": 8, "width": 8, "channels": 1}})
+    """
     if isinstance(values, option_class):
         return values
-    if isinstance(values, tuple(_BY_KIND.values())):
+    if isinstance(values, (PairsInputOptions, ClassBalancedInputOptions)):
         raise TypeError(
-            f"input_kind={input_kind!r} takes {option_class.__name__}, got {type(values).__name__}"
+            f"input_options takes {option_class.__name__} (or its fields as a dict), got "
+            f"{type(values).__name__}"
         )
     values = dict(values or {})
-    names = [field.name for field in dataclasses.fields(option_class)]
+    fields = dataclasses.fields(option_class)
+    names = [field.name for field in fields]
     for key in values:
         if key not in names:
             close = difflib.get_close_matches(str(key), names, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ValueError(
-                f"input_options of input_kind={input_kind!r} has no option {key!r}{hint} "
-                f"(options: {', '.join(names)})"
+                f"{option_class.__name__} has no option {key!r}{hint} (options: {', '.join(names)})"
             )
-    if option_class is PairsInputOptions and "image" not in values:
-        raise ValueError("input_options of input_kind='dynamic_pairs' needs image")
+    for field in fields:
+        if field.default is dataclasses.MISSING and field.name not in values:
+            raise ValueError(f"{option_class.__name__} needs {field.name}")
     return option_class(**values)
 
 
 def to_json(options: InputOptions) -> str | None:
-    """The JSON of the options that differ from their defaults; None when none does."""
+    """The JSON of the options that differ from their defaults (what the component sends its
+    executor); None when none does.
+
+    Args:
+        options: `PairsInputOptions` or `ClassBalancedInputOptions`.
+
+    Returns:
+        A JSON object with sorted keys, or None.
+
+    Example:
+
+        to_json(PairsInputOptions(image={"height": 8, "width": 8, "channels": 1}, held_out=2))
+        # '{"held_out": 2, "image": {"channels": 1, "height": 8, "width": 8}}'
+    """
     changed = {
         field.name: getattr(options, field.name)
         for field in dataclasses.fields(options)
         if field.default is dataclasses.MISSING or getattr(options, field.name) != field.default
     }
     return json.dumps(_plain(changed), sort_keys=True) if changed else None
-
-
-def as_dict(options: InputOptions) -> dict[str, Any]:
-    """The options that differ from their defaults, as the executor's input functions take."""
-    return json.loads(to_json(options) or "{}")
 
 
 def _plain(value: Any) -> Any:

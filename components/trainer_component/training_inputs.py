@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import tensorflow as tf
@@ -24,10 +24,8 @@ from components.inputs import (
     AudioFeatureConfig,
     ClassBalancedSampler,
     DynamicPairsSampler,
-    ImageSpec,
     PairCoverage,
-    RecordStore,
-    SpecAugment,
+    StoreOptions,
     ValidPairs,
     image_example_parser,
     open_pairs_run,
@@ -36,20 +34,18 @@ from components.inputs.audio_features import audio_features, parse_audio_example
 from components.inputs.class_balanced import record_parser
 from components.inputs.epoch_sampler import EpochSampler
 from components.inputs.parsing import ParseFn, feature_spec_from_schema
+from components.trainer_component.input_options import (
+    SCHEMA_SPEC,
+    TRANSFORMED_SPEC,
+    ClassBalancedInputOptions,
+    PairsInputOptions,
+)
 
 if TYPE_CHECKING:
     import tensorflow_transform as tft
 
 # Keys of the class-balanced batches handed to `run_fn` (see `FnArgs`).
 SPEAKER_KEYS = ("features", "lengths", "label", "index")
-# Input options that parse class-balanced records with a feature spec instead of the audio front
-# end: `feature_spec` names where the spec comes from, `apply_transform` runs Transform's graph.
-FEATURE_SPEC_OPTION = "feature_spec"
-APPLY_TRANSFORM_OPTION = "apply_transform"
-SCHEMA_SPEC = "schema"  # the `schema` channel's spec (`parsing.feature_spec_from_schema`)
-TRANSFORMED_SPEC = "transformed"  # records are Transform's output: its transformed_feature_spec
-FEATURE_SPECS = (SCHEMA_SPEC, TRANSFORMED_SPEC)
-
 # `resume(sampler, other_inputs)`, called with a training sampler before its dataset is built,
 # restores the sampler's state and the other input-side modules (by name: pair coverage) from a
 # checkpoint and returns the batches of the epoch in progress already trained (0: a fresh
@@ -63,41 +59,42 @@ def pairs_train_dataset(
     *,
     batch_size: int,
     seed: int,
-    options: Mapping[str, Any] | None = None,
+    options: PairsInputOptions,
     resume: Resume | None = None,
 ) -> tuple[tf.data.Dataset, PairCoverage, tf.data.Dataset | None]:
     """Dynamic-pair batches with the `FnArgs` keys, re-paired every epoch, their coverage, and
     the held-out batch.
 
-    `options`: `image` (`{"height", "width", "channels"}`: decode to float32 in [0, 1] of that
-    shape), `held_out` (k: hold k x and k y records out of training, see `hold_out_pairs`),
-    `backend`, `memory_budget_bytes`, and `dynamic_pairs` arguments (`strategy`, `remainder`,
-    `on_invalid`). The returned `PairCoverage` observes every batch the dataset yields;
-    `PairCoverageCallback(coverage)` logs it per epoch. The held-out dataset (None without
-    `held_out`) is one batch with the same keys: the k held-out x beside the k held-out y.
-    `resume` (see `Resume`) gets the sampler state and the coverage.
+    Args:
+      offset_index_uri, pair_index_uri: the run's `OffsetIndex` and `PairIndex` artifacts.
+      batch_size: pairs per batch.
+      seed: the plans' seed (and the held-out draw's).
+      options: the trainer's `PairsInputOptions` (image shape, held-out records, pairing).
+      resume: gets the sampler state and the coverage (see `Resume`).
+
+    Returns:
+      `(train, coverage, held_out)`: the training batches (dicts: ``x``, ``y`` float32
+      [B, H, W, C], ``x_index``, ``y_index`` int64 [B]); the `PairCoverage` observing every
+      batch the dataset yields (`PairCoverageCallback(coverage)` logs it per epoch); and the
+      held-out dataset (None without `options.held_out`): one batch with the same keys, the k
+      held-out x beside the k held-out y.
+
+    Raises:
+      ValueError: `held_out` over a pair index that pairs by group, or too large.
     """
-    options = dict(options or {})
-    image = options.pop("image", None)
-    if not image:
-        raise ValueError("input_options needs `image`: {height, width, channels}")
-    num_held_out = int(options.pop("held_out", 0))
-    backend = options.pop("backend", "auto")
-    memory_budget_bytes = options.pop("memory_budget_bytes", 1 << 30)
     # A pair list's edges, or groups (O(N) whatever the number of pairs): open_pairs_run tells.
     x_store, y_store, valid_pairs = open_pairs_run(
         offset_index_uri,
         pair_index_dir=pair_index_uri,
-        backend=backend,
-        memory_budget_bytes=memory_budget_bytes,
-        on_invalid=options.get("on_invalid", "fail"),
+        store_options=options.store_options(),
+        on_invalid=options.on_invalid,
     )
-    image_spec = ImageSpec(**image, dtype=tf.float32)
+    image_spec = options.image_spec()
     held_out = None
-    if num_held_out:
+    if options.held_out:
         if not isinstance(valid_pairs, ValidPairs):
             raise ValueError("held_out needs a pair list's index; this pair index pairs by group")
-        valid_pairs, held_x, held_y = hold_out_pairs(valid_pairs, num_held_out, seed)
+        valid_pairs, held_x, held_y = hold_out_pairs(valid_pairs, options.held_out, seed)
         parse = image_example_parser(image_spec)
         held_out = tf.data.Dataset.from_tensors(
             {
@@ -114,7 +111,9 @@ def pairs_train_dataset(
         batch_size=batch_size,
         seed=seed,
         image=image_spec,
-        **options,
+        strategy=options.strategy,
+        remainder=options.remainder,
+        on_invalid=options.on_invalid,
     )
     coverage = PairCoverage(valid_pairs)
     batches = _training_batches(sampler, resume, {"coverage": coverage})
@@ -129,6 +128,21 @@ def hold_out_pairs(
     Returns the valid pairs without them (the held-out x have no pairs; no x pairs with a
     held-out y, and an x left without partners is left out of the plan and counted) and the
     held-out x and y record numbers, ascending: fixed images the model never trains on.
+
+    Args:
+        valid_pairs: the valid pairs of the run.
+        num_held_out: how many x and how many y to hold out.
+        seed: the seed of the draw.
+
+    Returns:
+        `(training pairs, held-out x int64 [num_held_out], held-out y int64 [num_held_out])`.
+
+    Raises:
+        ValueError: unless 0 < num_held_out < min(planned x, num y), or when holding them out
+            leaves no valid pair.
+
+    Example:
+        training, held_x, held_y = hold_out_pairs(valid_pairs, 2, seed=0)
     """
     planned_x = valid_pairs.planned_x
     limit = min(len(planned_x), valid_pairs.num_y)
@@ -158,17 +172,16 @@ def hold_out_pairs(
     return training, held_x, held_y
 
 
-def audio_feature_config(options: Mapping[str, Any] | None) -> AudioFeatureConfig:
-    """`AudioFeatureConfig` from a JSON-able dict (`spec_augment` as a dict or None)."""
-    values = dict(options or {})
-    spec_augment = values.pop("spec_augment", None)
-    if spec_augment is not None:
-        values["spec_augment"] = SpecAugment(**spec_augment)
-    return AudioFeatureConfig(**values)
-
-
 def class_ids(class_index_uri: str, record_set: str) -> np.ndarray:
-    """int64 [N]: the class id of each record of `record_set` (memory-mapped)."""
+    """int64 [N]: the class id of each record of `record_set` (memory-mapped).
+
+    Args:
+        class_index_uri: the ClassIndex artifact's URI.
+        record_set: the record set's name, e.g. "train".
+
+    Returns:
+        int64 [N], read-only.
+    """
     path = os.path.join(layout.index_dir(class_index_uri, record_set), layout.CLASS_IDS_FILE)
     return layout.load_npy(path, mmap=True, shape=(None,), dtype=layout.INTEGER)
 
@@ -187,35 +200,40 @@ def class_balanced_train_dataset(
     n_samples_per_class: int,
     seed: int,
     parser: ClassBalancedParser,
-    options: Mapping[str, Any] | None = None,
+    options: ClassBalancedInputOptions | None = None,
     resume: Resume | None = None,
 ) -> tf.data.Dataset:
     """Class-balanced batches of `record_set` with the `FnArgs` keys, re-planned every epoch.
 
-    With an `AudioFeatureConfig` as `parser`, the batches are log-mel features with the
-    `SPEAKER_KEYS`; with a `ParseFn` (records of any kind: tabular, embedding, transformed
-    Examples), dicts of what it returns, beside ``label`` (int64 [B] class ids) and ``index``
-    (int64 [B] record numbers).
+    Args:
+      offset_index_uri, class_index_uri: the run's `OffsetIndex` and `ClassIndex` artifacts.
+      record_set: the split to train on.
+      n_classes_per_batch, n_samples_per_class: the batch geometry, `n_c` x `n_p`.
+      seed: the plans' seed.
+      parser: an `AudioFeatureConfig` (log-mel features with the `SPEAKER_KEYS`) or a `ParseFn`
+        (records of any kind: tabular, embedding, transformed Examples).
+      options: the trainer's `ClassBalancedInputOptions` (`epoch_mode`, `small_classes`, how
+        the store opens); None: the defaults.
+      resume: see `Resume`.
 
-    `options` go to `components.inputs.class_balanced` (`epoch_mode`, `small_classes`,
-    `backend`, `memory_budget_bytes`). `resume`: see `Resume`.
+    Returns:
+      The batches: with an `AudioFeatureConfig`, the `SPEAKER_KEYS`; with a `ParseFn`, dicts of
+      what it returns beside ``label`` (int64 [B] class ids) and ``index`` (int64 [B] record
+      numbers).
     """
-    options = dict(options or {})
-    store = RecordStore.open(
-        offset_index_uri,
-        record_set,
-        backend=options.pop("backend", "auto"),
-        memory_budget_bytes=options.pop("memory_budget_bytes", 1 << 30),
-    )
+    options = options or ClassBalancedInputOptions()
+    store = options.store_options().open_store(offset_index_uri, record_set)
     audio = isinstance(parser, AudioFeatureConfig)
-    options["features" if audio else "parse_fn"] = parser
     sampler = ClassBalancedSampler(
         store,
         class_ids(class_index_uri, record_set),
         n_classes_per_batch=n_classes_per_batch,
         n_samples_per_class=n_samples_per_class,
         seed=seed,
-        **options,
+        epoch_mode=options.epoch_mode,
+        small_classes=options.small_classes,
+        features=parser if audio else None,
+        parse_fn=None if audio else parser,
     )
     batches = _training_batches(sampler, resume, {})
     return batches.map(_speaker_batch) if audio else batches
@@ -262,14 +280,35 @@ def class_balanced_eval_dataset(
     *,
     batch_size: int,
     parser: ClassBalancedParser,
-    backend: str = "auto",
-    memory_budget_bytes: int = 1 << 30,
+    store_options: StoreOptions | None = None,
 ) -> tf.data.Dataset:
     """Every record of `record_set` once, in record order, in batches of `batch_size`, with the
     keys of `class_balanced_train_dataset`: the same batches every iteration.
 
+    `store_options`: how the record store opens (default `StoreOptions()`).
+
     Audio features are computed in ``"pad"`` mode (whole utterances) without SpecAugment
     (nothing random), so the evaluation set stays fixed across epochs.
+
+    Args:
+        offset_index_uri: the OffsetIndex artifact's URI.
+        class_index_uri: the ClassIndex artifact's URI.
+        record_set: the record set to read, e.g. "eval".
+        batch_size: records per batch (the last batch may be smaller).
+        parser: the `AudioFeatureConfig` of the audio front end, or a batched parse function:
+            serialized records (string [B]) -> dict of tensors.
+        store_options: as above.
+
+    Returns:
+        A `tf.data.Dataset` of dicts: the parsed features, `label` int64 [B] and `index`
+        int64 [B] (the record numbers).
+
+    Raises:
+        ValueError: when the class index and the offset index count different records.
+
+    Example:
+        class_balanced_eval_dataset(offsets, classes, "eval", batch_size=64,
+                                    parser=AudioFeatureConfig())
     """
     if isinstance(parser, AudioFeatureConfig):
         eval_features = dataclasses.replace(parser, mode="pad", spec_augment=None)
@@ -286,8 +325,7 @@ def class_balanced_eval_dataset(
             record_set,
             batch_size,
             load,
-            backend,
-            memory_budget_bytes,
+            store_options or StoreOptions(),
         )
         return batches.map(_speaker_batch)
     return _in_record_order(
@@ -296,8 +334,7 @@ def class_balanced_eval_dataset(
         record_set,
         batch_size,
         lambda records, index: parser(records),
-        backend,
-        memory_budget_bytes,
+        store_options or StoreOptions(),
     )
 
 
@@ -307,13 +344,10 @@ def _in_record_order(
     record_set: str,
     batch_size: int,
     load: Callable[[tf.Tensor, tf.Tensor], Mapping[str, tf.Tensor]],
-    backend: str,
-    memory_budget_bytes: int,
+    store_options: StoreOptions,
 ) -> tf.data.Dataset:
     """Batches of every record in order: `load(records, index)`'s dict, ``label`` and ``index``."""
-    store = RecordStore.open(
-        offset_index_uri, record_set, backend=backend, memory_budget_bytes=memory_budget_bytes
-    )
+    store = store_options.open_store(offset_index_uri, record_set)
     labels = tf.constant(np.asarray(class_ids(class_index_uri, record_set), np.int64))
     if int(labels.shape[0]) != store.num_records:
         raise ValueError(
@@ -334,55 +368,56 @@ def _in_record_order(
 
 
 def num_classes(class_index_uri: str, record_set: str) -> int:
-    """The classes of `record_set`'s class index (its vocabulary: empty classes included)."""
+    """The classes of `record_set`'s class index (its vocabulary: empty classes included).
+
+    Args:
+        class_index_uri: the ClassIndex artifact's URI.
+        record_set: the record set's name.
+
+    Returns:
+        The number of classes.
+    """
     row_splits, _ = layout.load_csr(layout.class_records_dir(class_index_uri, record_set))
     return len(row_splits) - 1
 
 
 def example_parser(
-    options: dict[str, Any],
+    options: ClassBalancedInputOptions,
     *,
     schema_path: str | None,
     tf_transform_output: tft.TFTransformOutput | None,
     label_feature: str = "",
 ) -> ParseFn | None:
-    """The batched parser (tf.string [B] -> dict of tensors) of class-balanced records that are
-    not audio, as `options` ask for it (its options are popped); None when they do not (the
-    audio front end).
+    """The batched parser of class-balanced records that are not audio, as `options` ask.
 
-    * ``feature_spec: "schema"``: `tf.io.parse_example` with the spec of the `schema` channel
+    * ``feature_spec="schema"``: `tf.io.parse_example` with the spec of the `schema` channel
       (what TFX's components parse the records with);
-    * ``feature_spec: "transformed"``: with Transform's `transformed_feature_spec()`: the records
+    * ``feature_spec="transformed"``: with Transform's `transformed_feature_spec()`: the records
       are Transform's `transformed_examples`;
-    * ``apply_transform: true``: raw records parsed with Transform's `raw_feature_spec()` (or the
-      schema's, with ``feature_spec: "schema"``), then Transform's `transform_features_layer()`
+    * ``apply_transform=True``: raw records parsed with Transform's `raw_feature_spec()` (or the
+      schema's, with ``feature_spec="schema"``), then Transform's `transform_features_layer()`
       applied to the batch: its graph runs in the input pipeline.
 
-    `label_feature` (the feature IndexExamples took the classes from) is left out of the parsed
-    dict: the batch's ``label`` is its class id.
+    Args:
+      options: the trainer's `ClassBalancedInputOptions`.
+      schema_path: the `schema` channel's file, or None.
+      tf_transform_output: Transform's output of the `transform_graph` channel, or None.
+      label_feature: the feature IndexExamples took the classes from: left out of the parsed
+        dict (the batch's ``label`` is its class id).
+
+    Returns:
+      tf.string [B] -> dict of tensors; None when the records are audio (the audio front end).
+
+    Raises:
+      ValueError: the spec's source is missing (naming the trainer input it needs).
     """
-    source = options.pop(FEATURE_SPEC_OPTION, None)
-    apply_transform = options.pop(APPLY_TRANSFORM_OPTION, False)
-    if source is None and not apply_transform:
+    if not options.parses_with_a_feature_spec:
         return None
-    if source is not None and source not in FEATURE_SPECS:
-        raise ValueError(f"input option {FEATURE_SPEC_OPTION} must be one of {FEATURE_SPECS}")
-    if not isinstance(apply_transform, bool):
-        raise ValueError(f"input option {APPLY_TRANSFORM_OPTION} must be true or false")
-    if "features" in options:
-        raise ValueError(
-            f"give features (the audio front end) or {FEATURE_SPEC_OPTION} / "
-            f"{APPLY_TRANSFORM_OPTION}, not both"
-        )
-    if apply_transform and source == TRANSFORMED_SPEC:
-        raise ValueError(
-            f"{FEATURE_SPEC_OPTION}={TRANSFORMED_SPEC!r} reads records Transform already "
-            f"transformed: drop {APPLY_TRANSFORM_OPTION}"
-        )
-    if (apply_transform or source == TRANSFORMED_SPEC) and tf_transform_output is None:
+    source, apply_transform = options.feature_spec, options.apply_transform
+    if options.needs_transform_graph and tf_transform_output is None:
         raise ValueError("transformed features need the trainer's transform_graph input")
     if source == SCHEMA_SPEC and schema_path is None:
-        raise ValueError(f"{FEATURE_SPEC_OPTION}={SCHEMA_SPEC!r} needs the trainer's schema input")
+        raise ValueError(f"feature_spec={SCHEMA_SPEC!r} needs the trainer's schema input")
 
     if source == SCHEMA_SPEC:
         spec = feature_spec_from_schema(schema_path)

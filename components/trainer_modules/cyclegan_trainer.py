@@ -73,6 +73,20 @@ def run_fn(fn_args) -> dict[str, float]:
     Returns the last epoch's logs (`cycle_loss`, `identity_loss`, `generator_adv_loss`,
     `discriminator_loss`, any `val_*` and whatever the callbacks logged) plus
     `cycle_loss_first_epoch`, `cycle_loss_last_epoch` and `epochs`.
+
+    Args:
+        fn_args: the trainer's `FnArgs`: `train_dataset` (pair batches, dicts with "x" and "y"
+            [B, H, W, C] of the same known H, W, C), optionally `eval_dataset`, `num_epochs`,
+            `serving_model_dir`, `model_run_dir`, `custom_config` (model and optimizer
+            settings; `image_size` must match the batches when given).
+
+    Returns:
+        Metric name -> float, as above.
+
+    Raises:
+        ValueError: when `fn_args` lacks a required attribute, or the batches are not pairs of
+            the shape above.
+        RuntimeError: when training diverged.
     """
     training_log.check_common_args(fn_args)
     config = dict(fn_args.custom_config or {})

@@ -19,7 +19,9 @@ or log-mel features and runs the trainer's evaluation front end in the graph.
 
 TensorBoard, under `fn_args.model_run_dir`: the Keras scalars (`train/`), and at each
 evaluation (step 0 before training, step `epochs` after) the EER, the DET curve and the target /
-non-target score histograms (`verification.write_verification_summaries`).
+non-target score histograms (`verification.write_verification_summaries`). Both pictures are
+also PNG files beside the events, for people without TensorBoard:
+`eval_det_curve_step<step>.png` and `eval_score_distributions_step<step>.png`.
 """
 
 from __future__ import annotations
@@ -88,6 +90,20 @@ def run_fn(fn_args) -> dict[str, float]:
     `eer_before_training` (the same trials scored by the untrained net), `eer_threshold`, the
     trial counts, `loss_first_epoch`, `loss_last_epoch`, `epochs`, and the last epoch's logs
     (`loss` and whatever the callbacks logged).
+
+    Args:
+        fn_args: the trainer's `FnArgs`: `train_dataset` (class-balanced batches of
+            `n_classes_per_batch` x `n_samples_per_class` utterances), `eval_dataset` (held-out
+            speakers), `num_epochs`, `serving_model_dir`, `model_run_dir`, `custom_config`
+            (must hold `n_samples_per_class`).
+
+    Returns:
+        Metric name -> float, as above.
+
+    Raises:
+        ValueError: when `fn_args` lacks a required attribute, `eval_dataset` or
+            `custom_config["n_samples_per_class"]`, or an export setting is bad.
+        RuntimeError: when training diverged.
     """
     training_log.check_common_args(fn_args)
     eval_dataset = getattr(fn_args, "eval_dataset", None)
@@ -126,7 +142,8 @@ def run_fn(fn_args) -> dict[str, float]:
     )
     max_eval_utterances = int(config.get("max_eval_utterances", 4000))
     # TensorBoard gets each evaluation's EER, DET curve and score histograms at the step of
-    # the epochs trained so far: 0 before training, `epochs` after.
+    # the epochs trained so far: 0 before training, `epochs` after; the pictures go beside the
+    # events as PNG files too.
     writer = tf.summary.create_file_writer(fn_args.model_run_dir)
 
     def evaluate(step: int) -> dict[str, float]:
@@ -135,7 +152,9 @@ def run_fn(fn_args) -> dict[str, float]:
         )
         metrics = verification.verification_metrics(trials)
         with writer.as_default():
-            verification.write_verification_summaries(trials, metrics, step)
+            verification.write_verification_summaries(
+                trials, metrics, step, png_dir=fn_args.model_run_dir
+            )
         writer.flush()
         return metrics
 

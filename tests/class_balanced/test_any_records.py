@@ -95,6 +95,7 @@ def test_parsers_are_checked(parsers, message):
 
 
 def test_feature_spec_from_the_image_schema_parses_materialized_records():
+    pytest.importorskip("tensorflow_metadata", reason="schemas need the [tfx] extra")
     spec = feature_spec_from_schema(SCHEMA)
     assert {"id", "image", "image_format", "height", "width", "channels"} <= set(spec)
     from tests.inputs import runs

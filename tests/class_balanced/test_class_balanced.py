@@ -13,6 +13,7 @@ from components.inputs.audio_features import AudioFeatureConfig
 from components.inputs.class_balanced import ClassBalancedSampler, class_balanced
 from components.inputs.epoch_plan import EpochState
 from components.inputs.record_store import RecordStore
+from components.inputs.run import StoreOptions
 from tests.class_balanced.runs import write_audio_run
 
 SIZES = [5, 3, 1, 0, 8, 6, 4, 7, 2, 9, 3, 5]
@@ -43,7 +44,7 @@ def test_batches_from_a_materialized_run(run, backend, budget, expected_backend)
         n_classes_per_batch=n_c,
         n_samples_per_class=n_p,
         seed=1,
-        backend=backend,
+        store_options=StoreOptions(backend=backend, memory_budget_bytes=budget),
         memory_budget_bytes=budget,
         features=CROP,
     )
@@ -341,7 +342,7 @@ def test_damaged_index_and_shards_fail_with_the_place(tmp_path):
         n_classes_per_batch=3,
         n_samples_per_class=3,
         features=CROP,
-        backend="disk",
+        store_options=StoreOptions(backend="disk"),
         epoch_mode="samples",
     )
     with pytest.raises(tf.errors.InvalidArgumentError, match="CRC mismatch") as error:

@@ -7,9 +7,9 @@ end of the n-th batch this attempt trains, once the executor's callbacks (the ch
 seen that batch end. It writes its final weights to the serving folder (a SavedModel would cost
 the test seconds per attempt) and returns its optimizer's iteration count.
 
-`python -m tests.components.killable_trainer SPEC.json ...` runs the trainer component's
-executor on each spec in turn (artifacts, properties and the two settings above) in a fresh
-process, as an orchestrator's retry does.
+`python -m tests.components.killable_trainer SPEC.json ...` runs a trainer executor (the spec's
+`executor` class path) on each spec in turn (artifacts, properties and the two settings above)
+in a fresh process, as an orchestrator's retry does.
 """
 
 from __future__ import annotations
@@ -110,13 +110,14 @@ def run_fn(fn_args) -> dict[str, float]:
 def _execute(spec: dict) -> None:
     # Imported here: the executor needs TFX, run_fn does not.
     from tfx.types import artifact_utils
+    from tfx.utils import import_utils
 
     import components.artifacts  # noqa: F401  (registers the custom artifact types)
-    from components.trainer_component.executor import Executor
 
     os.environ[BATCH_LOG_ENV] = spec["batch_log"]
     os.environ[KILL_AT_STEP_ENV] = str(spec.get("kill_at_step", 0))
-    Executor().Do(
+    executor = import_utils.import_class_by_path(spec["executor"])
+    executor().Do(
         artifact_utils.parse_artifact_dict(spec["inputs"]),
         artifact_utils.parse_artifact_dict(spec["outputs"]),
         spec["exec_properties"],

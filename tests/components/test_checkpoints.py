@@ -68,11 +68,9 @@ class BatchLog(keras.callbacks.Callback):
             raise Interrupted
 
 
-def attempt(directory: str, seed: int, save_every: int, die_after: int | None = None):
-    """One attempt of a training run on `directory`: restore, build the inputs, fit. Returns
-    the model, the batches it trained on and its `TrainingCheckpoints`."""
-    state = EpochState()
-    sampler = ClassBalancedSampler(
+def sampler(seed: int = 0, state: EpochState | None = None) -> ClassBalancedSampler:
+    """The class-balanced sampler of the test records from `seed` (with `state`, if given)."""
+    return ClassBalancedSampler(
         STORE,
         LABELS,
         n_classes_per_batch=N_C,
@@ -81,11 +79,18 @@ def attempt(directory: str, seed: int, save_every: int, die_after: int | None = 
         feature_spec=EMBEDDING,
         state=state,
     )
+
+
+def attempt(directory: str, seed: int, save_every: int, die_after: int | None = None):
+    """One attempt of a training run on `directory`: restore, build the inputs, fit. Returns
+    the model, the batches it trained on and its `TrainingCheckpoints`."""
+    state = EpochState()
+    training_sampler = sampler(seed, state)
     checkpoints = TrainingCheckpoints(directory, save_every_steps=save_every)
-    initial_step = checkpoints.resume(sampler)
+    initial_step = checkpoints.resume(training_sampler)
     resume = checkpoints.resume_point()
     assert resume.step == initial_step
-    batches = sampler.dataset(initial_step=initial_step).map(
+    batches = training_sampler.dataset(initial_step=initial_step).map(
         lambda b: (b["embedding"], tf.cast(b["label"], tf.float32), b["index"])
     )
     keras.utils.set_random_seed(seed)
@@ -144,17 +149,6 @@ def test_a_finished_run_resumes_at_its_end(tmp_path):
     assert again == []
     point = checkpoints.resume_point()
     assert (point.epoch, point.step) == (NUM_EPOCHS, 0)
-
-
-def sampler(seed: int = 0) -> ClassBalancedSampler:
-    return ClassBalancedSampler(
-        STORE,
-        LABELS,
-        n_classes_per_batch=N_C,
-        n_samples_per_class=N_P,
-        seed=seed,
-        feature_spec=EMBEDDING,
-    )
 
 
 def test_resuming_an_unbuilt_model_is_a_clear_error(tmp_path):

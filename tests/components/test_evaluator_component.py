@@ -228,8 +228,8 @@ def test_the_latest_blessed_model_strategy_finds_the_newest_blessed_model(tmp_pa
 def StandInTrainer(  # noqa: N802 (a component class name)
     model: OutputArtifact[standard_artifacts.Model], eer: Parameter[float]
 ):
-    """Exports a SavedModel holding `eer` and records `eer` on the model, as ResampledTrainer
-    records the metrics its run_fn returns."""
+    """Exports a SavedModel holding `eer` and records `eer` on the model, as the trainers
+    record the metrics their run_fn returns."""
     module = tf.Module()
     module.eer = tf.Variable(eer)
     tf.saved_model.save(module, path_utils.serving_model_dir(model.uri))

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from components.inputs import ValidPairs
 from components.trainer_component import training_inputs
+from components.trainer_component.input_options import PairsInputOptions
 from tests.inputs import runs
 
 
@@ -65,7 +66,7 @@ def test_the_training_stream_never_serves_the_held_out_images(tmp_path):
         output_dir,
         batch_size=4,
         seed=7,
-        options={"image": {"height": 2, "width": 2, "channels": 1}, "held_out": 3},
+        options=PairsInputOptions(image={"height": 2, "width": 2, "channels": 1}, held_out=3),
     )
     [batch] = list(held_out.as_numpy_iterator())
     held_x, held_y = set(batch["x_index"].tolist()), set(batch["y_index"].tolist())

@@ -24,6 +24,11 @@ from components.inputs import GroupPairs, RecordStore, ValidPairs, open_pairs_ru
 from components.inputs.class_balanced import record_parser
 from components.materialize.errors import MaterializeError
 from components.trainer_component import training_inputs
+from components.trainer_component.input_options import (
+    SCHEMA_SPEC,
+    ClassBalancedInputOptions,
+    PairsInputOptions,
+)
 from tests.components.conftest import make_artifact
 
 VECTOR = "vector"
@@ -255,11 +260,12 @@ def test_schema_feature_spec_parses_records_without_their_label(int_labels, tmp_
         'feature { name: "label" type: INT presence { min_fraction: 1 } '
         "shape { dim { size: 1 } } }\n"
     )
-    options = {training_inputs.FEATURE_SPEC_OPTION: training_inputs.SCHEMA_SPEC, "seed": 1}
     parse = training_inputs.example_parser(
-        options, schema_path=str(schema), tf_transform_output=None, label_feature=LABEL
+        ClassBalancedInputOptions(feature_spec=SCHEMA_SPEC),
+        schema_path=str(schema),
+        tf_transform_output=None,
+        label_feature=LABEL,
     )
-    assert options == {"seed": 1}  # its own options taken out
     outputs, expected = int_labels
     parsed = parse(tf.constant(expected["eval"][:4]))
     assert set(parsed) == {VECTOR}  # the batch's `label` is the class id
@@ -274,11 +280,14 @@ def test_schema_feature_spec_parses_records_without_their_label(int_labels, tmp_
         ({"apply_transform": True}, "need the trainer's transform_graph input"),
         ({"feature_spec": "raw"}, "must be one of"),
         ({"feature_spec": "schema", "features": {}}, "not both"),
+        ({"feature_spec": "transformed", "apply_transform": True}, "drop apply_transform"),
     ],
 )
 def test_feature_spec_options_name_what_is_missing(options, error):
     with pytest.raises(ValueError, match=error):
-        training_inputs.example_parser(options, schema_path=None, tf_transform_output=None)
+        training_inputs.example_parser(
+            ClassBalancedInputOptions(**options), schema_path=None, tf_transform_output=None
+        )
 
 
 # --------------------------------------------------------------------- names, ids, uncompressed
@@ -513,7 +522,7 @@ def test_trainer_draws_dynamic_pairs_within_groups(group_run):
         group_run[keys.PAIR_INDEX_KEY].uri,
         batch_size=2,
         seed=0,
-        options={"image": {"height": IMAGE_SIZE, "width": IMAGE_SIZE, "channels": 1}},
+        options=PairsInputOptions(image={"height": IMAGE_SIZE, "width": IMAGE_SIZE, "channels": 1}),
     )
     groups = open_pairs_run(
         group_run[keys.OFFSET_INDEX_KEY].uri, pair_index_dir=group_run[keys.PAIR_INDEX_KEY].uri

@@ -1,10 +1,11 @@
-"""Preemption: the trainer component's executor SIGKILLed mid-epoch and run again on the same
-output folders resumes from its checkpoint with exactly the rest of an uninterrupted run's
-batch stream, and ends with its step count and weights.
+"""Preemption: a trainer executor SIGKILLed mid-epoch and run again on the same output folders
+resumes from its checkpoint with exactly the rest of an uninterrupted run's batch stream, and
+ends with its step count and weights.
 
-Per input kind, three runs of the real executor with `killable_trainer.run_fn`: an uninterrupted
-one (in this process), one SIGKILLed in epoch 1 a few batches after a mid-epoch checkpoint (a
-subprocess), and its retry on the same outputs (a subprocess; both kinds' retries share one).
+Per trainer (pairs, class-balanced), three runs of its real executor with
+`killable_trainer.run_fn`: an uninterrupted one (in this process), one SIGKILLed in epoch 1 a
+few batches after a mid-epoch checkpoint (a subprocess), and its retry on the same outputs (a
+subprocess; both kinds' retries share one).
 The batches the killed attempt trained after its last checkpoint are trained again by the
 retry.
 """
@@ -26,11 +27,12 @@ from tfx.types import artifact_utils, standard_artifacts
 from tfx.utils import path_utils
 
 from components import component_keys as keys
-from components.trainer_component import training_inputs
+from components.trainer_component import executor as trainer_executor
+from components.trainer_component import input_options, training_inputs
 from components.trainer_component.checkpoints import HISTORY_FILE, checkpoint_dir
-from components.trainer_component.executor import METRICS_FILE, Executor
 from tests.components import killable_trainer
 from tests.components.conftest import DIGIT_IMAGE_SIZE, make_artifact
+from tests.helpers.keras_callbacks import BatchesPerEpoch
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NUM_EPOCHS = 3
@@ -48,6 +50,7 @@ class Case:
     name: str
     run: dict
     index_key: str
+    executor: type[trainer_executor.TrainerExecutor]
     properties: dict
 
     def inputs(self) -> dict:
@@ -60,17 +63,18 @@ class Case:
         """The executor's training dataset of this case, built the way it builds it."""
         offset_index = self.run[keys.OFFSET_INDEX_KEY].uri
         index = self.run[self.index_key].uri
-        options = json.loads(self.properties[keys.INPUT_OPTIONS_KEY])
+        sent = json.loads(self.properties[keys.INPUT_OPTIONS_KEY])
         if self.index_key == keys.PAIR_INDEX_KEY:
             dataset, _, _ = training_inputs.pairs_train_dataset(
                 offset_index,
                 index,
                 batch_size=self.properties[keys.BATCH_SIZE_KEY],
                 seed=SEED,
-                options=options,
+                options=input_options.input_options(input_options.PairsInputOptions, sent),
                 resume=resume,
             )
             return dataset
+        options = input_options.input_options(input_options.ClassBalancedInputOptions, sent)
         return training_inputs.class_balanced_train_dataset(
             offset_index,
             index,
@@ -78,7 +82,7 @@ class Case:
             n_classes_per_batch=self.properties[keys.N_CLASSES_PER_BATCH_KEY],
             n_samples_per_class=self.properties[keys.N_SAMPLES_PER_CLASS_KEY],
             seed=SEED,
-            parser=training_inputs.audio_feature_config(options.pop("features")),
+            parser=options.audio_features(),
             options=options,
             resume=resume,
         )
@@ -98,6 +102,7 @@ def _write_spec(path: str, case: Case, outputs: dict, batch_log: str, kill_at_st
         "inputs": artifact_utils.jsonify_artifact_dict(case.inputs()),
         "outputs": artifact_utils.jsonify_artifact_dict(outputs),
         "exec_properties": case.properties,
+        "executor": f"{case.executor.__module__}.{case.executor.__name__}",
         "batch_log": batch_log,
         "kill_at_step": kill_at_step,
     }
@@ -133,7 +138,7 @@ def _stream(batches: list[dict]) -> list[tuple[int, list]]:
 
 
 def _results(model_run_uri: str, model_uri: str) -> dict:
-    with open(os.path.join(model_run_uri, METRICS_FILE)) as f:
+    with open(os.path.join(model_run_uri, trainer_executor.METRICS_FILE)) as f:
         metrics = json.load(f)
     directory = checkpoint_dir(model_run_uri)
     with open(os.path.join(directory, HISTORY_FILE)) as f:
@@ -165,9 +170,9 @@ def pairs_case(pairs_run: dict) -> Case:
         "pairs",
         pairs_run,
         keys.PAIR_INDEX_KEY,
+        trainer_executor.PairsExecutor,
         {
             **COMMON_PROPERTIES,
-            keys.INPUT_KIND_KEY: keys.DYNAMIC_PAIRS,
             keys.BATCH_SIZE_KEY: 256,
             keys.INPUT_OPTIONS_KEY: json.dumps(
                 {"image": {"height": DIGIT_IMAGE_SIZE, "width": DIGIT_IMAGE_SIZE, "channels": 1}}
@@ -181,9 +186,9 @@ def speakers_case(audio_run: dict) -> Case:
         "speakers",
         audio_run,
         keys.CLASS_INDEX_KEY,
+        trainer_executor.ClassBalancedExecutor,
         {
             **COMMON_PROPERTIES,
-            keys.INPUT_KIND_KEY: keys.CLASS_BALANCED,
             keys.N_CLASSES_PER_BATCH_KEY: 3,
             keys.N_SAMPLES_PER_CLASS_KEY: 2,
             keys.TRAIN_SPLIT_KEY: "train",
@@ -240,7 +245,7 @@ def runs(pairs_run, audio_run, tmp_path_factory) -> dict:
             with pytest.MonkeyPatch.context() as patch:
                 patch.setenv(killable_trainer.BATCH_LOG_ENV, path(case.name, "reference.jsonl"))
                 patch.delenv(killable_trainer.KILL_AT_STEP_ENV, raising=False)
-                Executor().Do(
+                case.executor().Do(
                     case.inputs(), _outputs(path(case.name, "reference")), case.properties
                 )
         for case, process in zip(cases, killed, strict=True):
@@ -323,18 +328,6 @@ def test_the_retry_reports_the_pair_coverage_of_an_uninterrupted_run(runs):
     # The last epoch is a whole one in both runs.
     for name in ("pair_coverage_total", "pair_coverage_epoch", "invalid_pairs"):
         assert retried[name] == reference[name], name
-
-
-class BatchesPerEpoch(keras.callbacks.Callback):
-    def __init__(self):
-        super().__init__()
-        self.counts: list[int] = []
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.counts.append(0)
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.counts[-1] += 1
 
 
 def test_keras_trains_whole_epochs_after_a_partial_resumed_one(pairs_run):

@@ -14,7 +14,13 @@ from tfx.types import standard_artifacts
 from components import artifacts, layout
 from components import component_keys as keys
 from components.inputs import ValidPairs
-from components.trainer_component import PairsInputOptions, ResampledTrainer, input_options
+from components.trainer_component import (
+    ClassBalancedInputOptions,
+    ClassBalancedTrainer,
+    PairsInputOptions,
+    PairsTrainer,
+    input_options,
+)
 from components.trainer_component import executor as trainer_executor
 from tests.components import contract_trainer
 from tests.components.conftest import DIGIT_IMAGE_SIZE, make_artifact
@@ -22,9 +28,12 @@ from tests.components.conftest import DIGIT_IMAGE_SIZE, make_artifact
 CONTRACT_MODULE = "tests.components.contract_trainer"
 N_CLASSES_PER_BATCH = 3
 N_SAMPLES_PER_CLASS = 2
+SMALL_IMAGE = {"height": 8, "width": 8, "channels": 1}
 
 
-def _train(run, index_key, tmp_path, extra_inputs=None, **exec_properties):
+def _train(executor, run, index_key, tmp_path, extra_inputs=None, **exec_properties):
+    """Runs `executor` (a trainer executor class) on `run`'s artifacts and `index_key` with
+    `exec_properties` over the contract module's 2 epochs; returns the model and model run."""
     model = make_artifact(standard_artifacts.Model, str(tmp_path / keys.MODEL_KEY))
     model_run = make_artifact(standard_artifacts.ModelRun, str(tmp_path / keys.MODEL_RUN_KEY))
     inputs = {
@@ -35,22 +44,30 @@ def _train(run, index_key, tmp_path, extra_inputs=None, **exec_properties):
     }
     properties = {keys.MODULE_PATH_KEY: CONTRACT_MODULE, keys.NUM_EPOCHS_KEY: 2, **exec_properties}
     outputs = {keys.MODEL_KEY: [model], keys.MODEL_RUN_KEY: [model_run]}
-    trainer_executor.Executor().Do(inputs, outputs, properties)
+    executor().Do(inputs, outputs, properties)
     return model, model_run
+
+
+def _train_pairs(pairs_run, tmp_path, image, **exec_properties):
+    """`_train` of the pairs executor on `pairs_run`, its images decoded to `image`."""
+    return _train(
+        trainer_executor.PairsExecutor,
+        pairs_run,
+        keys.PAIR_INDEX_KEY,
+        tmp_path,
+        input_options=input_options.to_json(PairsInputOptions(image=image)),
+        **exec_properties,
+    )
 
 
 @pytest.fixture(scope="module")
 def pairs_training(pairs_run, tmp_path_factory):
-    model, model_run = _train(
+    model, model_run = _train_pairs(
         pairs_run,
-        keys.PAIR_INDEX_KEY,
         tmp_path_factory.mktemp("pairs_training"),
-        input_kind=keys.DYNAMIC_PAIRS,
+        {"height": DIGIT_IMAGE_SIZE, "width": DIGIT_IMAGE_SIZE, "channels": 1},
         batch_size=64,
         seed=3,
-        input_options=json.dumps(
-            {"image": {"height": DIGIT_IMAGE_SIZE, "width": DIGIT_IMAGE_SIZE, "channels": 1}}
-        ),
         custom_config=json.dumps({"learning_rate": 0.5}),
     )
     return model, model_run, contract_trainer.received["fn_args"]
@@ -58,18 +75,17 @@ def pairs_training(pairs_run, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def speaker_training(audio_run, tmp_path_factory):
+    features = {"sample_rate": 16000, "crop_seconds": 0.5, "num_mel_bins": 24}
     model, model_run = _train(
+        trainer_executor.ClassBalancedExecutor,
         audio_run,
         keys.CLASS_INDEX_KEY,
         tmp_path_factory.mktemp("speaker_training"),
-        input_kind=keys.CLASS_BALANCED,
         n_classes_per_batch=N_CLASSES_PER_BATCH,
         n_samples_per_class=N_SAMPLES_PER_CLASS,
         train_split="train",
         eval_split="eval",
-        input_options=json.dumps(
-            {"features": {"sample_rate": 16000, "crop_seconds": 0.5, "num_mel_bins": 24}}
-        ),
+        input_options=input_options.to_json(ClassBalancedInputOptions(features=features)),
     )
     return model, model_run, contract_trainer.received["fn_args"]
 
@@ -187,14 +203,12 @@ def test_anomalies_in_a_training_split_stop_training(pairs_run, tmp_path):
         tmp_path / "anomalies", {layout.X_RECORD_SET: False, layout.Y_RECORD_SET: True}
     )
     with pytest.raises(trainer_executor.AnomaliesFoundError, match="split 'y'.*image.*dropped"):
-        _train(
+        _train_pairs(
             pairs_run,
-            keys.PAIR_INDEX_KEY,
             tmp_path,
+            SMALL_IMAGE,
             extra_inputs={keys.ANOMALIES_KEY: [anomalies]},
-            input_kind=keys.DYNAMIC_PAIRS,
             batch_size=8,
-            input_options=json.dumps({"image": {"height": 8, "width": 8, "channels": 1}}),
         )
     assert not (tmp_path / keys.MODEL_KEY).exists()
 
@@ -223,126 +237,129 @@ def test_a_run_fn_that_exports_nothing_fails(pairs_run, tmp_path):
     module_file = tmp_path / "lazy_trainer.py"
     module_file.write_text("def run_fn(fn_args):\n    return {'loss': 0.0}\n")
     with pytest.raises(RuntimeError, match="exported nothing"):
-        _train(
+        _train_pairs(
             pairs_run,
-            keys.PAIR_INDEX_KEY,
             tmp_path,
+            SMALL_IMAGE,
             module_path=None,
             module_file=str(module_file),
-            input_kind=keys.DYNAMIC_PAIRS,
             batch_size=8,
-            input_options=json.dumps({"image": {"height": 8, "width": 8, "channels": 1}}),
         )
 
 
 def test_missing_inputs_and_settings_are_named(pairs_run, tmp_path):
     with pytest.raises(ValueError, match="class_index"):
         _train(
+            trainer_executor.ClassBalancedExecutor,
             {**pairs_run, keys.CLASS_INDEX_KEY: pairs_run[keys.PAIR_INDEX_KEY]},
             keys.PAIR_INDEX_KEY,
             tmp_path,
-            input_kind=keys.CLASS_BALANCED,
             n_classes_per_batch=2,
             n_samples_per_class=2,
         )
     with pytest.raises(ValueError, match="batch_size"):
-        _train(pairs_run, keys.PAIR_INDEX_KEY, tmp_path, input_kind=keys.DYNAMIC_PAIRS)
-    with pytest.raises(ValueError, match="input_kind"):
-        _train(pairs_run, keys.PAIR_INDEX_KEY, tmp_path, input_kind="triplets")
+        _train(trainer_executor.PairsExecutor, pairs_run, keys.PAIR_INDEX_KEY, tmp_path)
+    # An execution of one kind sent the other kind's options (a spec edited by hand).
+    with pytest.raises(ValueError, match="no option 'epoch_mode'"):
+        _train(
+            trainer_executor.PairsExecutor,
+            pairs_run,
+            keys.PAIR_INDEX_KEY,
+            tmp_path,
+            batch_size=8,
+            input_options=json.dumps({"image": SMALL_IMAGE, "epoch_mode": "samples"}),
+        )
 
 
-def test_component_checks_its_configuration():
+def _trainer(trainer, options, **changes):
+    """`trainer` (`PairsTrainer` or `ClassBalancedTrainer`) built with input `options` over new
+    channels, small batches and the contract module; `changes` replace its arguments."""
     from tfx.types import channel
 
-    examples = channel.Channel(type=standard_artifacts.Examples)
-    with pytest.raises(ValueError, match="pair_index and batch_size"):
-        ResampledTrainer(
-            examples,
-            examples,
-            input_kind=keys.DYNAMIC_PAIRS,
-            num_epochs=1,
-            module_path=CONTRACT_MODULE,
-        )
+    if trainer is PairsTrainer:
+        kind = {"pair_index": channel.Channel(type=artifacts.PairIndex), "batch_size": 4}
+    else:
+        kind = {
+            "class_index": channel.Channel(type=artifacts.ClassIndex),
+            "n_classes_per_batch": 2,
+            "n_samples_per_class": 2,
+        }
+    arguments = {
+        "examples": channel.Channel(type=standard_artifacts.Examples),
+        "offset_index": channel.Channel(type=artifacts.OffsetIndex),
+        **kind,
+        "num_epochs": 1,
+        "module_path": CONTRACT_MODULE,
+        "input_options": options,
+        **changes,
+    }
+    return trainer(**arguments)
+
+
+def test_components_declare_their_required_channels_and_parameters():
+    pairs_options = {"image": SMALL_IMAGE}
+    with pytest.raises(TypeError, match="pair_index"):
+        _trainer(PairsTrainer, pairs_options, pair_index=None)
+    with pytest.raises(TypeError, match="'batch_size'"):
+        _trainer(PairsTrainer, pairs_options, batch_size=None)
+    with pytest.raises(TypeError, match="class_index"):
+        _trainer(ClassBalancedTrainer, None, class_index=None)
+    with pytest.raises(TypeError, match="'n_samples_per_class'"):
+        _trainer(ClassBalancedTrainer, None, n_samples_per_class=None)
     with pytest.raises(ValueError, match="exactly one"):
-        ResampledTrainer(
-            examples,
-            examples,
-            input_kind=keys.CLASS_BALANCED,
-            num_epochs=1,
-            module_path=CONTRACT_MODULE,
-            module_file="trainer.py",
-        )
+        _trainer(ClassBalancedTrainer, None, module_file="trainer.py")
+    assert not PairsTrainer.SPEC_CLASS.is_optional_input(keys.PAIR_INDEX_KEY)
+    assert not ClassBalancedTrainer.SPEC_CLASS.is_optional_input(keys.CLASS_INDEX_KEY)
+    assert keys.CLASS_INDEX_KEY not in PairsTrainer.SPEC_CLASS.INPUTS
+    assert keys.PAIR_INDEX_KEY not in ClassBalancedTrainer.SPEC_CLASS.INPUTS
 
 
 @pytest.mark.parametrize(
-    "input_kind, options, error, message",
+    "trainer, options, error, message",
     [
         (
-            keys.DYNAMIC_PAIRS,
-            {"image": {"height": 8, "width": 8, "channels": 1}, "stratgy": "uniform"},
+            PairsTrainer,
+            {"image": SMALL_IMAGE, "stratgy": "uniform"},
             ValueError,
             "no option 'stratgy'; did you mean 'strategy'",
         ),
         (
-            keys.DYNAMIC_PAIRS,
-            {"image": {"height": 8, "width": 8, "channels": 1}, "strategy": "least_sampeld"},
+            PairsTrainer,
+            {"image": SMALL_IMAGE, "strategy": "least_sampeld"},
             ValueError,
             "did you mean 'least_sampled'",
         ),
-        (keys.DYNAMIC_PAIRS, {"held_out": 2}, ValueError, "needs image"),
+        (PairsTrainer, {"held_out": 2}, ValueError, "needs image"),
         (
-            keys.DYNAMIC_PAIRS,
+            PairsTrainer,
             {"image": {"height": 8, "width": 8.5, "channels": 1}},
             TypeError,
             "image width must be an int",
         ),
-        (keys.CLASS_BALANCED, {"epoch_mod": "samples"}, ValueError, "did you mean 'epoch_mode'"),
-        (keys.CLASS_BALANCED, {"eval_batch_size": True}, TypeError, "eval_batch_size must be"),
+        (ClassBalancedTrainer, {"epoch_mod": "samples"}, ValueError, "did you mean 'epoch_mode'"),
+        (ClassBalancedTrainer, {"eval_batch_size": True}, TypeError, "eval_batch_size must be"),
+        (ClassBalancedTrainer, {"features": {"num_mel_bin": 40}}, TypeError, "num_mel_bin"),
         (
-            keys.CLASS_BALANCED,
-            {"features": {"num_mel_bin": 40}},
+            ClassBalancedTrainer,
+            PairsInputOptions(image=SMALL_IMAGE),
             TypeError,
-            "num_mel_bin",
+            "takes ClassBalancedInputOptions",
         ),
+        (PairsTrainer, ClassBalancedInputOptions(), TypeError, "takes PairsInputOptions"),
     ],
 )
-def test_input_options_are_checked_in_the_pipeline_file(input_kind, options, error, message):
+def test_input_options_are_checked_in_the_pipeline_file(trainer, options, error, message):
     """A misspelt option fails where the pipeline is written, naming itself (issue 21.3)."""
-    from tfx.types import channel
-
-    examples = channel.Channel(type=standard_artifacts.Examples)
     with pytest.raises(error, match=message):
-        ResampledTrainer(
-            examples,
-            examples,
-            pair_index=examples,
-            class_index=examples,
-            input_kind=input_kind,
-            num_epochs=1,
-            batch_size=4,
-            n_classes_per_batch=2,
-            n_samples_per_class=2,
-            module_path=CONTRACT_MODULE,
-            input_options=options,
-        )
+        _trainer(trainer, options)
 
 
 def test_typed_input_options_travel_as_the_json_of_what_differs_from_the_defaults():
-    from tfx.types import channel
-
-    options = PairsInputOptions(image={"height": 8, "width": 8, "channels": 1}, held_out=2)
-    trainer = ResampledTrainer(
-        channel.Channel(type=standard_artifacts.Examples),
-        channel.Channel(type=artifacts.OffsetIndex),
-        pair_index=channel.Channel(type=artifacts.PairIndex),
-        input_kind=keys.DYNAMIC_PAIRS,
-        num_epochs=1,
-        batch_size=4,
-        module_path=CONTRACT_MODULE,
-        input_options=options,
-    )
+    options = PairsInputOptions(image=SMALL_IMAGE, held_out=2)
+    trainer = _trainer(PairsTrainer, options)
     sent = trainer.exec_properties[keys.INPUT_OPTIONS_KEY]
     assert json.loads(sent) == {"held_out": 2, "image": {"channels": 1, "height": 8, "width": 8}}
-    assert input_options.input_options(keys.DYNAMIC_PAIRS, json.loads(sent)) == options
+    assert input_options.input_options(PairsInputOptions, json.loads(sent)) == options
     with pytest.raises(TypeError, match="takes ClassBalancedInputOptions"):
-        input_options.input_options(keys.CLASS_BALANCED, options)
+        input_options.input_options(ClassBalancedInputOptions, options)
+    assert _trainer(ClassBalancedTrainer, None).exec_properties[keys.INPUT_OPTIONS_KEY] is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import importlib.util
 
 import keras
 import numpy as np
@@ -10,6 +11,8 @@ import pytest
 import tensorflow as tf
 
 from components.inputs import PairCoverage, PairCoverageCallback, dynamic_pairs
+
+HAS_TENSORBOARD = importlib.util.find_spec("tensorboard") is not None
 
 ROWS = [[0, 2], [1], [0, 1, 2], [2]]  # 7 valid pairs
 
@@ -60,6 +63,7 @@ def test_observed_dataset_reaches_full_coverage_as_planned(strategy):
         assert totals[-1] == 1.0  # max degree 3: every pair within 3 epochs
 
 
+@pytest.mark.skipif(not HAS_TENSORBOARD, reason="TensorBoard is not installed")
 def test_callback_logs_each_epoch_and_writes_tensorboard(tmp_path):
     coverage = PairCoverage(ROWS)
     x = np.eye(4, dtype=np.float32)
@@ -83,3 +87,10 @@ def test_callback_logs_each_epoch_and_writes_tensorboard(tmp_path):
         for value in event.summary.value
     }
     assert {("pair_coverage_total", step) for step in range(3)} <= tags
+
+
+@pytest.mark.skipif(HAS_TENSORBOARD, reason="TensorBoard is installed")
+def test_callback_without_tensorboard_fails_when_built_not_after_an_epoch(tmp_path):
+    with pytest.raises(ImportError, match="pip install tensorboard"):
+        PairCoverageCallback(PairCoverage(ROWS), log_dir=str(tmp_path))
+    assert PairCoverageCallback(PairCoverage(ROWS)).coverage.num_pairs == 7

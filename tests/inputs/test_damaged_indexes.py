@@ -415,6 +415,12 @@ def _labelled_run(tmp_path) -> tuple[str, str]:
     return output_dir, layout.class_records_dir(output_dir, "train")
 
 
+def _labelled_index_file(tmp_path, name: str) -> tuple[str, str]:
+    """A labelled run and the path of its index file `name` of the train record set."""
+    output_dir, _ = _labelled_run(tmp_path)
+    return output_dir, _index_file(output_dir, name, "train")
+
+
 @pytest.mark.parametrize(
     "row_splits, values, message",
     [
@@ -434,8 +440,7 @@ def test_malformed_class_index_is_named(tmp_path, row_splits, values, message):
 
 
 def test_class_names_that_are_not_text_are_named(tmp_path):
-    output_dir, _ = _labelled_run(tmp_path)
-    path = _index_file(output_dir, layout.CLASSES_FILE, "train")
+    output_dir, path = _labelled_index_file(tmp_path, layout.CLASSES_FILE)
     with open(path, "wb") as f:
         f.write(b"spk0\n\xff\xfe\nspk2\n")
     with pytest.raises(layout.IndexFileError, match=rf"{path}: not UTF-8 text"):
@@ -447,8 +452,7 @@ def test_class_names_that_are_not_text_are_named(tmp_path):
 
 
 def test_class_ids_file_is_checked_by_its_loader(tmp_path):
-    output_dir, _ = _labelled_run(tmp_path)
-    path = _index_file(output_dir, layout.CLASS_IDS_FILE, "train")
+    _, path = _labelled_index_file(tmp_path, layout.CLASS_IDS_FILE)
     with open(path, "r+b") as f:
         f.truncate(100)
     with pytest.raises(layout.IndexFileError, match=rf"{path}: not a readable .npy array"):

@@ -33,9 +33,10 @@ from components.inputs import (
 )
 from components.inputs.epoch_plan import EpochState, epoch_dataset, epoch_range_dataset
 from tests.class_balanced.runs import write_audio_run
+from tests.helpers.keras_callbacks import BatchesPerEpoch
+from tests.helpers.paths import REPO_ROOT
 from tests.inputs import runs
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKERS = 2
 MODES = ("distributed_epoch", "parallel_epochs")
 EPOCHS = 3
@@ -60,7 +61,7 @@ def service(tmp_path_factory):
         tf.data.experimental.service.DispatcherConfig(port=0)
     )
     address = dispatcher.target.split("://")[1]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", PYTHONPATH=REPO)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", PYTHONPATH=REPO_ROOT)
     processes, log_paths = [], []
     for index in range(WORKERS):
         log_paths.append(logs / f"worker{index}.log")
@@ -69,7 +70,7 @@ def service(tmp_path_factory):
             processes.append(
                 subprocess.Popen(
                     [*command, "--dispatcher_address", address],
-                    cwd=REPO,
+                    cwd=REPO_ROOT,
                     env=env,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -187,7 +188,7 @@ def pairs_sampler(
 
 
 def class_sampler(run_dir: str, seed: int, **options) -> ClassBalancedSampler:
-    options.setdefault("backend", "disk")
+    options.setdefault("store_options", StoreOptions(backend="disk"))
     options.setdefault("features", None)
     return ClassBalancedSampler(
         run_dir, n_classes_per_batch=N_C, n_samples_per_class=N_P, seed=seed, **options
@@ -263,20 +264,8 @@ def test_in_memory_records_and_group_least_sampled_from_a_later_epoch(service):
         assert keys(batches, *names) == keys(expected[epoch], *names)
 
 
-class _SeenBatches(keras.callbacks.Callback):
-    def __init__(self):
-        super().__init__()
-        self.per_epoch: list[int] = []
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.per_epoch.append(0)
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.per_epoch[-1] += 1
-
-
 def test_keras_fits_on_the_service_dataset_with_steps_per_epoch(service):
-    """As the README shows it: the service dataset spans the epochs, Keras counts them."""
+    """As docs/scale-out.md shows it: the service dataset spans the epochs, Keras counts them."""
     rng = np.random.default_rng(4)
     x = rng.random([NUM_X, 3]).astype(np.float32)
     y = rng.random([NUM_Y, 2]).astype(np.float32)
@@ -285,7 +274,7 @@ def test_keras_fits_on_the_service_dataset_with_steps_per_epoch(service):
     dataset = sampler.distributed_dataset(service, processing_mode="distributed_epoch")
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     model.compile(optimizer="sgd", loss="mse")
-    seen = _SeenBatches()
+    seen = BatchesPerEpoch()
     history = model.fit(
         dataset.map(lambda batch: (batch["x"], batch["y"])),
         epochs=2,
@@ -293,7 +282,7 @@ def test_keras_fits_on_the_service_dataset_with_steps_per_epoch(service):
         callbacks=[seen],
         verbose=0,
     )
-    assert seen.per_epoch == [sampler.steps_per_epoch] * 2 == [NUM_X // BATCH] * 2
+    assert seen.counts == [sampler.steps_per_epoch] * 2 == [NUM_X // BATCH] * 2
     assert np.isfinite(history.history["loss"]).all()
 
 

@@ -26,6 +26,7 @@ from components import layout, native
 from components.inputs import ClassBalancedPlan, ValidPairs
 from components.inputs.class_plan import class_report
 from components.inputs.record_store import DamagedRecordError, RecordStore
+from components.inputs.run import StoreOptions
 from components.inputs.sources import labelled_records
 from tests.class_balanced.runs import write_audio_run
 from tests.inputs import runs
@@ -406,7 +407,7 @@ def test_class_index(pristine, data):
     with damaged(pristine, files) as output_dir:
         try:
             # Disk: the class index is checked at open, no record needs reading.
-            labelled = labelled_records(output_dir, backend="disk")
+            labelled = labelled_records(output_dir, store_options=StoreOptions(backend="disk"))
         except Exception as error:  # the test: every error is located
             index_dir = layout.index_dir(output_dir, "x")
             assert_located(error, re.escape(index_dir))

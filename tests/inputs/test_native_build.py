@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
 
 from components import native
 from components.native.__main__ import main
+from tests.helpers.subprocesses import run_python
 
 
 def test_library_path_names_the_source_version(tmp_path, monkeypatch):
@@ -52,3 +54,52 @@ def test_failed_compilation_reports_the_compiler_output(monkeypatch, tmp_path):
     with pytest.raises(native.NativeBuildError, match="failed"):
         native.build()
     assert not os.path.exists(native.library_path())
+
+
+def test_first_use_builds_for_the_installed_tensorflow(tmp_path):
+    """In a process of its own: a second copy of the library in this one would register its
+    kernel twice."""
+    if native.compiler() is None:
+        pytest.skip("no C++ compiler")
+    cache = tmp_path / "cache"
+    script = (
+        "import logging, sys\n"
+        "logging.basicConfig(level=logging.INFO, stream=sys.stdout)\n"
+        "from components import native\n"
+        f"native.library_dir = lambda: {str(cache)!r}\n"
+        "op_module = native.read_records_op()\n"
+        "print('loaded', hasattr(op_module, 'read_records_by_index'))\n"
+        "print('path', native.library_path())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != native.BUILD_AT_FIRST_USE_ENV}
+    done = run_python(script, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "building the native record reader for TensorFlow" in done.stdout
+    assert "loaded True" in done.stdout
+    [built] = [line[len("path ") :] for line in done.stdout.splitlines() if line[:5] == "path "]
+    assert os.listdir(cache) == [os.path.basename(built)]
+
+
+def test_first_use_without_a_compiler_is_one_warning_and_the_python_reader(
+    monkeypatch, tmp_path, caplog
+):
+    monkeypatch.setattr(native, "library_dir", lambda: str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv(native.COMPILER_ENV, raising=False)
+    with caplog.at_level(logging.WARNING, logger=native.__name__):
+        assert native.read_records_op.__wrapped__() is None
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "\n" not in warnings[0].getMessage()
+    assert "no C++ compiler found" in warnings[0].getMessage()
+    assert "reads in Python" in warnings[0].getMessage()
+    monkeypatch.setenv(native.BUILD_AT_FIRST_USE_ENV, "0")
+    caplog.clear()
+    assert native.read_records_op.__wrapped__() is None
+    assert not caplog.records
+
+
+def test_a_read_only_package_folder_builds_into_the_user_cache(monkeypatch, tmp_path):
+    monkeypatch.setattr(native.os, "access", lambda path, mode: False)
+    monkeypatch.setenv(native.CACHE_ENV, str(tmp_path))
+    assert native.library_dir() == str(tmp_path / "native")
+    assert os.path.dirname(native.library_path()) == str(tmp_path / "native")

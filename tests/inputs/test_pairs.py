@@ -393,7 +393,9 @@ def test_damaged_records_skip_their_pairs(tmp_path):
     with pytest.raises(tf.errors.OpError, match=r"record 5 \(shard .*data-00000-of-00002"):
         list(failing)
     x_store, _, _ = open_pairs_run(
-        output_dir, backend="disk", on_damaged="skip", check_examples=True
+        output_dir,
+        store_options=StoreOptions(backend="disk", on_damaged="skip"),
+        check_examples=True,
     )
     skipping = dynamic_pairs(
         x_store,

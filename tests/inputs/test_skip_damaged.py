@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 
 import numpy as np
@@ -13,7 +12,7 @@ from components import layout
 from components.inputs import ClassBalancedSampler, DynamicPairsSampler, ImageSpec, StoreOptions
 from components.inputs.audio_features import AudioFeatureConfig
 from tests.class_balanced.runs import write_audio_run
-from tests.inputs import runs
+from tests.inputs import skipping
 
 EPOCHS = 3
 CROP = AudioFeatureConfig(mode="crop", crop_seconds=0.05, num_mel_bins=8)
@@ -36,10 +35,6 @@ def _damage_record(output_dir: str, record_set: str, record: int) -> None:
     _flip_payload_byte(layout.resolve(output_dir, shards[int(shard)]), int(offset))
 
 
-def _warnings(caplog, sampler_name: str) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.getMessage().startswith(sampler_name)]
-
-
 @pytest.mark.parametrize("backend", ["disk", "memory"])
 def test_class_balanced_skips_counts_and_logs_damaged_records(tmp_path, caplog, backend):
     output_dir = str(tmp_path)
@@ -51,27 +46,19 @@ def test_class_balanced_skips_counts_and_logs_damaged_records(tmp_path, caplog, 
         n_classes_per_batch=2,
         n_samples_per_class=3,
         features=CROP,
-        backend=backend,
-        on_damaged="skip",
+        store_options=StoreOptions(backend=backend, on_damaged="skip"),
         epoch_mode="samples",
         seed=5,
     )
-    # The plans are pure functions of (seed, epoch): how often the damaged record is planned.
-    planned = sum(
-        int(np.sum(sampler.epoch_plan(epoch)["index"].numpy() == damaged))
-        for epoch in range(EPOCHS)
-    )
+    planned = skipping.times_planned(sampler.epoch_plan, "index", damaged, EPOCHS)
     assert planned >= EPOCHS  # the samples mode plans every record every epoch
-    dataset = sampler.dataset()
-    with caplog.at_level(logging.WARNING):
-        for _ in range(EPOCHS):
-            for batch in dataset.as_numpy_iterator():
-                assert damaged not in batch["index"]
-                assert len(batch["index"]) == len(batch["label"]) == len(batch["features"])
-                np.testing.assert_array_equal(info["class_ids"][batch["index"]], batch["label"])
+    for batch in skipping.batches_of_epochs(sampler.dataset(), EPOCHS, caplog):
+        assert damaged not in batch["index"]
+        assert len(batch["index"]) == len(batch["label"]) == len(batch["features"])
+        np.testing.assert_array_equal(info["class_ids"][batch["index"]], batch["label"])
     assert sampler.skipped_samples == planned
     assert sampler.state.skipped_samples.numpy() == planned
-    messages = _warnings(caplog, "class_balanced: epoch")
+    messages = skipping.warnings_of(caplog, "class_balanced: epoch")
     assert len(messages) == EPOCHS, messages
     for epoch, message in enumerate(messages):
         assert f"epoch {epoch} skips" in message
@@ -83,7 +70,11 @@ def test_class_balanced_fails_naming_the_damaged_record_by_default(tmp_path):
     write_audio_run(output_dir, [4, 5], seed=4)
     _damage_record(output_dir, "train", 2)
     sampler = ClassBalancedSampler(
-        output_dir, n_classes_per_batch=2, n_samples_per_class=2, features=CROP, backend="disk"
+        output_dir,
+        n_classes_per_batch=2,
+        n_samples_per_class=2,
+        features=CROP,
+        store_options=StoreOptions(backend="disk"),
     )
     with pytest.raises(tf.errors.OpError, match=r"record 2 \(shard .*data-"):
         for _ in range(3):
@@ -92,11 +83,7 @@ def test_class_balanced_fails_naming_the_damaged_record_by_default(tmp_path):
 
 def test_dynamic_pairs_over_a_run_skips_counts_and_logs(tmp_path, caplog):
     output_dir = str(tmp_path)
-    x_records = [runs.image_example(f"x{i}", np.full([2, 2, 3], i, np.uint8)) for i in range(12)]
-    y_records = [runs.image_example(f"y{i}", np.full([2, 2, 3], i, np.uint8)) for i in range(3)]
-    runs.write_record_set(output_dir, "x", x_records, num_shards=2)
-    runs.write_record_set(output_dir, "y", y_records, num_shards=1)
-    runs.write_pairs(output_dir, [[i % 3, (i + 1) % 3] for i in range(12)])
+    skipping.write_pairs_run(output_dir)
     _damage_record(output_dir, "y", 1)
     sampler = DynamicPairsSampler(
         output_dir,
@@ -105,20 +92,15 @@ def test_dynamic_pairs_over_a_run_skips_counts_and_logs(tmp_path, caplog):
         store_options=StoreOptions(backend="disk", on_damaged="skip"),
         seed=2,
     )
-    planned = sum(
-        int(np.sum(sampler.planner.plan(epoch)["y_index"].numpy() == 1)) for epoch in range(EPOCHS)
-    )
+    planned = skipping.times_planned(sampler.planner.plan, "y_index", 1, EPOCHS)
     assert planned > 0
-    dataset = sampler.dataset()
     kept = 0
-    with caplog.at_level(logging.WARNING):
-        for _ in range(EPOCHS):
-            for batch in dataset.as_numpy_iterator():
-                assert 1 not in batch["y_index"]
-                kept += len(batch["y_index"])
+    for batch in skipping.batches_of_epochs(sampler.dataset(), EPOCHS, caplog):
+        assert 1 not in batch["y_index"]
+        kept += len(batch["y_index"])
     assert sampler.skipped_samples == planned
-    assert kept + planned == EPOCHS * 12
-    messages = _warnings(caplog, "dynamic_pairs: epoch")
+    assert kept + planned == EPOCHS * skipping.NUM_X
+    messages = skipping.warnings_of(caplog, "dynamic_pairs: epoch")
     epochs_with_skips = [
         epoch
         for epoch in range(EPOCHS)

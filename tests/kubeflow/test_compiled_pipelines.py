@@ -23,14 +23,10 @@ from pipeline.sample_data import X_DIR, write_digit_domains
 
 pytestmark = pytest.mark.slow
 
-TASKS = [
-    "ImportSchemaGen",
-    "StatisticsGen",
-    "ExampleValidator",
-    "ResampledTrainer",
-    "ModelGate",
-    "Pusher",
-]
+TASKS = ["ImportSchemaGen", "StatisticsGen", "ExampleValidator", "ModelGate", "Pusher"]
+# Each pipeline's materialize and trainer tasks.
+CYCLEGAN_TASKS = ["MaterializePairs", "PairsTrainer"]
+SPEAKER_TASKS = ["MaterializeAudio", "ClassBalancedTrainer"]
 # The latest-blessed-model resolver compiles to two ML Metadata queries: the newest blessing
 # with blessed=1, then the model it names.
 BLESSING_RESOLVER = f"{common.BASELINE_RESOLVER_ID}-model-blessing-resolver"
@@ -157,20 +153,20 @@ def test_specs_parse_and_wire_the_tasks(compiled):
             job = json.load(f)
         spec = json_format.ParseDict(job["pipelineSpec"], pipeline_spec_pb2.PipelineSpec())
         tasks = spec.root.dag.tasks
-        materialize = "MaterializePairs" if "cyclegan" in name else "MaterializeAudio"
-        assert set(tasks) == {materialize, *TASKS, *RESOLVERS}
+        materialize, trainer = CYCLEGAN_TASKS if "cyclegan" in name else SPEAKER_TASKS
+        assert set(tasks) == {materialize, trainer, *TASKS, *RESOLVERS}
         assert set(tasks["StatisticsGen"].dependent_tasks) == {materialize}
-        assert set(tasks["ResampledTrainer"].dependent_tasks) == {materialize, "ExampleValidator"}
+        assert set(tasks[trainer].dependent_tasks) == {materialize, "ExampleValidator"}
         # A preempted trainer pod is retried (and resumes from its checkpoints); nothing else is.
         retried = {task for task, value in tasks.items() if value.HasField("retry_policy")}
-        assert retried == {"ResampledTrainer"}
-        assert tasks["ResampledTrainer"].retry_policy.max_retry_count == (
+        assert retried == {trainer}
+        assert tasks[trainer].retry_policy.max_retry_count == (
             config.KubeflowConfig.trainer_retries
         )
         blessings = tasks[MODEL_RESOLVER].inputs.artifacts["input"]
         assert blessings.task_output_artifact.producer_task == BLESSING_RESOLVER
-        assert set(tasks["ModelGate"].dependent_tasks) == {"ResampledTrainer", MODEL_RESOLVER}
-        assert set(tasks["Pusher"].dependent_tasks) == {"ResampledTrainer", "ModelGate"}
+        assert set(tasks["ModelGate"].dependent_tasks) == {trainer, MODEL_RESOLVER}
+        assert set(tasks["Pusher"].dependent_tasks) == {trainer, "ModelGate"}
         baseline = tasks["ModelGate"].inputs.artifacts[keys.BASELINE_MODEL_KEY]
         assert baseline.task_output_artifact.producer_task == MODEL_RESOLVER
         destination = json.loads(
@@ -229,7 +225,7 @@ def test_tasks_ran_after_their_producers(compiled, local_runs):
 def test_every_task_of_the_cyclegan_spec_runs_and_hands_on_its_outputs(compiled, local_runs):
     _, root = compiled
     outputs, run_root = local_runs["cyclegan-dynamic-pairs"]
-    assert set(outputs) == {"MaterializePairs", *TASKS, *RESOLVERS}
+    assert set(outputs) == {*CYCLEGAN_TASKS, *TASKS, *RESOLVERS}
     examples = _output(outputs, "MaterializePairs", keys.EXAMPLES_KEY)
     assert examples["uri"] == os.path.join(run_root, "MaterializePairs", keys.EXAMPLES_KEY)
     assert json.loads(examples["metadata"]["split_names"]) == ["x", "y"]
@@ -240,12 +236,12 @@ def test_every_task_of_the_cyclegan_spec_runs_and_hands_on_its_outputs(compiled,
     assert offset_index["metadata"]["num_records"] == {"x": 1797.0, "y": 1797.0}
     anomalies = _output(outputs, "ExampleValidator", standard_component_specs.ANOMALIES_KEY)
     assert anomalies["metadata"]["blessed"] == {"x": 1.0, "y": 1.0}
-    model_run = _output(outputs, "ResampledTrainer", keys.MODEL_RUN_KEY)
+    model_run = _output(outputs, "PairsTrainer", keys.MODEL_RUN_KEY)
     with open(os.path.join(model_run["uri"], "metrics.json")) as f:
         metrics = json.load(f)
     assert model_run["metadata"]["cycle_loss"] == pytest.approx(metrics["cycle_loss"])
     assert metrics["invalid_pairs"] == 0
-    model = _output(outputs, "ResampledTrainer", keys.MODEL_KEY)
+    model = _output(outputs, "PairsTrainer", keys.MODEL_KEY)
     assert tf.saved_model.load(os.path.join(model["uri"], "Format-Serving")).signatures
     # Refused by its threshold (0) with nothing to compare with; so not pushed.
     blessing = _output(outputs, "ModelGate", keys.BLESSING_KEY)
@@ -263,12 +259,12 @@ def test_every_task_of_the_cyclegan_spec_runs_and_hands_on_its_outputs(compiled,
 def test_every_task_of_the_speaker_spec_runs_and_hands_on_its_outputs(compiled, local_runs):
     _, root = compiled
     outputs, run_root = local_runs["speaker-class-balanced"]
-    assert set(outputs) == {"MaterializeAudio", *TASKS, *RESOLVERS}
+    assert set(outputs) == {*SPEAKER_TASKS, *TASKS, *RESOLVERS}
     examples = _output(outputs, "MaterializeAudio", keys.EXAMPLES_KEY)
     assert json.loads(examples["metadata"]["split_names"]) == ["eval", "train"]
     class_index = _output(outputs, "MaterializeAudio", keys.CLASS_INDEX_KEY)
     assert class_index["metadata"]["num_classes"] == {"eval": 3.0, "train": 7.0}
-    model_run = _output(outputs, "ResampledTrainer", keys.MODEL_RUN_KEY)
+    model_run = _output(outputs, "ClassBalancedTrainer", keys.MODEL_RUN_KEY)
     with open(os.path.join(model_run["uri"], "metrics.json")) as f:
         metrics = json.load(f)
     assert 0.0 <= metrics["eer"] <= 1.0
@@ -276,7 +272,7 @@ def test_every_task_of_the_speaker_spec_runs_and_hands_on_its_outputs(compiled, 
     # The resolvers found nothing (a first run): blessed without a threshold, and pushed.
     assert outputs[MODEL_RESOLVER] == {"artifacts": {keys.MODEL_KEY: {"artifacts": []}}}
     blessing = _output(outputs, "ModelGate", keys.BLESSING_KEY)
-    model = _output(outputs, "ResampledTrainer", keys.MODEL_KEY)
+    model = _output(outputs, "ClassBalancedTrainer", keys.MODEL_KEY)
     assert blessing["metadata"]["blessed"] == 1
     assert blessing["metadata"]["current_model"] == model["uri"]
     assert blessing["metadata"]["blessing_message"] == (

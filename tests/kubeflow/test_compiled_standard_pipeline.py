@@ -1,7 +1,7 @@
 """The standard-TFX pipeline compiled to KFP v2 as `kubeflow.runner` compiles (its `run_config`
 and `compile_pipeline`), and every compiled task run through its container command's entrypoint,
 in order, in this process, against a local pipeline root: ImportExampleGen -> StatisticsGen ->
-SchemaGen -> Transform -> IndexExamples -> ResampledTrainer -> ModelGate -> Pusher on
+SchemaGen -> Transform -> IndexExamples -> ClassBalancedTrainer -> ModelGate -> Pusher on
 `standard_data`'s examples.
 
 Not run: ImportExampleGen's pre-cache-check driver (span and version resolution, the input
@@ -23,7 +23,7 @@ from tfx.types import standard_component_specs
 from tfx.utils import import_utils
 
 from components import component_keys as keys
-from components.trainer_component import training_inputs
+from components.trainer_component.input_options import TRANSFORMED_SPEC
 from kubeflow import local_run, runner
 from pipeline import common, config, standard_pipeline
 from tests.pipeline import standard_data
@@ -40,13 +40,13 @@ DEPENDENCIES = {
     "SchemaGen": {"StatisticsGen"},
     "Transform": {"ImportExampleGen", "SchemaGen"},
     "IndexExamples": {"Transform"},
-    "ResampledTrainer": {"IndexExamples", "SchemaGen", "Transform"},
-    "ModelGate": {"ResampledTrainer", MODEL_RESOLVER},
-    "Pusher": {"ResampledTrainer", "ModelGate"},
+    "ClassBalancedTrainer": {"IndexExamples", "SchemaGen", "Transform"},
+    "ModelGate": {"ClassBalancedTrainer", MODEL_RESOLVER},
+    "Pusher": {"ClassBalancedTrainer", "ModelGate"},
 }
 EXECUTORS = {
     "IndexExamples": "components.index_component.executor.Executor",
-    "ResampledTrainer": "components.trainer_component.executor.Executor",
+    "ClassBalancedTrainer": "components.trainer_component.executor.ClassBalancedExecutor",
     "ModelGate": "components.evaluator_component.executor.Executor",
     "Transform": "tfx.components.transform.executor.Executor",
     "Pusher": "tfx.components.pusher.executor.Executor",
@@ -118,7 +118,7 @@ def test_spec_wires_the_standard_tasks_and_their_parameters(compiled):
         keys.LABEL_FEATURE_KEY: pipeline_config.label_feature,
         keys.NUM_SHARDS_KEY: pipeline_config.num_shards,
     }
-    trainer = tasks["ResampledTrainer"]
+    trainer = tasks["ClassBalancedTrainer"]
     assert _sources(trainer) == {
         keys.EXAMPLES_KEY: ("IndexExamples", keys.INDEXED_EXAMPLES_KEY),
         keys.OFFSET_INDEX_KEY: ("IndexExamples", keys.OFFSET_INDEX_KEY),
@@ -126,14 +126,16 @@ def test_spec_wires_the_standard_tasks_and_their_parameters(compiled):
         keys.TRANSFORM_GRAPH_KEY: ("Transform", keys.TRANSFORM_GRAPH_KEY),
         keys.SCHEMA_KEY: ("SchemaGen", keys.SCHEMA_KEY),
     }
-    assert _constant(trainer, keys.INPUT_KIND_KEY) == keys.CLASS_BALANCED
+    # The class-balanced trainer (its executor: EXECUTORS), its batch geometry as constants.
+    assert _constant(trainer, keys.N_CLASSES_PER_BATCH_KEY) == pipeline_config.n_classes_per_batch
+    assert _constant(trainer, keys.N_SAMPLES_PER_CLASS_KEY) == pipeline_config.n_samples_per_class
     assert json.loads(_constant(trainer, keys.INPUT_OPTIONS_KEY)) == {
-        training_inputs.FEATURE_SPEC_OPTION: training_inputs.TRANSFORMED_SPEC,
+        "feature_spec": TRANSFORMED_SPEC,
         "epoch_mode": pipeline_config.epoch_mode,
     }
     gate = tasks["ModelGate"]
     assert _sources(gate) == {
-        keys.MODEL_KEY: ("ResampledTrainer", keys.MODEL_KEY),
+        keys.MODEL_KEY: ("ClassBalancedTrainer", keys.MODEL_KEY),
         keys.BASELINE_MODEL_KEY: (MODEL_RESOLVER, keys.MODEL_KEY),
     }
     assert {key: _constant(gate, key) for key in gate.inputs.parameters} == {
@@ -185,7 +187,7 @@ def test_every_standard_task_runs_and_hands_on_its_outputs(compiled, outputs):
     assert class_index["metadata"]["num_classes"] == dict.fromkeys(
         num_records, standard_data.NUM_CLASSES
     )
-    model = _output(outputs, "ResampledTrainer", keys.MODEL_KEY)
+    model = _output(outputs, "ClassBalancedTrainer", keys.MODEL_KEY)
     metrics = model["metadata"]
     assert (
         metrics["min_classes_per_batch"]

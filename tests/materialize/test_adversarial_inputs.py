@@ -209,6 +209,16 @@ def _not_utf8(line: int, byte: int) -> str:
     return f"line {line}: byte 0x{byte:02x} is not valid UTF-8"
 
 
+def _assert_read(label: str, read, parsed_key, parsed: list, bad: list, num_records: int) -> None:
+    """A pair-list or manifest `read` parsed `parsed` (as `parsed_key` of each record), rejected
+    `bad` (as `_line_reject` of each reject) and counted `num_records` records."""
+    keys = read.parsed | f"{label}Ids" >> beam.Map(parsed_key)
+    assert_that(keys, equal_to(parsed), label=f"{label}Parsed")
+    reject_lines = read.rejects | f"{label}Lines" >> beam.Map(_line_reject)
+    assert_that(reject_lines, equal_to(bad), label=f"{label}Rejects")
+    assert_that(read.num_records, equal_to([num_records]), label=f"{label}Count")
+
+
 def test_pair_list_bad_bytes_bom_and_quoted_newlines_are_handled_record_by_record(tmp_path):
     jsonl = tmp_path / "pairs.jsonl"
     jsonl.write_bytes(
@@ -257,11 +267,7 @@ def test_pair_list_bad_bytes_bom_and_quoted_newlines_are_handled_record_by_recor
         for label, (path, entries, bad, num_lines) in cases.items():
             pairs_format = "jsonl" if label == "jsonl" else "csv"
             read = pipeline | label >> pair_list.read_pair_list(str(path), pairs_format)
-            entry_ids = read.parsed | f"{label}Ids" >> beam.Map(lambda e: (e.x_id, e.y_ids))
-            assert_that(entry_ids, equal_to(entries), label=f"{label}Entries")
-            reject_lines = read.rejects | f"{label}Lines" >> beam.Map(_line_reject)
-            assert_that(reject_lines, equal_to(bad), label=f"{label}Rejects")
-            assert_that(read.num_records, equal_to([num_lines]), label=f"{label}Count")
+            _assert_read(label, read, lambda e: (e.x_id, e.y_ids), entries, bad, num_lines)
 
 
 def test_manifest_bad_bytes_bom_and_quoted_newlines_are_handled_record_by_record(tmp_path):
@@ -307,11 +313,7 @@ def test_manifest_bad_bytes_bom_and_quoted_newlines_are_handled_record_by_record
     with TestPipeline() as pipeline:
         for label, (path, manifest_format, rows, bad, num_rows) in cases.items():
             read = pipeline | label >> manifest.read_manifest(str(path), manifest_format)
-            row_ids = read.parsed | f"{label}Ids" >> beam.Map(lambda r: (r.id, r.speaker))
-            assert_that(row_ids, equal_to(rows), label=f"{label}Rows")
-            reject_lines = read.rejects | f"{label}Lines" >> beam.Map(_line_reject)
-            assert_that(reject_lines, equal_to(bad), label=f"{label}Rejects")
-            assert_that(read.num_records, equal_to([num_rows]), label=f"{label}Count")
+            _assert_read(label, read, lambda r: (r.id, r.speaker), rows, bad, num_rows)
 
 
 def test_manifest_header_and_split_decision_survive_odd_first_rows(tmp_path):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import logging
 import os
 
 import numpy as np
@@ -39,7 +38,7 @@ from components.materialize import (
 )
 from components.materialize import __main__ as materialize_cli
 from tests.class_balanced.runs import write_audio_run
-from tests.inputs import runs
+from tests.inputs import runs, skipping
 from tests.materialize import generate, readback
 
 RNG = np.random.default_rng(20)
@@ -367,10 +366,6 @@ def _replace_record(output_dir: str, record_set: str, record: int, payload: byte
     runs.write_record_set(output_dir, record_set, records, num_shards, ids)
 
 
-def _damage_messages(caplog, sampler: str) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.getMessage().startswith(sampler)]
-
-
 @pytest.mark.parametrize("payload", list(NOT_EXAMPLES), ids=list(NOT_EXAMPLES))
 @pytest.mark.parametrize("backend", ["memory", "disk"])
 def test_class_balanced_names_skips_and_counts_a_record_that_is_no_audio_example(
@@ -384,28 +379,26 @@ def test_class_balanced_names_skips_and_counts_a_record_that_is_no_audio_example
         n_classes_per_batch=2,
         n_samples_per_class=3,
         features=CROP,
-        backend=backend,
         epoch_mode="samples",
         seed=5,
     )
-    failing = ClassBalancedSampler(output_dir, **options)
+    failing = ClassBalancedSampler(
+        output_dir, store_options=StoreOptions(backend=backend), **options
+    )
     with pytest.raises(tf.errors.OpError, match=rf"record {bad} \(shard .*data-.*, offset \d+\)"):
         list(failing.dataset().as_numpy_iterator())
 
-    sampler = ClassBalancedSampler(output_dir, on_damaged="skip", **options)
-    epochs = 2
-    planned = sum(
-        int(np.sum(sampler.epoch_plan(epoch)["index"].numpy() == bad)) for epoch in range(epochs)
+    sampler = ClassBalancedSampler(
+        output_dir, store_options=StoreOptions(backend=backend, on_damaged="skip"), **options
     )
+    epochs = 2
+    planned = skipping.times_planned(sampler.epoch_plan, "index", bad, epochs)
     assert planned >= epochs  # the samples mode plans every record every epoch
-    dataset = sampler.dataset()
-    with caplog.at_level(logging.WARNING):
-        for _ in range(epochs):
-            for batch in dataset.as_numpy_iterator():
-                assert bad not in batch["index"]
-                np.testing.assert_array_equal(info["class_ids"][batch["index"]], batch["label"])
+    for batch in skipping.batches_of_epochs(sampler.dataset(), epochs, caplog):
+        assert bad not in batch["index"]
+        np.testing.assert_array_equal(info["class_ids"][batch["index"]], batch["label"])
     assert sampler.skipped_samples == planned
-    messages = _damage_messages(caplog, "class_balanced: epoch")
+    messages = skipping.warnings_of(caplog, "class_balanced: epoch")
     assert len(messages) == epochs, messages
     assert f"record {bad} (shard " in messages[-1]
 
@@ -415,12 +408,7 @@ def test_dynamic_pairs_names_skips_and_counts_a_record_that_is_no_image_example(
     tmp_path, caplog, backend
 ):
     output_dir = str(tmp_path)
-    x_records = [runs.image_example(f"x{i}", np.full([2, 2, 3], i, np.uint8)) for i in range(12)]
-    y_records = [runs.image_example(f"y{i}", np.full([2, 2, 3], i, np.uint8)) for i in range(3)]
-    y_records[1] = NOT_EXAMPLES["random bytes"]
-    runs.write_record_set(output_dir, "x", x_records, num_shards=2)
-    runs.write_record_set(output_dir, "y", y_records, num_shards=1)
-    runs.write_pairs(output_dir, [[i % 3, (i + 1) % 3] for i in range(12)])
+    skipping.write_pairs_run(output_dir, y_payloads={1: NOT_EXAMPLES["random bytes"]})
     options = dict(batch_size=4, image=ImageSpec(2, 2, 3), seed=2)
     failing = DynamicPairsSampler(
         output_dir, store_options=StoreOptions(backend=backend), **options
@@ -433,16 +421,11 @@ def test_dynamic_pairs_names_skips_and_counts_a_record_that_is_no_image_example(
         output_dir, store_options=StoreOptions(backend=backend, on_damaged="skip"), **options
     )
     epochs = 3
-    planned = sum(
-        int(np.sum(sampler.planner.plan(epoch)["y_index"].numpy() == 1)) for epoch in range(epochs)
-    )
+    planned = skipping.times_planned(sampler.planner.plan, "y_index", 1, epochs)
     assert planned > 0
-    dataset = sampler.dataset()
-    with caplog.at_level(logging.WARNING):
-        for _ in range(epochs):
-            for batch in dataset.as_numpy_iterator():
-                assert 1 not in batch["y_index"]
-                assert batch["y"].shape == (len(batch["y_index"]), 2, 2, 3)
+    for batch in skipping.batches_of_epochs(sampler.dataset(), epochs, caplog):
+        assert 1 not in batch["y_index"]
+        assert batch["y"].shape == (len(batch["y_index"]), 2, 2, 3)
     assert sampler.skipped_samples == planned
-    messages = _damage_messages(caplog, "dynamic_pairs: epoch")
+    messages = skipping.warnings_of(caplog, "dynamic_pairs: epoch")
     assert messages and all("y record 1 (shard " in message for message in messages), messages

@@ -6,7 +6,7 @@ import apache_beam as beam
 import numpy as np
 import pytest
 
-from components.materialize import common, shards, spill
+from components.materialize import shards, spill, stages
 from components.materialize.errors import MaterializeError
 from components.materialize.id_index import IdIndex
 from components.materialize.verdict import Verdict
@@ -41,7 +41,7 @@ def test_job_turns_lost_records_into_one_clear_error(tmp_path):
         )
 
     with pytest.raises(MaterializeError) as raised:
-        common.run_job(build, str(tmp_path / "out"), False, (), None)
+        stages.run_job(build, str(tmp_path / "out"), False, (), None)
     message = str(raised.value)
     assert "\n" not in message
     assert "shard 1 of 'y' received 2 records, planned 4" in message
@@ -53,4 +53,4 @@ def test_other_pipeline_errors_pass_through(tmp_path):
         _ = pipeline | beam.Create([1]) | beam.Map(lambda _: 1 / 0)
 
     with pytest.raises(ZeroDivisionError):
-        common.run_job(build, str(tmp_path / "out"), False, (), None)
+        stages.run_job(build, str(tmp_path / "out"), False, (), None)

@@ -13,12 +13,13 @@ import pytest
 
 from components.materialize import AudioConfig, PairsConfig, pictures, run_audio, run_pairs
 from components.models import charts
-from tests.materialize import generate
+from tests.helpers.paths import REPO_ROOT
+from tests.materialize.pair_inputs import write_pairs_inputs
 from tests.materialize.test_audio_job import write_corpus
+from tests.models.chart_checks import assert_readable, read_png
 from tests.models.events import read_summaries
 
 CHART_SHAPE = (charts.HEIGHT, charts.WIDTH, 3)
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")
@@ -28,17 +29,12 @@ def pairs_run(tmp_path_factory):
     rng = np.random.default_rng(0)
     x_names = [f"x{i:02d}.png" for i in range(12)]
     y_names = [f"y{i:02d}.png" for i in range(8)]
-    generate.write_images(str(root / "x"), x_names, rng)
-    generate.write_images(str(root / "y"), y_names, rng)
     pairs = {x: y_names[: 1 + i % 5] for i, x in enumerate(x_names)}
-    generate.write_pairs_jsonl(str(root / "pairs.jsonl"), pairs)
+    inputs = write_pairs_inputs(root, x_names, y_names, pairs, rng)
     output_dir = str(root / "out")
     summary = run_pairs(
         PairsConfig(
-            x_dir=str(root / "x"),
-            y_dir=str(root / "y"),
-            pairs=str(root / "pairs.jsonl"),
-            output_dir=output_dir,
+            x_dir=inputs["x"], y_dir=inputs["y"], pairs=inputs["pairs"], output_dir=output_dir
         )
     )
     return output_dir, summary, np.array([1 + i % 5 for i in range(12)])
@@ -58,11 +54,18 @@ def test_pairs_run_gets_its_degree_histogram(pairs_run):
     assert (histogram[0, 0], histogram[-1, 1]) == (degrees.min(), degrees.max())
     # Every degree 1..5 has its own bucket, holding the x records of that degree.
     assert histogram[:, 2].tolist() == np.bincount(degrees)[1:].tolist()
-    assert summaries["pairs/degree_chart"][0].shape == CHART_SHAPE
+    chart = summaries["pairs/degree_chart"][0]
+    assert chart.shape == CHART_SHAPE
+    assert_readable(chart, legend_colors=())  # one series: no legend
+    # Beside the events, the chart as a PNG file.
+    others = [name for name in os.listdir(log_dir) if not name.startswith("events.out.tfevents")]
+    assert others == ["pairs_degree.png"]
+    np.testing.assert_array_equal(read_png(os.path.join(log_dir, "pairs_degree.png")), chart)
 
     # A rerun replaces the pictures rather than adding a second event file next to them.
     pictures.write_run_pictures(output_dir, summary)
     assert len(glob.glob(os.path.join(log_dir, "events.out.tfevents*"))) == 1
+    assert glob.glob(os.path.join(log_dir, "*.png")) == [os.path.join(log_dir, "pairs_degree.png")]
 
 
 def test_pictures_refuse_what_they_cannot_show(pairs_run):
@@ -89,7 +92,8 @@ def test_audio_run_gets_utterances_per_speaker_histograms(tmp_path):
             eval_fraction=0.3,
         )
     )
-    summaries = read_summaries(pictures.write_run_pictures(output_dir, summary))
+    log_dir = pictures.write_run_pictures(output_dir, summary)
+    summaries = read_summaries(log_dir)
 
     record_sets = summary["record_sets"]
     assert sorted(record_sets) == ["eval", "train"]
@@ -103,7 +107,12 @@ def test_audio_run_gets_utterances_per_speaker_histograms(tmp_path):
         per_speaker = list(stats["class_counts"].values())
         assert histogram[:, 2].sum() == stats["num_classes"] == len(per_speaker)
         assert (histogram[0, 0], histogram[-1, 1]) == (min(per_speaker), max(per_speaker))
-        assert summaries[f"utterances_per_speaker/{name}_chart"][0].shape == CHART_SHAPE
+        chart = summaries[f"utterances_per_speaker/{name}_chart"][0]
+        assert chart.shape == CHART_SHAPE
+        assert_readable(chart, legend_colors=())
+        png = os.path.join(log_dir, f"utterances_per_speaker_{name}.png")
+        np.testing.assert_array_equal(read_png(png), chart)
+    assert len(glob.glob(os.path.join(log_dir, "*.png"))) == len(record_sets)
 
 
 def test_tensorboard_hint_names_every_log_dir():
@@ -112,6 +121,7 @@ def test_tensorboard_hint_names_every_log_dir():
         "  cyclegan  tensorboard --logdir /runs/model_run",
         "  pairs     tensorboard --logdir /out/tensorboard",
         "  all       tensorboard --logdir_spec cyclegan:/runs/model_run,pairs:/out/tensorboard",
+        "PNG files of the charts (DET curves, histograms): *.png in the folders above",
     ]
     with pytest.raises(ValueError, match="without ',' or ':'"):
         pictures.tensorboard_hint({"a:b": "/x"})

@@ -36,6 +36,7 @@ from packaging.utils import canonicalize_name
 
 from components import component_keys as keys
 from components.materialize import staging
+from tests.helpers.subprocesses import run_python
 from tests.materialize import generate, readback
 from tests.materialize.test_worker_imports import AUDIO_WORKER_MODULES, PAIRS_WORKER_MODULES
 
@@ -235,15 +236,7 @@ def test_unchanged_code_is_built_once_and_edits_rebuild(tmp_path):
     )
 
     def launch() -> tuple[str, float]:
-        completed = subprocess.run(
-            [sys.executable, "-c", script],
-            cwd=source,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=True,
-        )
+        completed = run_python(script, cwd=str(source), env=env, check=True)
         module, wheel = completed.stdout.split()
         assert module == str(source / "components" / "materialize" / "staging.py")
         return wheel, os.stat(wheel).st_mtime_ns

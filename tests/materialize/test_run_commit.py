@@ -29,10 +29,11 @@ from components.materialize import (
     PairsConfig,
     ShardingConfig,
     claims,
-    common,
     run_pairs,
     spill,
+    stages,
 )
+from components.materialize.stages import run as stage_run
 from tests.class_balanced.runs import write_audio_run
 from tests.materialize import generate
 
@@ -83,7 +84,7 @@ def test_a_second_job_on_a_folder_in_use_fails_fast_naming_the_claim(tmp_path, o
             first_running.set()
             first_may_finish.wait(timeout=120)
 
-        outcome["summary"] = common.run_job(
+        outcome["summary"] = stages.run_job(
             _committing(output_dir, before_run=hold), output_dir, False, (), None
         )
 
@@ -94,7 +95,7 @@ def test_a_second_job_on_a_folder_in_use_fails_fast_naming_the_claim(tmp_path, o
         holder = claims.load_claim(output_dir)
         assert holder.pid == os.getpid() and holder.host == socket.gethostname()
         with pytest.raises(MaterializeError) as refused:
-            common.run_job(_never_built, output_dir, overwrite, (), None)
+            stages.run_job(_never_built, output_dir, overwrite, (), None)
         message = str(refused.value)
         assert f"is in use by run {holder.run_id} (pid {os.getpid()} on " in message
         assert claims.claim_path(output_dir) in message
@@ -119,14 +120,14 @@ def test_a_claim_left_by_a_killed_launcher_is_taken_over_and_its_spill_files_rem
         orphan = _spill_something(output_dir)
         # While its launcher lives the folder is in use, --overwrite or not.
         with pytest.raises(MaterializeError, match=f"in use by run {claim.run_id} "):
-            common.run_job(_never_built, output_dir, overwrite, (), None)
+            stages.run_job(_never_built, output_dir, overwrite, (), None)
         assert os.path.exists(orphan)
     finally:
         launcher.kill()  # SIGKILL: no cleanup runs, the claim and the spill files stay
         launcher.wait()
 
     with caplog.at_level(logging.WARNING):
-        summary = common.run_job(_committing(output_dir), output_dir, overwrite, (), None)
+        summary = stages.run_job(_committing(output_dir), output_dir, overwrite, (), None)
     assert f"taking over the stale claim of run {claim.run_id} (pid {launcher.pid}" in caplog.text
     assert summary["ok"] and summary[layout.RUN_ID_KEY] != claim.run_id
     assert os.listdir(output_dir) == [layout.SUMMARY_FILE]
@@ -138,13 +139,13 @@ def test_claims_that_cannot_be_judged_stale_are_refused(tmp_path):
     elsewhere = claims.Claim("b2" * 16, "another-host", 1, "2026-01-01T00:00:00")
     assert claims.try_claim(output_dir, elsewhere)
     with pytest.raises(MaterializeError, match=rf"in use by run {elsewhere.run_id} \(pid 1 on "):
-        common.run_job(_never_built, output_dir, True, (), None)
+        stages.run_job(_never_built, output_dir, True, (), None)
 
     # A claim being written (or left empty by a crash in that instant) names no holder.
     with open(claims.claim_path(output_dir), "w"):
         pass
     with pytest.raises(MaterializeError, match=f"is in use: {claims.claim_path(output_dir)}"):
-        common.run_job(_never_built, output_dir, True, (), None)
+        stages.run_job(_never_built, output_dir, True, (), None)
 
 
 # ------------------------------------------------------------------------- committed runs
@@ -339,7 +340,7 @@ def _interrupted_job(tmp_path, monkeypatch, stops: bool):
         _ = pipeline | beam.Create([b"p"]) | beam.Map(len)
 
     with pytest.raises(KeyboardInterrupt):
-        common.run_job(
+        stages.run_job(
             build, output_dir, False, (), lambda: beam.Pipeline(runner=_SubmittingRunner(result))
         )
     return output_dir, events, spilled[0]
@@ -358,7 +359,7 @@ def test_ctrl_c_cancels_the_job_before_removing_its_spill_files(tmp_path, monkey
 def test_a_job_that_does_not_stop_keeps_its_spill_files_for_the_next_run(
     tmp_path, monkeypatch, caplog
 ):
-    monkeypatch.setattr(common, "CANCEL_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(stage_run, "CANCEL_TIMEOUT_S", 0.3)
     with caplog.at_level(logging.WARNING):
         output_dir, events, spilled = _interrupted_job(tmp_path, monkeypatch, stops=False)
     # Its workers may still read them: nothing is removed, and the claim marks the folder.

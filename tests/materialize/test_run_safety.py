@@ -21,7 +21,8 @@ import pytest
 from components import layout
 from components.materialize import __main__ as materialize_cli
 from components.materialize import claims, spill
-from tests.materialize import generate, readback
+from tests.materialize import readback
+from tests.materialize.pair_inputs import write_pairs_inputs
 
 
 def _tree(root: str) -> dict[str, bytes]:
@@ -44,10 +45,7 @@ def inputs(tmp_path_factory) -> dict[str, str]:
     rng = np.random.default_rng(20)
     x_names = [f"x{i}.png" for i in range(6)]
     y_names = [f"y{i}.png" for i in range(4)]
-    generate.write_images(str(root / "x"), x_names, rng)
-    generate.write_images(str(root / "y"), y_names, rng)
-    generate.write_pairs_jsonl(str(root / "pairs.jsonl"), {x: y_names[:2] for x in x_names})
-    return {"x": str(root / "x"), "y": str(root / "y"), "pairs": str(root / "pairs.jsonl")}
+    return write_pairs_inputs(root, x_names, y_names, {x: y_names[:2] for x in x_names}, rng)
 
 
 def _flags(inputs: dict[str, str], output_dir: str, *extra: str) -> list[str]:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from components import layout
-from components.materialize import claims, common, run_dir, spill
+from components.materialize import claims, run_dir, spill, stages
 from tests.materialize import readback
 
 
@@ -99,13 +99,13 @@ def test_run_job_removes_the_spill_files_whether_or_not_the_job_fails(tmp_path, 
 
     if fail:
         with pytest.raises(ValueError, match="a worker failed after spilling"):
-            common.run_job(build, output_dir, False, (), None)
+            stages.run_job(build, output_dir, False, (), None)
         # Not committed: the summary says the run failed, and why.
         summary = layout.load_json(os.path.join(output_dir, layout.SUMMARY_FILE))
         assert summary["ok"] is False
         assert "a worker failed after spilling" in summary["error"]
     else:
-        summary = common.run_job(build, output_dir, False, (), None)
+        summary = stages.run_job(build, output_dir, False, (), None)
         assert summary.pop(layout.RUN_ID_KEY)
         assert summary == {"ok": True, "read": ["p0", "p1"]}
     assert readback.spill_entries(output_dir) == []

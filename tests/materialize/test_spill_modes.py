@@ -20,10 +20,10 @@ from components.materialize import (
     MaterializeError,
     PairsConfig,
     claims,
-    common,
     run_audio,
     run_pairs,
     spill,
+    stages,
 )
 from components.materialize import __main__ as materialize_cli
 from components.materialize.config import from_flat
@@ -215,7 +215,7 @@ def test_a_stale_claim_takeover_removes_spill_files_below_the_temp_location(tmp_
             | beam.Map(lambda _: layout.commit_run(output_dir, run_id, {"ok": True}))
         )
 
-    summary = common.run_job(build, output_dir, False, (), None)
+    summary = stages.run_job(build, output_dir, False, (), None)
     assert summary["ok"]
     assert not os.path.exists(orphan.path)
     assert os.listdir(temp_location) == []

@@ -210,12 +210,25 @@ def test_record_rejects_counts_each_reason_and_writes_sorted_lines(tmp_path):
     assert _counter(result, f"rejected_{rejects.MISSING_FILE}") == 2
 
 
-def _assert_rejects(outputs, field: str, expected: list[tuple[str, str]]) -> None:
-    """The rejects a DoFn tagged in `outputs` are `expected`, as (their `field`, reason)."""
+def _run_tagged(pipeline, elements: list, do_fn: beam.DoFn, main: str, *side_inputs):
+    """`do_fn` applied to `elements`: its outputs, `main` and the rejects it tagged."""
+    return (
+        pipeline
+        | beam.Create(elements)
+        | beam.ParDo(do_fn, *side_inputs).with_outputs(pairs_pipeline.REJECTED, main=main)
+    )
+
+
+def _assert_tagged(
+    outputs, main, expected: list, field: str, expected_rejects: list[tuple[str, str]]
+) -> None:
+    """A DoFn's main output, as the test maps it into `main`, is `expected`, and the rejects it
+    tagged in `outputs` are `expected_rejects`, as (their `field`, reason)."""
+    assert_that(main, equal_to(expected), label="main")
     assert_that(
         outputs[pairs_pipeline.REJECTED]
         | "RejectFields" >> beam.Map(lambda r: (getattr(r, field), r.reason)),
-        equal_to(expected),
+        equal_to(expected_rejects),
         label="rejects",
     )
 
@@ -241,24 +254,16 @@ def test_decode_images_emits_records_and_tagged_rejects(tmp_path):
         ]
 
     with TestPipeline() as pipeline:
-        decoded = (
-            pipeline
-            | beam.Create([listed])
-            | beam.ParDo(
-                pairs_pipeline._DecodeImages(
-                    {"x": root}, images.ImageStorage(), str(tmp_path / "out")
-                )
-            ).with_outputs(pairs_pipeline.REJECTED, main="records")
+        decode = pairs_pipeline._DecodeImages(
+            {"x": root}, images.ImageStorage(), str(tmp_path / "out")
         )
-        assert_that(
+        decoded = _run_tagged(pipeline, [listed], decode, "records")
+        _assert_tagged(
+            decoded,
             decoded.records
             | beam.Reshuffle()  # refs are read by a later stage, once the bundle has closed
             | beam.Map(lambda d: (d[0], d[1], spilled_ids(d[2]))),
-            equal_to([("x", ["a.png", "s/b.jpg"], [b"a.png", b"s/b.jpg"])]),
-            label="records",
-        )
-        _assert_rejects(
-            decoded,
+            [("x", ["a.png", "s/b.jpg"], [b"a.png", b"s/b.jpg"])],
             "id",
             [
                 ("c.png", rejects.CORRUPT_IMAGE),
@@ -281,22 +286,18 @@ def test_resolve_edges_separates_unknown_from_rejected_ids():
         PairEntry("xnone", ["y1"], []),
     ]
     with TestPipeline() as pipeline:
-        edges = (
-            pipeline
-            | beam.Create([entries])
-            | beam.ParDo(
-                pair_index._ResolveEdges("p.jsonl"),
-                beam.pvalue.AsSingleton(pipeline | "T" >> beam.Create([tables])),
-                beam.pvalue.AsSingleton(pipeline | "R" >> beam.Create([rejected_tables])),
-            ).with_outputs(pairs_pipeline.REJECTED, main="edges")
+        edges = _run_tagged(
+            pipeline,
+            [entries],
+            pair_index._ResolveEdges("p.jsonl"),
+            "edges",
+            beam.pvalue.AsSingleton(pipeline | "T" >> beam.Create([tables])),
+            beam.pvalue.AsSingleton(pipeline | "R" >> beam.Create([rejected_tables])),
         )
-        assert_that(
-            edges.edges | beam.Map(lambda e: (e[0].tolist(), e[1].tolist(), e[2].tolist())),
-            equal_to([([0, 0], [1, 0], [0, 2])]),
-            label="edges",
-        )
-        _assert_rejects(
+        _assert_tagged(
             edges,
+            edges.edges | beam.Map(lambda e: (e[0].tolist(), e[1].tolist(), e[2].tolist())),
+            [([0, 0], [1, 0], [0, 2])],
             "source",
             [
                 ("p.jsonl: x=x1 y=ybad", rejects.PAIR_REJECTED_Y),
@@ -315,14 +316,11 @@ def test_deduplicate_keeps_one_of_identical_rows_and_no_conflicting_row():
         ("c.wav", [ManifestRow("c.wav", "s3", "")]),
     ]
     with TestPipeline() as pipeline:
-        unique = (
-            pipeline
-            | beam.Create(grouped)
-            | beam.ParDo(_Deduplicate("/root")).with_outputs(pairs_pipeline.REJECTED, main="rows")
-        )
-        assert_that(unique.rows, equal_to([same, ManifestRow("c.wav", "s3", "")]), label="rows")
-        _assert_rejects(
+        unique = _run_tagged(pipeline, grouped, _Deduplicate("/root"), "rows")
+        _assert_tagged(
             unique,
+            unique.rows,
+            [same, ManifestRow("c.wav", "s3", "")],
             "id",
             [("a.wav", rejects.DUPLICATE_ID)] * 2 + [("b.wav", rejects.DUPLICATE_ID)] * 2,
         )

@@ -16,9 +16,11 @@ import soundfile
 import tensorflow as tf
 
 from components.inputs.coverage import PairCoverage, PairCoverageCallback
+from components.models import charts
 from components.models.cyclegan import LOSS_NAMES, TRANSLATIONS_DIR, X_CYCLE_TAG, Y_CYCLE_TAG
 from components.trainer_modules import cyclegan_trainer, speaker_trainer
 from tests.models import events, synthetic
+from tests.models.chart_checks import read_png
 
 
 def make_fn_args(tmp_path, train_dataset, **overrides) -> types.SimpleNamespace:
@@ -162,6 +164,11 @@ def test_speaker_run_fn_reports_eer_on_held_out_speakers_and_exports(tmp_path, s
     assert summaries["eval/target_scores"][3][:, 2].sum() == metrics["num_target_trials"]
     assert summaries["eval/nontarget_scores"][3][:, 2].sum() == metrics["num_nontarget_trials"]
     assert summaries["eval/det_curve"][3].shape == summaries["eval/score_distributions"][0].shape
+    # Both pictures of both evaluations also as PNG files beside the events.
+    for tag in ("eval/det_curve", "eval/score_distributions"):
+        for step in (0, 3):
+            png = os.path.join(fn_args.model_run_dir, charts.png_name(tag, step))
+            np.testing.assert_array_equal(read_png(png), summaries[tag][step])
 
     loaded = tf.saved_model.load(fn_args.serving_model_dir)
     batch = next(iter(held_out))

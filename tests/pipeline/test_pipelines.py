@@ -23,12 +23,15 @@ from tfx.types import standard_component_specs
 
 from components import component_keys as keys
 from components import layout
+from components.materialize import pictures
 from pipeline import cli, common, config, cyclegan_pipeline, run_local, speaker_pipeline
 from pipeline.fingerprint import input_fingerprint
 
 # The nodes after the trainer, which run again on a second run (see the cache test).
 GATE_NODES = {common.BASELINE_RESOLVER_ID, "ModelGate", "Pusher"}
-NODES = {"ImportSchemaGen", "StatisticsGen", "ExampleValidator", "ResampledTrainer", *GATE_NODES}
+NODES = {"ImportSchemaGen", "StatisticsGen", "ExampleValidator", *GATE_NODES}
+# Each pipeline's trainer node, by its materialize node.
+TRAINERS = {"MaterializePairs": "PairsTrainer", "MaterializeAudio": "ClassBalancedTrainer"}
 PUSHED_MODEL = standard_component_specs.PUSHED_MODEL_KEY
 MISSING = "spk01/not_recorded.wav"
 
@@ -115,15 +118,19 @@ def speaker_runs(speaker_command):
     return first, second, pipeline_config, work_dir
 
 
+def _trainer(results):
+    """The trainer node's result of a run of either pipeline."""
+    [trainer] = [results[node] for node in TRAINERS.values() if node in results]
+    return trainer
+
+
 def _metrics(results) -> dict:
-    with open(
-        os.path.join(results["ResampledTrainer"].uri(keys.MODEL_RUN_KEY), "metrics.json")
-    ) as f:
+    with open(os.path.join(_trainer(results).uri(keys.MODEL_RUN_KEY), "metrics.json")) as f:
         return json.load(f)
 
 
 def _check_first_run(results, pipeline_config, work_dir: str, materialize_node: str, splits):
-    assert set(results) == NODES | {materialize_node}
+    assert set(results) == NODES | {materialize_node, TRAINERS[materialize_node]}
     assert {r.state for r in results.values()} == {"COMPLETE"}
     [examples] = results[materialize_node].outputs[keys.EXAMPLES_KEY]
     assert json.loads(examples.properties["split_names"]) == splits
@@ -133,12 +140,12 @@ def _check_first_run(results, pipeline_config, work_dir: str, materialize_node: 
         )
     [anomalies] = results["ExampleValidator"].outputs[standard_component_specs.ANOMALIES_KEY]
     assert anomalies.properties["blessed"] == {split: 1 for split in splits}
-    model_dir = os.path.join(results["ResampledTrainer"].uri(keys.MODEL_KEY), "Format-Serving")
+    model_dir = os.path.join(_trainer(results).uri(keys.MODEL_KEY), "Format-Serving")
     assert tf.saved_model.load(model_dir).signatures
     # Nothing blessed before: the gate checks the threshold only, blesses, and Pusher pushes.
     [blessing] = results["ModelGate"].outputs[keys.BLESSING_KEY]
     assert blessing.properties["blessed"] == 1
-    assert blessing.properties["current_model"] == results["ResampledTrainer"].uri(keys.MODEL_KEY)
+    assert blessing.properties["current_model"] == _trainer(results).uri(keys.MODEL_KEY)
     assert "baseline_model" not in blessing.properties
     metric = pipeline_config.blessing_metric
     # As ML Metadata holds it: its sqlite store keeps 6 significant digits of a double.
@@ -162,7 +169,7 @@ def test_cyclegan_pipeline_runs_and_the_cycle_loss_falls(cyclegan_runs):
     assert metrics["invalid_pairs"] == 0
     # The held-out x and y images (CycleGanConfig.held_out) are scored, never trained on.
     assert 0 < metrics["val_cycle_loss"] < metrics["cycle_loss_first_epoch"]
-    [model_run] = first["ResampledTrainer"].outputs[keys.MODEL_RUN_KEY]
+    [model_run] = first["PairsTrainer"].outputs[keys.MODEL_RUN_KEY]
     assert model_run.properties["cycle_loss_last_epoch"] == pytest.approx(
         metrics["cycle_loss_last_epoch"]
     )
@@ -191,7 +198,7 @@ def test_second_run_with_unchanged_inputs_is_served_from_the_cache_up_to_the_tra
     # runs again, and its baseline is the cached trainer's model itself. It blesses it again,
     # and Pusher pushes the same model as a new version.
     assert {second[node_id].state for node_id in GATE_NODES} == {"COMPLETE"}
-    model = first["ResampledTrainer"].uri(keys.MODEL_KEY)
+    model = _trainer(first).uri(keys.MODEL_KEY)
     [blessing] = second["ModelGate"].outputs[keys.BLESSING_KEY]
     assert blessing.properties["current_model"] == blessing.properties["baseline_model"] == model
     assert blessing.properties["blessed"] == 1
@@ -277,7 +284,7 @@ def test_run_local_prints_what_ran_where_the_artifacts_are_rejects_metrics_and_t
     done, _, _ = speaker_command
     first, *_ = speaker_runs
     lines = done.stdout.splitlines()
-    for node in NODES | {"MaterializeAudio"}:
+    for node in NODES | {"MaterializeAudio", "ClassBalancedTrainer"}:
         assert f"  {node} [ran]" in lines
     printed = _printed_outputs(done.stdout)
     assert printed == {
@@ -301,6 +308,12 @@ def test_run_local_prints_what_ran_where_the_artifacts_are_rejects_metrics_and_t
         f"  {blessing.properties['blessing_message']}",
         f"  pushed to {pushed.properties['pushed_destination']}",
     ]
+    # How to look at the pictures, as the demo says it: TensorBoard, or the PNG files.
+    [model_run] = first["ClassBalancedTrainer"].outputs[keys.MODEL_RUN_KEY]
+    assert f"tensorboard --logdir {model_run.uri}" in done.stdout
+    data_dir = pictures.run_pictures_dir(first["MaterializeAudio"].uri(keys.OFFSET_INDEX_KEY))
+    assert f"tensorboard --logdir {data_dir}" in done.stdout
+    assert "*.png" in lines[-1]
 
 
 def test_a_run_whose_beam_stage_rejects_too_much_ends_with_its_error(tmp_path):
@@ -332,7 +345,7 @@ def test_a_run_whose_beam_stage_rejects_too_much_ends_with_its_error(tmp_path):
     assert "max_reject_fraction=0.01" in last and "missing_file=2" in last
     lines = done.stdout.splitlines()
     assert "  MaterializeAudio [failed]" in lines
-    assert "  ResampledTrainer [not run]" in lines
+    assert "  ClassBalancedTrainer [not run]" in lines
     assert "  Pusher [not run]" in lines
 
 

@@ -1,6 +1,6 @@
 """The standard-TFX composition end to end on LocalDagRunner (sqlite ML Metadata, Beam
 DirectRunner): ImportExampleGen -> StatisticsGen -> SchemaGen -> Transform -> IndexExamples ->
-ResampledTrainer -> ModelGate -> Pusher, on `standard_data`'s tf.Examples (a 4-float vector, an
+ClassBalancedTrainer -> ModelGate -> Pusher, on `standard_data`'s tf.Examples (a 4-float vector, an
 int64 class label, some examples without one). One run serves every test of the module; the
 second-run case of the gate (the resolver's baseline) is the demo pipelines' test's.
 """
@@ -23,6 +23,7 @@ from components import component_keys as keys
 from components.index_component import executor as index_executor
 from components.inputs import RecordStore
 from components.trainer_component import training_inputs
+from components.trainer_component.input_options import ClassBalancedInputOptions
 from pipeline import common, run_local, standard_pipeline
 from pipeline.config import RunConfig
 from tests.components.conftest import make_artifact
@@ -37,7 +38,7 @@ from tests.pipeline.standard_data import (
 pytestmark = pytest.mark.slow
 
 NODES = ("ImportExampleGen", "StatisticsGen", "SchemaGen", "Transform", "IndexExamples")
-TRAINER = "ResampledTrainer"
+TRAINER = "ClassBalancedTrainer"
 GATE_NODES = (common.BASELINE_RESOLVER_ID, "ModelGate", "Pusher")
 
 
@@ -207,7 +208,7 @@ def test_apply_transform_runs_transforms_graph_over_raw_records(standard_run, tm
         results["Transform"].uri(standard_component_specs.TRANSFORM_GRAPH_KEY)
     )
     parse = training_inputs.example_parser(
-        {training_inputs.APPLY_TRANSFORM_OPTION: True},
+        ClassBalancedInputOptions(apply_transform=True),
         schema_path=None,
         tf_transform_output=transform_output,
         label_feature=standard_modules.LABEL_KEY,

@@ -7,7 +7,6 @@ Kubeflow V2 container entrypoint import it by its class path.
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import apache_beam as beam
 import tensorflow as tf
@@ -15,6 +14,8 @@ from tfx import types
 from tfx.dsl.components.base import base_beam_component, base_beam_executor, executor_spec
 from tfx.types import artifact_utils, standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
+
+from components import execution
 
 SPLIT = "train"
 NUM_RECORDS_KEY = "num_records"
@@ -26,22 +27,17 @@ def _to_example(value: int) -> bytes:
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
-class RecordWriterExecutor(base_beam_executor.BaseBeamExecutor):
+class RecordWriterExecutor(execution.LoggedExecutor, base_beam_executor.BaseBeamExecutor):
     """Writes `num_records` examples (`value` = 0..n-1) to `Split-train` of an Examples artifact."""
 
-    def Do(
-        self,
-        input_dict: dict[str, list[types.Artifact]],
-        output_dict: dict[str, list[types.Artifact]],
-        exec_properties: dict[str, Any],
-    ) -> None:
-        examples = artifact_utils.get_single_instance(output_dict[EXAMPLES_KEY])
+    def execute(self, run: execution.Execution) -> None:
+        examples = run.output(EXAMPLES_KEY)
         examples.split_names = artifact_utils.encode_split_names([SPLIT])
         prefix = os.path.join(artifact_utils.get_split_uri([examples], SPLIT), "data")
         with self._make_beam_pipeline() as pipeline:
             _ = (
                 pipeline
-                | "Values" >> beam.Create(range(int(exec_properties[NUM_RECORDS_KEY])))
+                | "Values" >> beam.Create(range(int(run.properties[NUM_RECORDS_KEY])))
                 | "ToExample" >> beam.Map(_to_example)
                 | "Write"
                 >> beam.io.WriteToTFRecord(prefix, file_name_suffix=".tfrecord", num_shards=1)

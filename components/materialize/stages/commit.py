@@ -1,7 +1,10 @@
-"""How both jobs end: rejects recorded, the verdict decided, `summary.json` written.
+"""How every job ends: its rejects recorded and its verdict decided (`Judge`), then, once every
+writer has reported, `summary.json` written last (`Commit`).
 
-A job judges its run with `Judge` before it writes anything (its writers take the verdict and
-write nothing when it fails), and closes with `WriteSummary` once every writer has reported.
+A job judges its run with `Judge` before it writes anything: its writers take the verdict and
+write nothing when it fails. The summary `Commit` writes names the run of the job that claims
+the folder (`layout.commit_run`); readers refuse a folder whose summary is missing, not ok, or
+names another run.
 """
 
 from __future__ import annotations
@@ -12,13 +15,18 @@ import apache_beam as beam
 
 from components import layout
 from components.materialize import claims, rejects
+from components.materialize.config import ShardingConfig
 from components.materialize.shards import ShardPlan
 from components.materialize.verdict import Verdict, decide
 
 
 class Judgement(NamedTuple):
-    """Singleton PCollections: `reject_counts` (dict reason -> count, available once
-    `rejects.jsonl` is written) and `verdict` (Verdict)."""
+    """What `Judge` yields, as singleton PCollections.
+
+    Attributes:
+        reject_counts: dict reason -> count, available once `rejects.jsonl` is written.
+        verdict: the run's `Verdict`.
+    """
 
     reject_counts: beam.PCollection
     verdict: beam.PCollection
@@ -56,12 +64,26 @@ def Judge(
     record_reasons: tuple[str, ...] = rejects.RECORD_REASONS,
     input_noun: str = "inputs",
 ) -> Judgement:
-    """Records the rejects (`rejects.RecordRejects`) and decides the run's verdict (`decide`,
-    which `record_reasons` and `input_noun` go to).
+    """Records the rejects (`rejects.RecordRejects`) and decides the run's verdict (`decide`).
 
-    Input: a tuple of PCollection[Reject]. `num_inputs`: singleton PCollection, the number of
-    input records; `plans`: singleton PCollection, dict record_set -> ShardPlan. Output: a
-    `Judgement`.
+    Args:
+        all_rejects: the input, a tuple of PCollection[Reject] (every stage's rejects).
+        output_dir: the run's folder, where `rejects.jsonl` goes.
+        num_inputs: singleton PCollection, the number of input records.
+        plans: singleton PCollection, dict record_set -> ShardPlan.
+        required_record_sets: the record sets that must keep a record for the run to be ok.
+        max_reject_fraction: the largest fraction of inputs that may be rejected.
+        record_reasons: the reasons that count as a rejected input (the others drop entries
+            of a pair or groups list).
+        input_noun: what the inputs are called in the verdict's error.
+
+    Returns:
+        A `Judgement`.
+
+    Example:
+        judgement = (decoded.rejects, assigned[REJECTED]) | "Judge" >> Judge(
+            run_dir, num_inputs=num_files, plans=plans, required_record_sets=("x", "y"),
+            max_reject_fraction=0.1)
     """
     reject_counts = (
         all_rejects
@@ -78,6 +100,18 @@ def Judge(
         input_noun,
     )
     return Judgement(reject_counts, verdict)
+
+
+def sharding_summary(sharding: ShardingConfig) -> dict:
+    """The summary's config entries that say how the record sets were cut into shards.
+
+    Args:
+        sharding: the job's `ShardingConfig`.
+
+    Returns:
+        {"max_shard_bytes": ..., "num_shards": ...}.
+    """
+    return {"max_shard_bytes": sharding.max_shard_bytes, "num_shards": sharding.num_shards}
 
 
 def _write_summary(
@@ -113,23 +147,33 @@ def _write_summary(
 
 
 @beam.ptransform_fn
-def WriteSummary(
+def Commit(
     judgement: Judgement,
     output_dir: str,
     static: dict,
     *,
     plans: beam.PCollection,
     index_stats: beam.PCollection,
-    sections: beam.PCollection,
+    sections: tuple[beam.PCollection, ...],
 ) -> beam.PCollection:
     """Writes `summary.json`, the last file a run writes: it commits the run of the job that
-    claims `output_dir` (`layout.commit_run`).
+    claims `output_dir` (`layout.commit_run`), as ok or not as the verdict says.
 
-    Input: the run's `Judgement`. `static`: what the job knew before it ran (job, inputs,
-    config); `plans`: singleton PCollection, dict record_set -> ShardPlan; `index_stats`:
-    PCollection[(record_set, stats)] from `shards.WriteRecordSets`; `sections`:
-    PCollection[dict], the job's own top-level entries, merged into the summary. Output: a
-    singleton PCollection, the summary written.
+    Args:
+        judgement: the input, the run's `Judgement`.
+        output_dir: the run's folder.
+        static: what the job knew before it ran (job, inputs, config).
+        plans: singleton PCollection, dict record_set -> ShardPlan.
+        index_stats: PCollection[(record_set, stats)] from `WriteShards`.
+        sections: PCollections of dicts, the job's own top-level entries (pair statistics,
+            input counts, ...), merged into the summary; each waits for its writer.
+
+    Returns:
+        A singleton PCollection, the summary written.
+
+    Example:
+        summary = judgement | "Summary" >> Commit(
+            run_dir, static, plans=plans, index_stats=index_stats, sections=(pair_stats,))
     """
     return judgement.verdict | "Write" >> beam.Map(
         _write_summary,
@@ -139,5 +183,5 @@ def WriteSummary(
         beam.pvalue.AsSingleton(judgement.reject_counts),
         beam.pvalue.AsSingleton(plans),
         beam.pvalue.AsDict(index_stats),
-        beam.pvalue.AsList(sections),
+        beam.pvalue.AsList(sections | "Sections" >> beam.Flatten()),
     )

@@ -1,0 +1,116 @@
+"""The file system the layout's writers go through: Beam's `FileSystems`, else `tf.io.gfile`.
+
+The Beam jobs write shards and indexes from their workers, where Beam's `FileSystems` reaches
+every path the runner does (local, gs://, s3://, hdfs://) and TensorFlow need not be imported
+(10-25 s per worker process). The core install (`pip install tfx-dynamic-inputs`, no Beam) writes
+the same layout, e.g. a dataset cache of the samplers, through `tf.io.gfile`, which TensorFlow's
+file systems back (local and gs://). Which one is used is decided per call: Beam when it is
+installed, so a run written by a job and a cache written by a sampler are the same bytes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import IO
+
+
+def has_beam() -> bool:
+    """Whether Apache Beam is installed (the `[beam]` extra)."""
+    return importlib.util.find_spec("apache_beam") is not None
+
+
+def gfile():
+    """`tf.io.gfile`, imported on first use.
+
+    Code that Beam workers import must not pull in TensorFlow (a 10-25 s start-up per worker
+    process) unless it really reads through it.
+
+    Returns:
+        The `tf.io.gfile` module.
+
+    Example:
+        exists = gfile().exists(path)
+    """
+    import tensorflow as tf
+
+    return tf.io.gfile
+
+
+def create(path: str) -> IO[bytes]:
+    """Opens `path` for writing, uncompressed whatever its name.
+
+    Args:
+        path: Any path the file system writes (local, gs://, ...). A local parent folder is made.
+
+    Returns:
+        A binary file object; the file is complete once it is closed.
+
+    Example:
+        with create(path) as f:
+            f.write(data)
+    """
+    if has_beam():
+        from apache_beam.io.filesystem import CompressionTypes
+        from apache_beam.io.filesystems import FileSystems
+
+        return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    parent = path.rsplit("/", 1)[0] if "/" in path else ""
+    if parent:
+        gfile().makedirs(parent)
+    return gfile().GFile(path, "wb")
+
+
+def replace(source: str, target: str) -> None:
+    """Renames `source` to `target`, replacing a file at `target`.
+
+    Args:
+        source: the file written (e.g. under a temporary name).
+        target: its final path.
+
+    Raises:
+        OSError (`BeamIOError` with Beam): the rename failed and `target` does not exist.
+    """
+    if not has_beam():
+        gfile().rename(source, target, overwrite=True)
+        return
+    from apache_beam.io.filesystem import BeamIOError
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        FileSystems.rename([source], [target])  # replaces `target` locally and on object stores
+    except BeamIOError:
+        if not FileSystems.exists(target):
+            raise
+        FileSystems.delete([target])  # file systems whose rename refuses to replace (HDFS)
+        FileSystems.rename([source], [target])
+
+
+def size(path: str) -> int:
+    """The size of the file at `path`, in bytes.
+
+    Not a glob match (`FileSystems.match`): run folders may hold `[` or `*` in their names.
+    """
+    if not has_beam():
+        return int(gfile().stat(path).length)
+    from apache_beam.io.filesystems import FileSystems
+
+    return int(FileSystems.get_filesystem(path).size(path))
+
+
+def read_at(path: str, positions: list[int], length: int) -> bytes:
+    """`length` bytes at each of `positions` of the file at `path`, concatenated in order."""
+    if not positions:
+        return b""
+    if has_beam():
+        from apache_beam.io.filesystem import CompressionTypes
+        from apache_beam.io.filesystems import FileSystems
+
+        opened = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    else:
+        opened = gfile().GFile(path, "rb")
+    with opened as f:
+        parts = []
+        for position in positions:
+            f.seek(position)
+            parts.append(f.read(length))
+    return b"".join(parts)

@@ -1,0 +1,81 @@
+"""The stages every Beam job of the project is composed of: the materialize jobs (pairs, audio)
+and the IndexExamples job (`components.index_component.indexing`). Data walks one way:
+
+    run_job:  claim the folder  ->  [the pipeline]  ->  release; a failure recorded
+    pipeline: ReadSpread -> CollectIdTables / CollectRejectedIds        (read, screen)
+              -> PlanRecordSets | PlanByPairList | PlanByGroup          (plan ids)
+              -> AssignToShards -> Judge                                (shard, verdict)
+              -> WriteShards -> WritePairing                            (write shards, indexes)
+              -> Commit                                                 (summary.json, last)
+
+A reader of its own (IndexExamples' `screening`) screens with this package's vocabulary: rejects
+(`Reject`, `RejectedInput`, the reasons), the spilling reader base (`SpillingDoFn`, `Payload`)
+and `normalize_id`.
+
+One module per stage: `read` (read and screen), `plan` (plan ids, assign shards), `write`
+(shards and indexes), `commit` (verdict and summary), `run` (claim and commit around the
+pipeline). A job outside this package uses these names and `components.layout` only; the
+other modules of `components.materialize` are its internals.
+
+Why here and not a package of its own: the stages are made of the materialize package's
+shard, spill, claim and pairing code, which holds the run's safety rules; beside it, they name
+that code without a second copy or a dependency cycle.
+"""
+
+from components.materialize.common import REJECTED
+from components.materialize.config import PAIRS_FORMATS, ShardingConfig
+from components.materialize.errors import MaterializeError
+from components.materialize.paths import normalize_id
+from components.materialize.rejects import (
+    DUPLICATE_ID,
+    MISSING_LABEL,
+    NO_VALID_PAIRS,
+    Reject,
+    RejectedInput,
+)
+from components.materialize.spill import Payload, SpillingDoFn, resolve_spill_root
+from components.materialize.stages.commit import Commit, Judge, Judgement, sharding_summary
+from components.materialize.stages.plan import (
+    AssignToShards,
+    CollectGroupTables,
+    Pairing,
+    PlanByGroup,
+    PlanByPairList,
+    PlanRecordSets,
+)
+from components.materialize.stages.read import CollectIdTables, CollectRejectedIds, ReadSpread
+from components.materialize.stages.run import run_job, run_materialize
+from components.materialize.stages.write import WritePairing, WriteShards
+
+__all__ = [
+    "DUPLICATE_ID",
+    "MISSING_LABEL",
+    "NO_VALID_PAIRS",
+    "PAIRS_FORMATS",
+    "REJECTED",
+    "Payload",
+    "Reject",
+    "RejectedInput",
+    "SpillingDoFn",
+    "normalize_id",
+    "AssignToShards",
+    "CollectGroupTables",
+    "CollectIdTables",
+    "CollectRejectedIds",
+    "Commit",
+    "Judge",
+    "Judgement",
+    "MaterializeError",
+    "Pairing",
+    "PlanByGroup",
+    "PlanByPairList",
+    "PlanRecordSets",
+    "ReadSpread",
+    "ShardingConfig",
+    "WritePairing",
+    "WriteShards",
+    "resolve_spill_root",
+    "run_job",
+    "run_materialize",
+    "sharding_summary",
+]
