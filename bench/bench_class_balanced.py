@@ -406,7 +406,8 @@ def bench_end_to_end(num_records, num_classes, n_c, num_batches, repeats, scratc
 
     from components import layout
     from components.inputs import StoreOptions, class_balanced
-    from components.inputs.audio_features import AudioFeatureConfig, audio_features
+    from components.inputs.audio_config import AudioFeatureConfig
+    from components.inputs.audio_features import audio_features
     from components.inputs.record_store import RecordStore
 
     run_dir = os.path.join(scratch, "run")

@@ -46,7 +46,7 @@ def _affine_norm(name):
 
 
 def tutorial_generator(image_shape, filters=8, num_downsamplings=2, num_residual_blocks=2):
-    """The same topology as `cyclegan.build_generator`, with affine norms and biased convs."""
+    """`cyclegan_networks.build_generator`'s topology, with affine norms and biased convs."""
     inputs = keras.Input(shape=image_shape)
     h = keras.layers.Conv2D(filters, 5, padding="same")(inputs)
     h = keras.layers.ReLU()(_affine_norm(None)(h))

@@ -26,8 +26,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import inspect
 import json
 import os
+import re
 import sys
 import types
 import typing
@@ -47,6 +49,8 @@ DATA_FIELDS = {
     "cyclegan": ("x_dir", "y_dir", "pairs"),
     "speaker": ("manifest", "audio_root"),
 }
+# CycleGanConfig's fields that pair by group instead of by a pair list.
+GROUP_FIELDS = ("groups_from_subfolder", "x_groups", "y_groups")
 # SpeakerConfig's field that replaces its manifest by the speaker folders under audio_root.
 SPEAKER_FROM_PATH = "speaker_from_path"
 RUN_SECTION = "run"
@@ -87,6 +91,7 @@ class Section:
     types: dict[str, Any]
     defaults: dict[str, Any]
     absent: dict[str, str] = dataclasses.field(default_factory=dict)
+    help: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def dataclass_section(cls: type) -> Section:
@@ -96,16 +101,66 @@ def dataclass_section(cls: type) -> Section:
         cls: a config dataclass, e.g. `config.SpeakerConfig`.
 
     Returns:
-        The `Section`; fields without a default are left out of `defaults`.
+        The `Section`, the class's own fields first (then those of its bases: `--help` lists a
+        pipeline's data flags before the settings every pipeline shares); fields without a
+        default are left out of `defaults`.
     """
-    fields = dataclasses.fields(cls)
+    own = set(cls.__dict__.get("__annotations__", {}))
+    fields = sorted(dataclasses.fields(cls), key=lambda field: field.name not in own)
     defaults = {
         f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
         for f in fields
         if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
     }
     hints = typing.get_type_hints(cls)
-    return Section(f"a field of {cls.__name__}", {f.name: hints[f.name] for f in fields}, defaults)
+    return Section(
+        f"a field of {cls.__name__}",
+        {f.name: hints[f.name] for f in fields},
+        defaults,
+        help=field_help(cls),
+    )
+
+
+def field_help(cls: type) -> dict[str, str]:
+    """Each field's sentence from the `Args:` sections of `cls`'s docstring and its bases'.
+
+    The config dataclasses document their fields once, in their docstrings; `--help` shows the
+    same sentences, so the two cannot disagree.
+
+    Args:
+        cls: a config dataclass.
+
+    Returns:
+        field name -> its description (one line), for the fields the docstrings describe.
+
+    Example:
+        field_help(config.SpeakerConfig)["eval_fraction"]  # "the share of speakers held ..."
+    """
+    found: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        found.update(_args_section(inspect.getdoc(klass) or ""))
+    return found
+
+
+def _args_section(doc: str) -> dict[str, str]:
+    """`name: text` entries of a Google-style `Args:` section, continuation lines joined."""
+    entries: dict[str, str] = {}
+    lines = doc.splitlines()
+    if "Args:" not in lines:
+        return entries
+    name = None
+    for line in lines[lines.index("Args:") + 1 :]:
+        if not line.strip():
+            break
+        entry = re.match(r"^  (\w+): (.*)$", line)
+        if entry:
+            name = entry.group(1)
+            entries[name] = entry.group(2).strip()
+        elif name is not None and line.startswith("    "):
+            entries[name] += " " + line.strip()
+        else:
+            break
+    return entries
 
 
 def _run_section() -> Section:
@@ -116,6 +171,10 @@ def _run_section() -> Section:
         {WORK_DIR: str, **{name: run.types[name] for name in kept}},
         {WORK_DIR: DEFAULT_WORK_DIR, **{name: run.defaults[name] for name in kept}},
         {name: f"a local run keeps it under {WORK_DIR}" for name in _RUN_DERIVED},
+        help={
+            WORK_DIR: "the folder of the run's pipeline root and sqlite ML Metadata",
+            **{name: run.help[name] for name in kept if name in run.help},
+        },
     )
 
 
@@ -295,6 +354,11 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(message)
 
 
+def _help_text(sentence: str | None, tp: Any, default: str) -> str:
+    kind = f"{_type_name(tp)}; default: {default}"
+    return f"{sentence[:1].upper()}{sentence[1:].rstrip('.')} ({kind})." if sentence else kind
+
+
 def _add_field_flags(parser: argparse.ArgumentParser, section_name: str) -> None:
     section = SECTIONS[section_name]
     for name, tp in section.types.items():
@@ -307,7 +371,7 @@ def _add_field_flags(parser: argparse.ArgumentParser, section_name: str) -> None
             # stands.
             "default": argparse.SUPPRESS,
             # argparse %-formats help texts.
-            "help": f"{_type_name(tp)}; default: {default}".replace("%", "%%"),
+            "help": _help_text(section.help.get(name), tp, default).replace("%", "%%"),
         }
         if typing.get_origin(tp) is tuple:
             kwargs.update(action="append", metavar="ARG")
@@ -412,6 +476,12 @@ def parse_local_args(argv: Sequence[str] | None = None) -> LocalArgs:
                 f"{pipeline}: give --manifest or --{SPEAKER_FROM_PATH} true, not both"
             )
         data_fields = ("audio_root",)
+    by_group = [name for name in GROUP_FIELDS if settings.get(name)]
+    if pipeline == "cyclegan" and by_group:
+        # Pairs by group: the image folders, and no pair list.
+        if "pairs" in settings:
+            raise ConfigError(f"{pipeline}: give --pairs or --{by_group[0]}, not both")
+        data_fields = ("x_dir", "y_dir")
     missing = [field for field in data_fields if field not in settings]
     if 0 < len(missing) < len(data_fields) or (missing and settings.get(SPEAKER_FROM_PATH)):
         raise ConfigError(

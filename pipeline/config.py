@@ -1,5 +1,6 @@
 """Every setting of the two pipelines, in one place.
 
+- `PipelineConfig`: what the two have alike (sharding, seed, checkpoints, the gate's rule).
 - `CycleGanConfig`: image domains + valid-pair list -> CycleGAN on dynamic pairs.
 - `SpeakerConfig`: speaker manifest + audio -> speaker embedding on class-balanced batches.
 - `RunConfig`: where a run writes (pipeline root, sqlite ML Metadata) and its Beam arguments.
@@ -38,33 +39,95 @@ IMAGE_REPO_ROOT = "/app"
 SERVING_DIR = "serving"
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PipelineConfig:
+    """The settings both pipelines have, with one default: sharding and reject budget of the
+    materialize job, the seed, the trainer's checkpoints, and how the gate compares and where
+    Pusher pushes (each pipeline names its own `blessing_metric` and `blessing_threshold`).
+
+    Keyword-only, so that a pipeline's required data paths can follow these defaults and stay
+    its first positional arguments. (`pipeline.cli` lists a pipeline's own fields first in
+    `--help`, then these; each flag's help is its entry below.)
+
+    Args:
+      num_shards: TFRecord shards per record set the materialize job writes.
+      max_reject_fraction: the materialize job fails when more of its inputs than this are
+        rejected (each reject is counted, with its reason, in rejects.jsonl).
+      seed: the samplers' seed: every epoch's plan is a function of it and the epoch.
+      checkpoint_every_steps: the trainer checkpoints every so many batches (0: at epoch ends
+        only); a retried trainer resumes from the latest.
+      blessing_direction: whether the gate's metric is better lower or higher.
+      blessing_tolerance: how much worse than the latest blessed model's metric still blesses.
+      serving_dir: where Pusher pushes (default: `serving/<pipeline_name>` under the root).
+    """
+
+    num_shards: int = 2
+    max_reject_fraction: float = 0.1
+    seed: int = 0
+    # The trainer's mid-epoch checkpoints, every so many batches (0: at epoch ends only); a
+    # retried trainer resumes from the latest.
+    checkpoint_every_steps: int = 1000
+    blessing_direction: str = keys.LOWER_IS_BETTER
+    blessing_tolerance: float = 0.0
+    serving_dir: str | None = None
+
+    def input_paths(self) -> list[str]:
+        """The input files and folders (what `pipeline.fingerprint` fingerprints).
+
+        Returns:
+            The paths, as the config gives them.
+        """
+        raise NotImplementedError(f"{type(self).__name__} names no input paths")
+
+
 @dataclasses.dataclass(frozen=True)
-class CycleGanConfig:
+class CycleGanConfig(PipelineConfig):
     """CycleGAN pipeline: MaterializePairs -> StatisticsGen -> ImportSchemaGen ->
     ExampleValidator -> PairsTrainer -> ModelGate -> Pusher.
 
     Images are stored as raw `image_size x image_size x channels` uint8 pixels (resized once by
     the Beam stage), so the trainer decodes a batch with one vectorized op.
+
+    Each x pairs with the y listed for it in `pairs` (a pair list), or with any y of its group:
+    `x_groups` and `y_groups` (groups files), or `groups_from_subfolder` (an image's group is the
+    first folder of its path: the bundled digits' classes). Give exactly one of the three.
+
+    Args:
+      x_dir: the folder of the x images (PNG/JPEG; ids are their paths below it).
+      y_dir: the folder of the y images.
+      pairs: the valid-pair list (JSON Lines or a CSV edge list): the y each x may pair with.
+      x_groups: the groups file of the x images (pair by group, with y_groups).
+      y_groups: the groups file of the y images.
+      groups_from_subfolder: pair each x with any y of its first folder (no pair list).
+      pipeline_name: the pipeline's name (ML Metadata, the serving folder).
+      image_size: the side, in pixels, the images are resized to once by the Beam stage.
+      channels: the images' channels (1: grey, 3: RGB).
+      batch_size: pairs per training batch.
+      num_epochs: training epochs; every epoch re-pairs each x with a fresh valid y.
+      pairing_strategy: "uniform" or "least_sampled" (every valid pair within max-degree
+        epochs).
+      held_out: x and y images held out of training: the translation pictures' fixed images
+        and the gate's held-out cycle loss (val_cycle_loss).
+      trainer_module: the module of the trainer's run_fn.
+      custom_config: a JSON object handed to run_fn (e.g. the learning rate).
+      schema_file: the record schema ExampleValidator checks the examples against.
+      blessing_metric: the gate's metric: the cycle loss on the held-out images (0 to 2).
+      blessing_threshold: the gate refuses a model whose metric is worse than this.
     """
 
     x_dir: str
     y_dir: str
-    pairs: str
+    pairs: str | None = None
+    x_groups: str | None = None
+    y_groups: str | None = None
+    groups_from_subfolder: bool = False
     pipeline_name: str = "cyclegan-dynamic-pairs"
     image_size: int = 16
     channels: int = 1
-    num_shards: int = 2
-    max_reject_fraction: float = 0.1
     batch_size: int = 32
     num_epochs: int = 3
     pairing_strategy: str = "uniform"
-    # x and y images held out of training: the fixed images of the translation pictures and the
-    # held-out cycle loss (`val_cycle_loss`).
     held_out: int = 4
-    seed: int = 0
-    # The trainer's mid-epoch checkpoints, every so many batches (0: at epoch ends only); a
-    # retried trainer resumes from the latest.
-    checkpoint_every_steps: int = 1000
     trainer_module: str = "components.trainer_modules.cyclegan_trainer"
     custom_config: Mapping[str, Any] = dataclasses.field(
         default_factory=lambda: {"learning_rate": 2e-4}
@@ -74,18 +137,29 @@ class CycleGanConfig:
     # y -> x -> y mean L1 distances of pixels in [0, 1] (0 to 2): the threshold refuses a model
     # whose round trips lose half the intensity.
     blessing_metric: str = "val_cycle_loss"
-    blessing_direction: str = keys.LOWER_IS_BETTER
     blessing_threshold: float | None = 1.0
-    blessing_tolerance: float = 0.0
-    serving_dir: str | None = None
+
+    def __post_init__(self):
+        pairings = [
+            self.pairs is not None,
+            self.x_groups is not None or self.y_groups is not None,
+            self.groups_from_subfolder,
+        ]
+        if sum(pairings) != 1:
+            raise ValueError(
+                "give one pairing: pairs, or x_groups and y_groups, or groups_from_subfolder"
+            )
+        if (self.x_groups is None) != (self.y_groups is None):
+            raise ValueError("x_groups and y_groups go together")
 
     def input_paths(self) -> list[str]:
-        """The input files and folders (what `pipeline.fingerprint` fingerprints)."""
-        return [self.x_dir, self.y_dir, self.pairs]
+        """The image folders and the pair list or groups files that pair them."""
+        listed = [self.pairs, self.x_groups, self.y_groups]
+        return [self.x_dir, self.y_dir, *(path for path in listed if path is not None)]
 
 
 @dataclasses.dataclass(frozen=True)
-class SpeakerConfig:
+class SpeakerConfig(PipelineConfig):
     """Speaker pipeline: MaterializeAudio -> StatisticsGen -> ImportSchemaGen ->
     ExampleValidator -> ClassBalancedTrainer -> ModelGate -> Pusher.
 
@@ -94,6 +168,30 @@ class SpeakerConfig:
     its first folder names (VoxCeleb's layout). The Beam stage holds out
     `eval_fraction` of the speakers (`split_mode="speaker"`): the trainer learns on `train` and
     reports the equal error rate on the unseen `eval` speakers.
+
+    Args:
+      manifest: the manifest (CSV with a header, or JSON Lines): path, speaker[, split].
+      audio_root: the folder the manifest's paths are relative to.
+      speaker_from_path: read no manifest: every audio file below audio_root, its speaker its
+        first folder (VoxCeleb's layout).
+      pipeline_name: the pipeline's name (ML Metadata, the serving folder).
+      sample_rate: the rate, in Hz, the audio is stored and featurized at.
+      eval_fraction: the share of speakers held out as eval, for the equal error rate. 0.3
+        here, where the materialize CLI's default is 0.1: the bundled 22 speakers leave 7 to
+        measure; 0.1 suits large corpora.
+      split_seed: the seed of that split.
+      n_classes_per_batch: speakers per batch (n_c); at most the training speakers.
+      n_samples_per_class: utterances of each speaker in a batch (n_p).
+      epoch_mode: "samples" (every utterance every epoch) or "classes" (every speaker every
+        epoch, the library's default); "samples" here, so the small corpus trains on all of it.
+      crop_seconds: the training crop of each utterance, in seconds.
+      num_mel_bins: log-mel bins of the features.
+      num_epochs: training epochs; every epoch re-plans the batches.
+      trainer_module: the module of the trainer's run_fn.
+      custom_config: a JSON object handed to run_fn (e.g. the learning rate).
+      schema_file: the record schema ExampleValidator checks the examples against.
+      blessing_metric: the gate's metric: the equal error rate on the held-out speakers.
+      blessing_threshold: the gate refuses a model whose metric is worse than this (chance: 0.5).
     """
 
     manifest: str = SPEAKER_MANIFEST
@@ -103,32 +201,22 @@ class SpeakerConfig:
     sample_rate: int = AudioConfig.sample_rate  # the audio job's own default, said once
     eval_fraction: float = 0.3
     split_seed: int = 0
-    num_shards: int = 2
-    max_reject_fraction: float = 0.1
     n_classes_per_batch: int = 8
     n_samples_per_class: int = 4
     epoch_mode: str = "samples"
     crop_seconds: float = 1.0
     num_mel_bins: int = 40
     num_epochs: int = 12
-    seed: int = 0
-    # The trainer's mid-epoch checkpoints, every so many batches (0: at epoch ends only); a
-    # retried trainer resumes from the latest.
-    checkpoint_every_steps: int = 1000
     trainer_module: str = "components.trainer_modules.speaker_trainer"
     custom_config: Mapping[str, Any] = dataclasses.field(
         default_factory=lambda: {"learning_rate": 1e-3}
     )
     schema_file: str = os.path.join(SCHEMAS_DIR, AUDIO_SCHEMA)
-    # The gate: the equal error rate on the held-out speakers (chance: 0.5).
     blessing_metric: str = "eer"
-    blessing_direction: str = keys.LOWER_IS_BETTER
     blessing_threshold: float | None = 0.3
-    blessing_tolerance: float = 0.0
-    serving_dir: str | None = None
 
     def input_paths(self) -> list[str]:
-        """The input files and folders (what `pipeline.fingerprint` fingerprints)."""
+        """The audio folder, and the manifest unless speakers come from the folders."""
         return [self.audio_root] if self.speaker_from_path else [self.manifest, self.audio_root]
 
     def feature_options(self) -> dict[str, Any]:
@@ -150,6 +238,13 @@ class RunConfig:
     pass e.g. `--runner=DataflowRunner --project=... --region=... --temp_location=gs://...`.
     `fingerprint_inputs`: pass a fingerprint of the input files to the materialize component,
     so the cache re-runs it when they change (listing costs one stat per file).
+
+    Args:
+      pipeline_root: where the pipeline's artifacts are written.
+      metadata_path: the sqlite ML Metadata file (None: the orchestrator's own).
+      enable_cache: serve components whose inputs are unchanged from the ML Metadata cache.
+      beam_pipeline_args: Beam options of the Beam components (e.g. --runner=...).
+      fingerprint_inputs: fingerprint the input files, so changed data re-runs the pipeline.
     """
 
     pipeline_root: str

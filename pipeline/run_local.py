@@ -32,7 +32,7 @@ from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
 from components.materialize.errors import MaterializeError
-from pipeline import cli, config
+from pipeline import cli, config, speakers
 from pipeline.sample_data import write_digit_domains
 
 if TYPE_CHECKING:
@@ -201,9 +201,10 @@ def cyclegan_config(digits_dir: str, **overrides) -> config.CycleGanConfig:
     """
     image_size = overrides.get("image_size", config.CycleGanConfig.image_size)
     domains = write_digit_domains(digits_dir, image_size=image_size)
-    return config.CycleGanConfig(
-        x_dir=domains.x_dir, y_dir=domains.y_dir, pairs=domains.pairs_path, **overrides
-    )
+    by_group = overrides.get("groups_from_subfolder") or overrides.get("x_groups") is not None
+    # The digits' folders are their classes: grouped by them, no pair list is read.
+    pairs = None if by_group else overrides.pop("pairs", domains.pairs_path)
+    return config.CycleGanConfig(x_dir=domains.x_dir, y_dir=domains.y_dir, pairs=pairs, **overrides)
 
 
 def latest_run(metadata_path: str, pipeline_name: str) -> dict[str, NodeResult]:
@@ -298,15 +299,19 @@ def local_configs(
     run_fields = dict(args.run)
     work_dir = run_fields.pop(cli.WORK_DIR)
     run_settings = run_config(work_dir, **run_fields)
-    if args.pipeline == "speaker":
-        return config.SpeakerConfig(**args.settings), run_settings
-    if args.bundled_data:
-        return cyclegan_config(os.path.join(work_dir, DIGITS_DIR), **args.settings), run_settings
-    return config.CycleGanConfig(**args.settings), run_settings
+    try:
+        if args.pipeline == "speaker":
+            return config.SpeakerConfig(**args.settings), run_settings
+        if args.bundled_data:
+            digits_dir = os.path.join(work_dir, DIGITS_DIR)
+            return cyclegan_config(digits_dir, **args.settings), run_settings
+        return config.CycleGanConfig(**args.settings), run_settings
+    except ValueError as error:  # a config's own check (e.g. two pairings): one line
+        raise cli.ConfigError(str(error)) from None
 
 
 # The data fields of the pipeline configs: a file, or a folder, that must exist before a run.
-_INPUT_FILES = ("manifest", "pairs")
+_INPUT_FILES = ("manifest", "pairs", "x_groups", "y_groups")
 _INPUT_DIRS = ("audio_root", "x_dir", "y_dir")
 
 
@@ -349,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         args = cli.parse_local_args(argv)
         pipeline_config, run_settings = local_configs(args)
         check_inputs(pipeline_config)
+        if isinstance(pipeline_config, config.SpeakerConfig):
+            speakers.check_speakers(pipeline_config)
     except cli.ConfigError as error:
         cli.fail(error)
     from pipeline import cyclegan_pipeline, report, speaker_pipeline  # they import TFX: see `run`

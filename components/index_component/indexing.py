@@ -221,7 +221,7 @@ def _static_summary(config: IndexConfig) -> dict:
 # ------------------------------------------------------------------------------------ the job
 
 
-class IndexRecords(beam.PTransform):
+class IndexRecords(stages.Job[IndexConfig]):
     """The indexing job as one transform (`run_index` runs it).
 
     Args:
@@ -233,20 +233,10 @@ class IndexRecords(beam.PTransform):
     """
 
     def __init__(self, config: IndexConfig, files: dict[str, list[str]]):
-        super().__init__()
-        self._config = config
+        super().__init__(config)
         self._files = files
 
-    def expand(self, begin: beam.pvalue.PBegin) -> beam.PCollection:
-        """Builds the indexing job on the pipeline's root.
-
-        Args:
-            begin: the pipeline's root.
-
-        Returns:
-            A singleton PCollection, the summary.
-        """
-        config = self._config
+    def _build(self, begin: beam.pvalue.PBegin, config: IndexConfig) -> beam.PCollection:
         output_dir = config.output_dir
         record_sets = tuple(sorted(config.inputs))
 

@@ -5,29 +5,36 @@ Import from here; the modules behind it hold one concept each:
 * `run`: `open_run(uri) -> Run`, one handle for a materialized run or a pipeline's artifacts of
   it (what it recorded, its stores and indexes), and the typed `StoreOptions`;
 * `record_store`: serialized records read by global record number (memory or disk backend),
-  on `shard_readers` (frames read by offset: Python and native readers, frame checks);
+  on `shard_readers` (frames read by offset: the Python reader, the memory backend's load),
+  `native_reader` (the native op bound to a record set) and `shard_checks` (frame, offset
+  index and shard checks, `RunPin`); `damaged_records`: what a damaged record is, how reported;
 * `sources`: what users have (run directories, arrays, datasets, ids + loader) -> record stores;
+  `labelled_sources`: the same with a class per record, and its class index;
   `element_codec`: the default element <-> Example encoding it uses;
 * `parsing`: batched parsers of image Examples and payload checks;
-* `epoch_plan`: stateless per-epoch plans, worker slices, checkpointable epoch state;
+* `epoch_plan`: stateless per-epoch plans and the datasets that re-plan every epoch;
+  `epoch_state`: the checkpointable sampler state; `worker_slices`: how batches split over
+  workers and replicas; `skip_log`: the count and log of samples skipped as damaged;
   `epoch_sampler`: what both samplers share (datasets of batches, here or on tf.data service);
   `variables`: the non-trainable variables indexes live in; `arguments`: argument checks;
   `data_service`: what a dataset needs to run on tf.data service workers, checked at build;
 * `valid_pairs`, `group_pairs`, `pair_plan`, `pairs`, `coverage`: the valid-pair index (edges,
   or groups), the pair plan, the dynamic-pairs sampler, pair coverage;
 * `class_plan`, `class_balanced`: the class-balanced plan and the sampler that reads it;
-* `audio_features`: crop/pad, log-mel and SpecAugment in the graph.
+* `audio_config`: how audio records become features (`AudioFeatureConfig`, `SpecAugment`);
+  `audio_features`: crop/pad, log-mel and SpecAugment in the graph.
 
 None of them imports TFX.
 """
 
-from components.inputs.audio_features import AudioFeatureConfig, SpecAugment
+from components.inputs.audio_config import AudioFeatureConfig, SpecAugment
 from components.inputs.class_balanced import ClassBalancedSampler, class_balanced
 from components.inputs.class_plan import ClassBalancedPlan, ClassReport
 from components.inputs.coverage import PairCoverage, PairCoverageCallback
+from components.inputs.damaged_records import DamagedRecord, DamagedRecordError
 from components.inputs.data_service import ServiceUnsupportedError
 from components.inputs.element_codec import tensor_parser
-from components.inputs.epoch_plan import EpochState
+from components.inputs.epoch_state import EpochState
 from components.inputs.group_pairs import GroupPairs
 from components.inputs.pair_plan import PairingState
 from components.inputs.pairs import (
@@ -36,9 +43,8 @@ from components.inputs.pairs import (
     open_pairs_run,
 )
 from components.inputs.parsing import ImageSpec, example_check, image_example_parser
-from components.inputs.record_store import DamagedRecordError, RecordStore
+from components.inputs.record_store import RecordStore
 from components.inputs.run import Run, StoreOptions, open_run
-from components.inputs.shard_readers import DamagedRecord
 from components.inputs.sources import record_store_from
 from components.inputs.valid_pairs import ValidPairs
 

@@ -3,7 +3,7 @@
 `class_balanced` (and `ClassBalancedSampler`, which it wraps) reads the records that
 `class_plan.ClassBalancedPlan` plans for each epoch from a `RecordStore` and computes log-mel
 features in the graph (`audio_features`). What a user has (run directory, store + labels,
-dataset, ids + loader) becomes a store and class index in `sources.labelled_records`.
+dataset, ids + loader) becomes a store and class index in `labelled_sources.labelled_records`.
 """
 
 from __future__ import annotations
@@ -17,23 +17,24 @@ import numpy as np
 import tensorflow as tf
 
 from components import layout
-from components.inputs import epoch_plan, sources
-from components.inputs.audio_features import (
-    AudioFeatureConfig,
-    audio_features,
-    parse_audio_examples,
-)
+from components.inputs import labelled_sources
+from components.inputs.audio_config import AudioFeatureConfig
+from components.inputs.audio_features import audio_features, parse_audio_examples
 from components.inputs.class_plan import (
     ClassBalancedPlan,
     ClassReport,
     int_argument,
     seed_argument,
 )
+from components.inputs.damaged_records import describe_damaged
 from components.inputs.epoch_sampler import EpochSampler
+from components.inputs.epoch_state import EpochState
 from components.inputs.parsing import AUDIO_EXAMPLE_SPEC, ExampleGuard, ParseFn
-from components.inputs.record_store import RecordStore, describe_damaged
+from components.inputs.record_store import RecordStore
 from components.inputs.run import Run, StoreOptions, open_run
+from components.inputs.skip_log import SkipLog
 from components.inputs.variables import index_variable
+from components.inputs.worker_slices import replicas_per_worker, worker_slice
 
 DEFAULT_FEATURES = AudioFeatureConfig()
 
@@ -48,7 +49,7 @@ class ClassBalancedSampler(EpochSampler):
 
     * `report` (`ClassReport`): usable, small, skipped and empty classes (also logged once as a
       warning when any class is small or empty);
-    * `state` (`epoch_plan.EpochState`): track it in a `tf.train.Checkpoint` to resume; its
+    * `state` (`epoch_state.EpochState`): track it in a `tf.train.Checkpoint` to resume; its
       `skipped_samples` (also `sampler.skipped_samples`) counts the samples left out of batches
       because their records are damaged (`on_damaged="skip"`), logged once per epoch that skips;
       a record that is not an Example the sampler's parser reads (the audio front end, a
@@ -86,13 +87,13 @@ class ClassBalancedSampler(EpochSampler):
         store_options: StoreOptions | None = None,
         memory_budget_bytes: int = 1 << 30,
         cache_dir: str | None = None,
-        state: epoch_plan.EpochState | None = None,
+        state: EpochState | None = None,
     ):
         # Checked before the source is opened: a bad argument is one line, at once.
         n_classes_per_batch = int_argument("n_classes_per_batch", n_classes_per_batch, 1)
         n_samples_per_class = int_argument("n_samples_per_class", n_samples_per_class, 1)
         seed = seed_argument(seed)
-        self.worker_index, self.num_workers = epoch_plan.worker_slice(
+        self.worker_index, self.num_workers = worker_slice(
             input_context, worker_index=worker_index, num_workers=num_workers
         )
         self._parse = record_parser(parse_fn, feature_spec)
@@ -109,7 +110,7 @@ class ClassBalancedSampler(EpochSampler):
                 features = dataclasses.replace(features, sample_rate=recorded)
         self.features = features
         sample_rate = features.sample_rate if features is not None else None
-        resolved = sources.labelled_records(
+        resolved = labelled_sources.labelled_records(
             source,
             labels,
             record_set=record_set,
@@ -135,12 +136,12 @@ class ClassBalancedSampler(EpochSampler):
             epoch_mode=epoch_mode,
             small_classes=small_classes,
             num_workers=self.num_workers,
-            replicas_per_worker=epoch_plan.replicas_per_worker(input_context),
+            replicas_per_worker=replicas_per_worker(input_context),
         )
         self.num_batches = self.plan.num_batches
         self.report = self.plan.report
         _log_report(self.report)
-        self.state = state if state is not None else epoch_plan.EpochState()
+        self.state = state if state is not None else EpochState()
         self._record_numbers, self._record_numbers_in_python = _record_number_lookup(
             resolved.values, memory_budget_bytes
         )
@@ -149,13 +150,25 @@ class ClassBalancedSampler(EpochSampler):
         spec = AUDIO_EXAMPLE_SPEC if self._parse is None and features is not None else feature_spec
         self._guard = ExampleGuard(self.store, spec) if spec is not None else None
         damaged = self._guard if self._guard is not None else self.store
-        self._skip_log = epoch_plan.SkipLog(
+        self._skip_log = SkipLog(
             "class_balanced", self.state, lambda: describe_damaged({"": damaged})
         )
 
     def epoch_plan(self, epoch) -> dict[str, tf.Tensor]:
         """The global plan of `epoch` in record numbers: ``index`` and ``label`` [num_batches,
-        n_c * n_p], ``seed`` [num_batches, 2]."""
+        n_c * n_p], ``seed`` [num_batches, 2].
+
+        Args:
+          epoch: int64 scalar, a Python int or a tensor.
+
+        Returns:
+          A dict of int64 tensors: ``index`` (the record numbers of each batch), ``label`` (the
+          class id of each sample) and ``seed`` (a stateless seed per batch), as above.
+
+        Example:
+
+            first_batch = sampler.epoch_plan(0)["index"][0]   # int64 [n_c * n_p]
+        """
         planned = self.plan.plan(epoch)
         return {
             "index": self._record_numbers(planned["position"]),
@@ -226,8 +239,8 @@ class ClassBalancedSampler(EpochSampler):
 def _recorded_sample_rate(source) -> int | None:
     """The sample rate the run `source` (a `Run` or its folder) stored its audio at, or None.
 
-    A folder that does not open as a committed run gives None here: `sources.labelled_records`
-    opens it next and names what is wrong with it."""
+    A folder that does not open as a committed run gives None here:
+    `labelled_sources.labelled_records` opens it next and names what is wrong with it."""
     if isinstance(source, Run):
         return source.sample_rate
     try:
@@ -256,7 +269,7 @@ def class_balanced(
     store_options: StoreOptions | None = None,
     memory_budget_bytes: int = 1 << 30,
     cache_dir: str | None = None,
-    state: epoch_plan.EpochState | None = None,
+    state: EpochState | None = None,
     initial_step: int = 0,
     num_parallel_calls: int = tf.data.AUTOTUNE,
 ) -> tf.data.Dataset:
@@ -360,7 +373,18 @@ def record_parser(
     parse_fn: ParseFn | None, feature_spec: Mapping[str, object] | None
 ) -> ParseFn | None:
     """The batched parser of non-audio records: `parse_fn` itself, or `tf.io.parse_example`
-    with `feature_spec` (e.g. `parsing.feature_spec_from_schema(...)`); None for neither."""
+    with `feature_spec` (e.g. `parsing.feature_spec_from_schema(...)`); None for neither.
+
+    Args:
+      parse_fn: tf.string [B] -> tensors, or None.
+      feature_spec: feature name -> `tf.io.FixedLenFeature` / `VarLenFeature` / ..., or None.
+
+    Returns:
+      tf.string [B] -> the parsed batch, or None when neither is given.
+
+    Raises:
+      ValueError: both are given.
+    """
     if parse_fn is not None and feature_spec is not None:
         raise ValueError("pass parse_fn or feature_spec, not both")
     if feature_spec is not None:

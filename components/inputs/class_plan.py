@@ -29,7 +29,7 @@ or samples), so every worker computes the same global plan and a resumed run rec
   class. Batches are in random order.
 * **Workers** take whole batches (`epoch_plan.epoch_dataset`), so each replica's batch keeps the
   exact `n_c x n_p` structure. When `num_batches` is not a multiple of workers x replicas per
-  worker (`epoch_plan.round_batches`), the plan adds batches of `n_c` random distinct usable
+  worker (`worker_slices.round_batches`), the plan adds batches of `n_c` random distinct usable
   classes until it is.
 """
 
@@ -43,6 +43,7 @@ import tensorflow as tf
 from components.inputs import epoch_plan
 from components.inputs.arguments import int_argument, seed_argument
 from components.inputs.variables import index_variable
+from components.inputs.worker_slices import round_batches
 
 EPOCH_MODES = ("classes", "samples")
 SMALL_CLASS_POLICIES = ("replace", "skip")
@@ -186,7 +187,7 @@ class ClassBalancedPlan:
         record of every usable class once an epoch).
       small_classes: ``"replace"`` or ``"skip"`` (see `class_report`).
       num_workers, replicas_per_worker: `num_batches` is rounded up to a multiple of their
-        product (`epoch_plan.round_batches`).
+        product (`worker_slices.round_batches`).
 
     Raises:
       ValueError: an unknown `epoch_mode` or `small_classes`, a count below 1, a seed out of
@@ -250,7 +251,7 @@ class ClassBalancedPlan:
         round_starts = np.concatenate([[0], np.cumsum(active)[:-1]])
         batch_offsets = np.concatenate([[0], np.cumsum(groups)[:-1]])
         planned = int(groups.sum())
-        self.num_batches = epoch_plan.round_batches(
+        self.num_batches = round_batches(
             planned, num_workers=self.num_workers, replicas_per_worker=replicas_per_worker
         )
         extra = self.num_batches - planned

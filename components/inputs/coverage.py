@@ -191,11 +191,21 @@ class PairCoverageCallback(keras.callbacks.Callback):
         )
 
     def on_epoch_begin(self, epoch, logs=None):
-        """Starts the coverage's epoch (`PairCoverage.start_epoch`)."""
+        """Starts the coverage's epoch (`PairCoverage.start_epoch`).
+
+        Args:
+          epoch: the epoch Keras begins (0-based); unused.
+          logs: Keras' epoch logs; unused.
+        """
         self.coverage.start_epoch()
 
     def on_epoch_end(self, epoch, logs=None):
-        """Adds `PairCoverage.result()` to `logs` and, with a `log_dir`, writes it at `epoch`."""
+        """Adds `PairCoverage.result()` to `logs` and, with a `log_dir`, writes it at `epoch`.
+
+        Args:
+          epoch: the epoch Keras ends (0-based): the step of the TensorBoard scalars.
+          logs: Keras' epoch logs (updated in place), or None.
+        """
         values = self.coverage.result()
         if logs is not None:
             logs.update(values)

@@ -36,7 +36,15 @@ _PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 
 
 class ServiceUnsupportedError(ValueError):
-    """The dataset cannot run on tf.data service workers; the message says why and what to do."""
+    """The dataset cannot run on tf.data service workers; the message says why and what to do.
+
+    Example:
+
+        try:
+            dataset = sampler.distributed_dataset("grpc://dispatcher:5050")
+        except ServiceUnsupportedError as error:
+            print(error)   # e.g. "... opened with on_damaged='skip' ...; open it with ..."
+    """
 
 
 def check_processing_mode(processing_mode: str) -> str:

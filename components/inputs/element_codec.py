@@ -210,7 +210,11 @@ class ExampleEncoder:
         return examples.serialize_example(feature)
 
     def components(self) -> list[Component]:
-        """The components seen so far, a dimension None where it varied (for `tensor_parser`)."""
+        """The components seen so far, a dimension None where it varied (for `tensor_parser`).
+
+        Returns:
+          One `Component` per key: the declared keys in order, else those observed.
+        """
         keys = self._declared if self._declared is not None else self._observed
         return [self._observed[key] for key in keys]
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import tensorflow as tf
 
 from components.inputs import data_service
-from components.inputs.epoch_plan import EpochState, epoch_dataset, epoch_range_dataset
+from components.inputs.epoch_plan import epoch_dataset, epoch_range_dataset
+from components.inputs.epoch_state import EpochState
 from components.inputs.record_store import RecordStore
 
 
@@ -67,7 +68,7 @@ class EpochSampler:
           `steps_per_epoch` of them per iteration.
 
         Raises:
-          epoch_plan.StateRunError: `state` follows another run than `run_key`.
+          epoch_state.StateRunError: `state` follows another run than `run_key`.
           ValueError: `initial_step` outside `[0, steps_per_epoch)`.
         """
         num_batches = self.num_batches
@@ -121,7 +122,7 @@ class EpochSampler:
           data_service.ServiceUnsupportedError: now, not on a worker, when something cannot run
             there (the Python disk reader, on_damaged="skip", Python in a parse function,
             least_sampled over an edge list, a graph over `max_graph_bytes`).
-          epoch_plan.StateRunError: `state` follows another run than `run_key`.
+          epoch_state.StateRunError: `state` follows another run than `run_key`.
           ValueError: `start_epoch` below 0, `num_epochs` below 1, `max_graph_bytes` out of
             range, or a parsed batch that has an ``epoch`` key.
         """

@@ -11,7 +11,7 @@ randomness seeded by `(seed, epoch)`:
   at most D valid partners, every valid pair has been planned after D epochs. Group pairs use a
   stateless schedule instead (`group_pairs`).
 
-The x order is reshuffled every epoch and cut into global batches (`epoch_plan.round_batches`).
+The x order is reshuffled every epoch and cut into global batches (`worker_slices.round_batches`).
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from components.inputs.epoch_plan import (
     SALT_GROUP_START,
     SALT_ORDER,
     SALT_TIE_BREAK,
-    EpochState,
     epoch_seed,
-    round_batches,
 )
+from components.inputs.epoch_state import EpochState
 from components.inputs.group_pairs import GroupPairs
 from components.inputs.valid_pairs import ValidPairs
 from components.inputs.variables import index_variable
+from components.inputs.worker_slices import round_batches
 
 STRATEGIES = ("uniform", "least_sampled")
 REMAINDERS = ("wrap", "drop")
@@ -98,7 +98,7 @@ class PairPlanner:
       seed: the stateless seed (int64) of every epoch's plan.
       batch_size: pairs per global batch (>= 1).
       num_workers, replicas_per_worker: `num_batches` is a multiple of their product
-        (`epoch_plan.round_batches`).
+        (`worker_slices.round_batches`).
       remainder: the last, partial batch: ``"wrap"`` completes it with the start of the
         epoch's order (rounding up), ``"drop"`` leaves it out (rounding down).
       state: the `PairingState` to plan from (for `least_sampled`, its counts); None makes a

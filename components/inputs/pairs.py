@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from components import layout
 from components.inputs.arguments import int_argument, seed_argument
-from components.inputs.epoch_plan import SkipLog, replicas_per_worker, worker_slice
+from components.inputs.damaged_records import describe_damaged
 from components.inputs.epoch_sampler import EpochSampler
 from components.inputs.group_pairs import GroupPairs
 from components.inputs.pair_plan import PairingState, PairPlanner
@@ -26,10 +26,12 @@ from components.inputs.parsing import (
     image_example_parser,
     image_example_spec,
 )
-from components.inputs.record_store import RecordStore, describe_damaged
+from components.inputs.record_store import RecordStore
 from components.inputs.run import Run, StoreOptions, open_run
+from components.inputs.skip_log import SkipLog
 from components.inputs.sources import record_store_from
 from components.inputs.valid_pairs import ValidPairs
+from components.inputs.worker_slices import replicas_per_worker, worker_slice
 
 
 def dynamic_pairs(
@@ -96,6 +98,18 @@ def dynamic_pairs(
       batch dimension is static, unless a store skips damaged records (on_damaged="skip"),
       which drops the pairs that touch them (counted in `state.skipped_samples` and logged once
       per epoch). Cardinality: batches per worker per epoch.
+
+    Raises:
+      ValueError: a bad argument (named), valid pairs that do not fit the stores, or `y` /
+        `valid_pairs` given with a run.
+      TypeError: `y` or `valid_pairs` missing without a run.
+      layout.IndexFileError, layout.RunCommitError: a damaged or uncommitted run.
+
+    Example:
+
+        dataset = dynamic_pairs(x_images, y_images, [[0, 3], [1], [2, 3]], batch_size=2)
+        dataset = dynamic_pairs(open_run("runs/digits"), batch_size=64, image=ImageSpec(28, 28, 1))
+        model.fit(dataset, epochs=10)   # each epoch pairs every x with a fresh y
     """
     initial_step = int_argument("initial_step", initial_step, 0)
     sampler = DynamicPairsSampler(
@@ -136,6 +150,12 @@ class DynamicPairsSampler(EpochSampler):
     `skipped_samples` counts the pairs left out because a record is damaged). Build one over a
     materialized run: pass its `Run` (`open_run`) or folder as `x`. See `dynamic_pairs` for
     the arguments.
+
+    Example:
+
+        sampler = DynamicPairsSampler(open_run("runs/digits"), batch_size=64, seed=7)
+        checkpoint = tf.train.Checkpoint(pairing=sampler.state)
+        model.fit(sampler.dataset(), epochs=10, steps_per_epoch=sampler.steps_per_epoch)
     """
 
     def __init__(

@@ -22,6 +22,7 @@ import tensorflow as tf
 from google.protobuf.message import DecodeError
 
 from components import layout
+from components.inputs.damaged_records import DamagedRecord, DamagedRecordError, damage_message
 from components.inputs.variables import index_variable
 
 ParseFn = Callable[[tf.Tensor], object]
@@ -423,9 +424,6 @@ class ExampleGuard:
     def _check_records(
         self, indices: np.ndarray, records: np.ndarray, pending: np.ndarray
     ) -> np.ndarray:
-        from components.inputs.record_store import DamagedRecordError
-        from components.inputs.shard_readers import DamagedRecord
-
         good = np.ones(len(indices), bool)
         damaged = []
         for i in np.flatnonzero(pending).tolist():
@@ -440,9 +438,7 @@ class ExampleGuard:
         if not damaged:
             return good
         if self._store.on_damaged == "fail":
-            shown = "; ".join(str(d) for d in damaged[:5])
-            more = f" (and {len(damaged) - 5} more)" if len(damaged) > 5 else ""
-            raise DamagedRecordError(f"{len(damaged)} damaged record(s): {shown}{more}")
+            raise DamagedRecordError(damage_message(damaged))
         with self._lock:
             for d in damaged:
                 self._damaged.setdefault(d.index, d)

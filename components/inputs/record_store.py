@@ -36,19 +36,17 @@ import numpy as np
 import tensorflow as tf
 
 from components import layout
+from components.inputs.damaged_records import DamagedRecord, DamagedRecordError, damage_message
+from components.inputs.native_reader import NativeRead, open_native_reader
 from components.inputs.parsing import ParseFn
-from components.inputs.shard_readers import (
-    DamagedRecord,
-    NativeRead,
+from components.inputs.shard_checks import (
     PayloadCheck,
     RunPin,
-    ShardReader,
     check_offsets,
     check_shard_contents,
-    load_all,
-    open_native_reader,
     shard_sizes,
 )
+from components.inputs.shard_readers import ShardReader, load_all
 from components.inputs.variables import index_variable
 
 _log = logging.getLogger(__name__)
@@ -56,10 +54,6 @@ _log = logging.getLogger(__name__)
 BACKENDS = ("auto", "memory", "disk")
 READERS = ("auto", "native", "python")
 ON_DAMAGED = ("fail", "skip")
-
-
-class DamagedRecordError(ValueError):
-    """A record failed its TFRecord frame check and the store was opened with on_damaged="fail"."""
 
 
 class RecordStore:
@@ -70,6 +64,11 @@ class RecordStore:
     `components.inputs.sources.record_store_from` (arrays, datasets, ids + a load function).
 
     `read(indices)` (int64 [B] -> tf.string [B]) works eagerly and inside `Dataset.map`.
+
+    Example:
+
+        store = RecordStore.open("runs/digits", "x")
+        ds = tf.data.Dataset.range(store.num_records).batch(32).map(store.read)
     """
 
     def __init__(
@@ -138,12 +137,34 @@ class RecordStore:
         open for the memory backend, when read for the disk backend). A record set of a run that
         `summary.json` does not commit as ok raises `layout.RunCommitError` (see
         `layout.load_shards`), and so does a shard that is not the one the run wrote
-        (`shard_readers.check_shard_contents`: another run's, copied in or left by an overwrite).
+        (`shard_checks.check_shard_contents`: another run's, copied in or left by an overwrite).
 
         The store serves that one run until it is dropped: the memory backend holds its
         records; the disk readers check, whenever they open the shards (the native op every
         epoch), that the run is still committed and its shards unchanged (`RunPin`), and fail
         naming both run ids when the folder was overwritten.
+
+        Args:
+          output_dir: the run folder (or the TFX `OffsetIndex` artifact holding its record sets).
+          record_set: the record set's name, e.g. "train" or "x".
+          backend, memory_budget_bytes, on_damaged, verify_crc, reader: as in `run.StoreOptions`.
+          payload_check: a check of each record's bytes (None: good, else the reason; it runs in
+            Python), e.g. `parsing.example_check`; None: no check.
+          parse_fn: tf.string [B] -> tensors, kept as `store.parse_fn`; None: unknown.
+
+        Returns:
+          The `RecordStore`.
+
+        Raises:
+          ValueError: an unknown `backend`, `reader` or `on_damaged`, or `reader="native"`
+            where it cannot be used.
+          FileNotFoundError: the run has no record set `record_set`.
+          layout.IndexFileError, layout.RunCommitError: as described above.
+          DamagedRecordError: a damaged record at open (memory backend, `on_damaged="fail"`).
+
+        Example:
+
+            store = RecordStore.open("runs/speakers", "train", backend="disk", on_damaged="skip")
         """
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -190,7 +211,7 @@ class RecordStore:
         if backend == "memory":
             records, ok, damaged = load_all(shard_paths, offsets, verify_crc, payload_check)
             if damaged and on_damaged == "fail":
-                raise DamagedRecordError(_damage_message(damaged))
+                raise DamagedRecordError(damage_message(damaged))
             return opened(backend="memory", records=records, records_ok=ok, damaged_records=damaged)
         native_reader, python_reader_reason = open_native_reader(
             reader, shard_paths, offsets, verify_crc, payload_check, pin
@@ -205,7 +226,24 @@ class RecordStore:
     def from_serialized(
         cls, records, *, record_set: str | None = None, parse_fn: ParseFn | None = None
     ) -> RecordStore:
-        """An in-memory store over `records`: list[bytes], numpy array or tf.string [N]."""
+        """An in-memory store over `records`: list[bytes], numpy array or tf.string [N].
+
+        Args:
+          records: the serialized records, bytes [N].
+          record_set: a name for the store in error messages, or None.
+          parse_fn: tf.string [B] -> tensors, kept as `store.parse_fn`; None: unknown.
+
+        Returns:
+          A memory-backend `RecordStore` of N records.
+
+        Raises:
+          ValueError: `records` is not a vector.
+
+        Example:
+
+            store = RecordStore.from_serialized([b"a", b"bc", b"def"])
+            store.read([2, 0])                        # [b"def", b"a"]
+        """
         records = tf.convert_to_tensor(records, dtype=tf.string)
         if records.shape.rank != 1:
             raise ValueError(f"records must be a vector [N], got shape {records.shape}")
@@ -228,14 +266,17 @@ class RecordStore:
 
     @property
     def num_records(self) -> int:
+        """The number of records N: record numbers are in [0, N)."""
         return self._num_records
 
     @property
     def backend(self) -> str:
+        """ "memory" or "disk": where the records are read from ("auto" is resolved at open)."""
         return self._backend
 
     @property
     def record_set(self) -> str | None:
+        """The record set's name (e.g. "train"); None for an unnamed in-memory store."""
         return self._record_set
 
     @property
@@ -252,6 +293,7 @@ class RecordStore:
 
     @property
     def on_damaged(self) -> str:
+        """ "fail" or "skip": what a read does with a damaged record."""
         return self._on_damaged
 
     @property
@@ -276,6 +318,9 @@ class RecordStore:
         A worker runs the dataset graph in another process, so nothing that calls back into this
         Python process works there: the Python disk reader (`tf.numpy_function`), and
         `on_damaged="skip"`, which names, counts and logs the damaged records here.
+
+        Returns:
+          One sentence per problem, each saying what to change.
         """
         name = self._describe()
         problems = []
@@ -295,7 +340,17 @@ class RecordStore:
         return problems
 
     def locate(self, index: int) -> tuple[str, int] | None:
-        """`(shard path, frame offset)` of record `index`, or None for a store without shards."""
+        """`(shard path, frame offset)` of record `index`, or None for a store without shards.
+
+        Args:
+          index: the record number, in [0, num_records).
+
+        Returns:
+          `(shard path, frame offset)`, or None for a store built from records in memory.
+
+        Raises:
+          IndexError: `index` out of range.
+        """
         _check_index_in_range(index, self._num_records)
         return None if self._reader is None else self._reader.locate(index)
 
@@ -304,8 +359,20 @@ class RecordStore:
     def read(self, indices) -> tf.Tensor:
         """Returns tf.string [B]: the records at `indices` (int64 [B]).
 
-        Raises an error naming the index and `num_records` for an index out of range, and one
-        naming the shard and offset for a damaged record when `on_damaged="fail"`.
+        Args:
+          indices: int64 [B] record numbers, each in [0, num_records).
+
+        Returns:
+          tf.string [B], in the order of `indices` (`b""` for a record skipped as damaged).
+
+        Raises:
+          tf.errors.InvalidArgumentError: an index out of range (naming it and `num_records`).
+          DamagedRecordError: a damaged record with `on_damaged="fail"`, naming the shard and
+            offset (a `tf.errors.OpError` with that message inside a dataset).
+
+        Example:
+
+            records = store.read(tf.constant([3, 1], tf.int64))
         """
         records, _ = self.read_checked(indices)
         return records
@@ -320,6 +387,22 @@ class RecordStore:
         this process; a damaged record then fails the read naming the record numbers (not the
         shard and offset, which only the Python side knows). Requires `service_problems()` to
         be empty.
+
+        Args:
+          indices: int64 [B] record numbers, each in [0, num_records).
+          for_service: see above.
+
+        Returns:
+          `(records, ok)`: tf.string [B], and tf.bool [B] False where a record was skipped.
+
+        Raises:
+          tf.errors.InvalidArgumentError: an index out of range, or a damaged record read with
+            `for_service`.
+          DamagedRecordError: as `read`.
+
+        Example:
+
+            records, ok = store.read_checked([0, 12])  # skip, 12 damaged: ok = [True, False]
         """
         indices = tf.convert_to_tensor(indices, dtype=tf.int64)
         indices = self._checked_indices(indices)
@@ -396,7 +479,7 @@ class RecordStore:
         if not damaged:
             return
         if self._on_damaged == "fail":
-            raise DamagedRecordError(_damage_message(damaged))
+            raise DamagedRecordError(damage_message(damaged))
         with self._damaged_lock:
             for d in damaged:
                 self._damaged.setdefault(d.index, d)
@@ -411,18 +494,3 @@ class RecordStore:
 def _check_index_in_range(index: int, num_records: int) -> None:
     if not 0 <= index < num_records:
         raise IndexError(f"record index {index} out of range: num_records = {num_records}")
-
-
-def _damage_message(damaged: list[DamagedRecord]) -> str:
-    shown = "; ".join(str(d) for d in damaged[:5])
-    more = f" (and {len(damaged) - 5} more)" if len(damaged) > 5 else ""
-    return f"{len(damaged)} damaged record(s): {shown}{more}"
-
-
-def describe_damaged(stores: dict[str, RecordStore], limit: int = 3) -> str:
-    """The first damaged records found in `stores` (name -> store; the name prefixes each)."""
-    damaged = [
-        f"{name} {d}".lstrip() for name, store in stores.items() for d in store.damaged_records
-    ]
-    more = f" (and {len(damaged) - limit} more)" if len(damaged) > limit else ""
-    return f"Damaged so far: {'; '.join(damaged[:limit])}{more}" if damaged else ""

@@ -30,7 +30,7 @@ import tensorflow as tf
 from components import component_keys, layout
 from components.inputs.arguments import choice, int_argument
 from components.inputs.record_store import BACKENDS, ON_DAMAGED, READERS, RecordStore
-from components.inputs.shard_readers import PayloadCheck
+from components.inputs.shard_checks import PayloadCheck
 
 # The artifact output keys of one materialize (or index) component execution.
 _EXAMPLES_KEYS = (component_keys.EXAMPLES_KEY, component_keys.INDEXED_EXAMPLES_KEY)
@@ -116,6 +116,13 @@ class Run:
       record_sets: the record set names, sorted.
       pair_index_uri / class_index_uri: the folders holding `index/pairs` / the class indexes
         (the run folder, or the `pair_index` / `class_index` artifact), None when absent.
+
+    Example:
+
+        run = open_run("runs/speakers")
+        run.sample_rate, run.config, run.rejects  # what the audio job recorded
+        run.num_records("train"), run.has_class_index("train")
+        train = run.store("train", StoreOptions(on_damaged="skip"))
     """
 
     def __init__(
@@ -168,16 +175,61 @@ class Run:
         return dict(self._summary.get("rejects") or {})
 
     def num_records(self, record_set: str) -> int:
-        """Records in `record_set`, as the run recorded them."""
+        """Records in `record_set`, as the run recorded them.
+
+        Args:
+          record_set: one of `record_sets`.
+
+        Returns:
+          The number of records `summary.json` counts in it.
+
+        Raises:
+          KeyError: the run has no such record set (the message names those it has).
+
+        Example:
+
+            run.num_records("train")
+        """
         return int(self._record_set(record_set)["num_records"])
 
     def has_class_index(self, record_set: str) -> bool:
+        """Whether the run holds a class index of `record_set` (what `class_balanced` reads).
+
+        Args:
+          record_set: a record set name, e.g. "train".
+
+        Returns:
+          True when `class_index_uri` holds the class index of `record_set`.
+
+        Example:
+
+            if run.has_class_index("train"):
+                dataset = class_balanced(
+                    run, record_set="train", n_classes_per_batch=8, n_samples_per_class=4
+                )
+        """
         return self.class_index_uri is not None and tf.io.gfile.isdir(
             layout.class_records_dir(self.class_index_uri, record_set)
         )
 
     def store(self, record_set: str, options: StoreOptions | None = None) -> RecordStore:
-        """The `RecordStore` of `record_set`, opened with `options` (default `StoreOptions()`)."""
+        """The `RecordStore` of `record_set`, opened with `options` (default `StoreOptions()`).
+
+        Args:
+          record_set: one of `record_sets`.
+          options: how the store is opened; None: `StoreOptions()`.
+
+        Returns:
+          The `RecordStore`.
+
+        Raises:
+          KeyError: the run has no such record set.
+          layout.IndexFileError, layout.RunCommitError: as `RecordStore.open`.
+
+        Example:
+
+            store = run.store("train", StoreOptions(backend="disk"))
+        """
         self._record_set(record_set)
         return (options or StoreOptions()).open_store(self.uri, record_set)
 
@@ -189,7 +241,24 @@ class Run:
         on_invalid: str = "fail",
     ):
         """`(x_store, y_store, valid_pairs)` of a pairs run (see `open_pairs_run`): the valid
-        pairs are a `ValidPairs`, or a `GroupPairs` when the run paired by group."""
+        pairs are a `ValidPairs`, or a `GroupPairs` when the run paired by group.
+
+        Args:
+          options: how the `x` and `y` stores are opened (they share `memory_budget_bytes`);
+            None: `StoreOptions()`.
+          check_examples, on_invalid: as in `open_pairs_run`.
+
+        Returns:
+          `(x_store, y_store, valid_pairs)`.
+
+        Raises:
+          FileNotFoundError: the run has no pair index.
+          layout.IndexFileError, layout.RunCommitError: as `open_pairs_run`.
+
+        Example:
+
+            x_store, y_store, valid_pairs = open_run("runs/digits").pairs()
+        """
         from components.inputs.pairs import open_pairs_run
 
         if self.pair_index_uri is None:
@@ -222,6 +291,9 @@ def open_run(uri: str) -> Run:
     """Opens the committed run at `uri`: a run folder the materialize or index job wrote, or
     any artifact URI of one pipeline execution of their components (`examples`,
     `offset_index`, `pair_index`, `class_index`, `indexed_examples`).
+
+    Args:
+      uri: the run folder, or an artifact URI of one component execution.
 
     Returns:
       The `Run`; its parts are found beside `uri` (the artifacts of the same execution).

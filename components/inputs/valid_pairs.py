@@ -38,6 +38,11 @@ class ValidPairs:
       planned_x: int64 [num_planned]: the x that take part in the plan (non-empty rows).
       skipped: reason -> number of x left out of the plan for it (on_invalid="skip").
       skipped_x: int64 [num_skipped]: the x left out (those beyond num_x excluded).
+
+    Example:
+
+        pairs = ValidPairs.build([[0, 2], [1], [2]], num_y=3)
+        pairs.num_x, pairs.num_pairs, pairs.row_splits   # 3, 4, [0, 2, 3, 4]
     """
 
     row_splits: np.ndarray
@@ -49,10 +54,12 @@ class ValidPairs:
 
     @property
     def num_x(self) -> int:
+        """The number of x records (rows of the index, planned or skipped)."""
         return len(self.row_splits) - 1
 
     @property
     def num_pairs(self) -> int:
+        """The number of valid (x, y) pairs kept in the index."""
         return len(self.values)
 
     @classmethod
@@ -74,6 +81,19 @@ class ValidPairs:
           num_y: the number of y records; default: max y + 1.
           on_invalid: "fail" raises ValueError naming the first bad x (y out of range, x out of
             range, empty valid list); "skip" leaves those x out of the plan and counts them.
+
+        Returns:
+          The checked `ValidPairs`, with exactly `num_x` rows.
+
+        Raises:
+          TypeError: `valid_pairs` of none of the kinds above.
+          ValueError: non-integer or malformed CSR arrays, an unknown `on_invalid`, a bad x
+            with on_invalid="fail", or no x with a valid pair.
+
+        Example:
+
+            ValidPairs.build([[0, 5], [], [9]], num_y=6, on_invalid="skip").skipped
+            # {"y out of range": 1, "empty valid list": 1}
         """
         if isinstance(valid_pairs, ValidPairs):
             return valid_pairs
@@ -181,6 +201,10 @@ class ValidPairs:
             bad x).
           layout.RunCommitError: an index of a run that `summary.json` does not commit as ok
             (see `layout.check_committed`).
+
+        Example:
+
+            pairs = ValidPairs.load("runs/digits", num_x=x_store.num_records)
         """
         directory = layout.pairs_index_dir(output_dir)
         layout.check_part(output_dir, directory)

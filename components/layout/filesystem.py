@@ -15,7 +15,11 @@ from typing import IO
 
 
 def has_beam() -> bool:
-    """Whether Apache Beam is installed (the `[beam]` extra)."""
+    """Whether Apache Beam is installed (the `[beam]` extra).
+
+    Returns:
+        True when `apache_beam` can be imported: the layout then writes through its `FileSystems`.
+    """
     return importlib.util.find_spec("apache_beam") is not None
 
 
@@ -89,6 +93,12 @@ def size(path: str) -> int:
     """The size of the file at `path`, in bytes.
 
     Not a glob match (`FileSystems.match`): run folders may hold `[` or `*` in their names.
+
+    Args:
+        path: any path the file system reads (local, gs://, ...).
+
+    Returns:
+        The file's size in bytes.
     """
     if not has_beam():
         return int(gfile().stat(path).length)
@@ -98,7 +108,19 @@ def size(path: str) -> int:
 
 
 def read_at(path: str, positions: list[int], length: int) -> bytes:
-    """`length` bytes at each of `positions` of the file at `path`, concatenated in order."""
+    """`length` bytes at each of `positions` of the file at `path`, concatenated in order.
+
+    Args:
+        path: any path the file system reads (local, gs://, ...).
+        positions: byte offsets in the file, read in this order.
+        length: the bytes read at each position (fewer where the file ends first).
+
+    Returns:
+        The bytes read, concatenated in the order of `positions` (b"" for no positions).
+
+    Example:
+        headers = read_at(shard_path, [0, 4096], 12)
+    """
     if not positions:
         return b""
     if has_beam():

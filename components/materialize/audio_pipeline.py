@@ -373,7 +373,7 @@ def _static_summary(config: AudioConfig, mode: str) -> dict:
     }
 
 
-class MaterializeAudio(beam.PTransform):
+class MaterializeAudio(stages.Job[AudioConfig]):
     """The audio job as one transform, applied to a pipeline (`run_audio` runs it).
 
     `manifest_format` is read from the manifest when not given (and unused with
@@ -390,20 +390,10 @@ class MaterializeAudio(beam.PTransform):
     """
 
     def __init__(self, config: AudioConfig, manifest_format: manifest.ManifestFormat | None = None):
-        super().__init__()
-        self._config = config
+        super().__init__(config)
         self._format = _inspect_manifest(config) if manifest_format is None else manifest_format
 
-    def expand(self, begin: beam.pvalue.PBegin) -> beam.PCollection:
-        """Builds the audio job on the pipeline's root.
-
-        Args:
-            begin: the pipeline's root.
-
-        Returns:
-            A singleton PCollection, the summary.
-        """
-        config = self._config
+    def _build(self, begin: beam.pvalue.PBegin, config: AudioConfig) -> beam.PCollection:
         output_dir = config.output_dir
         has_split = self._format is not None and self._format.has_split
         mode = _split_mode(config, has_split)

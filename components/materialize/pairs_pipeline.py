@@ -183,7 +183,7 @@ def _static_summary(config: PairsConfig) -> dict:
     }
 
 
-class MaterializePairs(beam.PTransform):
+class MaterializePairs(stages.Job[PairsConfig]):
     """The pairs job as one transform, applied to a pipeline (`run_pairs` runs it).
 
     Args:
@@ -197,20 +197,7 @@ class MaterializePairs(beam.PTransform):
         stages.run_job(lambda p: p | MaterializePairs(config), config.output_dir, False, (), None)
     """
 
-    def __init__(self, config: PairsConfig):
-        super().__init__()
-        self._config = config
-
-    def expand(self, begin: beam.pvalue.PBegin) -> beam.PCollection:
-        """Builds the pairs job on the pipeline's root.
-
-        Args:
-            begin: the pipeline's root.
-
-        Returns:
-            A singleton PCollection, the summary.
-        """
-        config = self._config
+    def _build(self, begin: beam.pvalue.PBegin, config: PairsConfig) -> beam.PCollection:
         output_dir = config.output_dir
         roots = {X: config.x_dir, Y: config.y_dir}
         storage = images.ImageStorage(

@@ -22,6 +22,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from components import layout
 from components.materialize import rejects
+from components.materialize.owned_files import is_local  # defined once; also `paths.is_local`
 
 _FORBIDDEN_CHARACTERS = frozenset("\n\r\0")
 # Put by `list_files` before the id of a file whose name is not UTF-8 and whose printable form
@@ -107,18 +108,6 @@ def _ambiguous_detail(marked: str) -> str:
 
 def _has_drive(path: str) -> bool:
     return len(path) >= 2 and path[1] == ":" and path[0].isalpha()
-
-
-def is_local(path: str) -> bool:
-    """Whether `path` is on the local file system (it has no `scheme://`).
-
-    Args:
-        path: a local path or a URL such as gs://bucket/x.
-
-    Returns:
-        True for a local path.
-    """
-    return "://" not in path
 
 
 def check_inside_root(root: str, path: str) -> None:

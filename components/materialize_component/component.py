@@ -20,7 +20,7 @@ file system (`--temp_location` in `beam_pipeline_args` is where `files` spills).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any
 
 from tfx import types
 from tfx.dsl.components.base import base_beam_component, executor_spec
@@ -31,10 +31,6 @@ from components import artifacts
 from components import component_keys as keys
 from components.materialize_component import executor
 
-if TYPE_CHECKING:
-    # typing.Unpack is Python 3.11+; annotations are not evaluated at run time.
-    from typing_extensions import Unpack
-
 _COMMON_PARAMETERS = {
     keys.NUM_SHARDS_KEY: ExecutionParameter(type=int, optional=True),
     keys.MAX_SHARD_BYTES_KEY: ExecutionParameter(type=int, optional=True),
@@ -42,16 +38,6 @@ _COMMON_PARAMETERS = {
     keys.INPUT_FINGERPRINT_KEY: ExecutionParameter(type=str, optional=True),
     keys.SPILL_KEY: ExecutionParameter(type=str, optional=True),
 }
-
-
-class _CommonArgs(TypedDict, total=False):
-    """The keyword arguments for `_COMMON_PARAMETERS`, as `_MaterializeComponent` takes them."""
-
-    num_shards: int | None
-    max_shard_bytes: int | None
-    max_reject_fraction: float | None
-    input_fingerprint: str | None
-    spill: str | None
 
 
 def _outputs(index_key: str, index_type: type[types.Artifact]) -> dict[str, ChannelParameter]:
@@ -151,8 +137,8 @@ class MaterializePairs(_MaterializeComponent):
         raw_height: the raw pixels' height.
         raw_width: the raw pixels' width.
         raw_channels: the raw pixels' channels (1, 3 or 4).
-        **common: `num_shards`, `max_shard_bytes`, `max_reject_fraction`, `input_fingerprint`,
-            `spill` (module doc).
+        num_shards, max_shard_bytes, max_reject_fraction, input_fingerprint, spill: the
+            settings both jobs take (module doc).
 
     Example:
         MaterializePairs(x_dir="data/x", y_dir="data/y", pairs="data/pairs.jsonl",
@@ -177,7 +163,11 @@ class MaterializePairs(_MaterializeComponent):
         raw_height: int | None = None,
         raw_width: int | None = None,
         raw_channels: int | None = None,
-        **common: Unpack[_CommonArgs],
+        num_shards: int | None = None,
+        max_shard_bytes: int | None = None,
+        max_reject_fraction: float | None = None,
+        input_fingerprint: str | None = None,
+        spill: str | None = None,
     ):
         super().__init__(
             {
@@ -194,7 +184,11 @@ class MaterializePairs(_MaterializeComponent):
                 keys.RAW_WIDTH_KEY: raw_width,
                 keys.RAW_CHANNELS_KEY: raw_channels,
             },
-            **common,
+            num_shards=num_shards,
+            max_shard_bytes=max_shard_bytes,
+            max_reject_fraction=max_reject_fraction,
+            input_fingerprint=input_fingerprint,
+            spill=spill,
         )
 
 
@@ -213,8 +207,8 @@ class MaterializeAudio(_MaterializeComponent):
         split_mode: "speaker" or "utterance", for a manifest without splits.
         eval_fraction: the fraction of speakers (or utterances) held out as `eval`.
         split_seed: the seed of that split.
-        **common: `num_shards`, `max_shard_bytes`, `max_reject_fraction`, `input_fingerprint`,
-            `spill` (module doc).
+        num_shards, max_shard_bytes, max_reject_fraction, input_fingerprint, spill: the
+            settings both jobs take (module doc).
 
     Raises:
         ValueError: when neither or both of `manifest` and `speaker_from_path` are given.
@@ -237,7 +231,11 @@ class MaterializeAudio(_MaterializeComponent):
         split_mode: str | None = None,
         eval_fraction: float | None = None,
         split_seed: int | None = None,
-        **common: Unpack[_CommonArgs],
+        num_shards: int | None = None,
+        max_shard_bytes: int | None = None,
+        max_reject_fraction: float | None = None,
+        input_fingerprint: str | None = None,
+        spill: str | None = None,
     ):
         if bool(manifest) == bool(speaker_from_path):
             raise ValueError(
@@ -254,5 +252,9 @@ class MaterializeAudio(_MaterializeComponent):
                 keys.EVAL_FRACTION_KEY: eval_fraction,
                 keys.SPLIT_SEED_KEY: split_seed,
             },
-            **common,
+            num_shards=num_shards,
+            max_shard_bytes=max_shard_bytes,
+            max_reject_fraction=max_reject_fraction,
+            input_fingerprint=input_fingerprint,
+            spill=spill,
         )

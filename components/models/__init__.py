@@ -2,5 +2,8 @@
 `serving`, their SavedModel exports (signatures that run the training front end in the graph),
 and `charts`, the numpy-drawn charts of their TensorBoard pictures.
 
+The CycleGAN is three modules: `cyclegan_networks` (generator, discriminator), `cyclegan` (the
+`CycleGAN` model and its losses) and `translation_snapshots` (its TensorBoard pictures).
+
 Pure Keras (TensorFlow backend): importing these modules does not import TFX.
 """

@@ -12,138 +12,26 @@ two PatchGAN discriminators, `D_X` and `D_Y`. Losses:
 `CycleGAN` is a `keras.Model` whose `train_step` takes the pair batches of
 `components.inputs.dynamic_pairs`, so `model.fit(dataset)` trains it; it logs `cycle_loss`,
 `identity_loss`, `generator_adv_loss` and `discriminator_loss` as epoch means, and
-`TranslationSnapshots` shows it translating fixed images in TensorBoard. Unlike the paper
-the discriminators see the current batch's fakes, not a pool of older ones: the dynamic pairs
-already give them a fresh mix every epoch, and the pool would be state outside the input plan.
+`translation_snapshots.TranslationSnapshots` shows it translating fixed images in TensorBoard.
+Unlike the paper the discriminators see the current batch's fakes, not a pool of older ones: the
+dynamic pairs already give them a fresh mix every epoch, and the pool would be state outside the
+input plan. The networks are built in `cyclegan_networks`.
 
 Pure Keras 3 on the TensorFlow backend; no TFX.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
 import keras
 import tensorflow as tf
 
-from components.models import charts
+from components.models.cyclegan_networks import build_discriminator, build_generator
 
 X_KEY = "x"
 Y_KEY = "y"
 LOSS_NAMES = ("cycle_loss", "identity_loss", "generator_adv_loss", "discriminator_loss")
-TRANSLATIONS_DIR = "translations"
-X_CYCLE_TAG = "x_to_y_to_x"
-Y_CYCLE_TAG = "y_to_x_to_y"
-
-
-def _instance_norm(name: str) -> keras.layers.Layer:
-    # groups=-1: one group per channel, i.e. instance normalization. Without a learned scale
-    # and offset, as in the reference implementation (PyTorch's InstanceNorm2d default); the
-    # convolutions before it carry no bias either, since the norm would remove it.
-    return keras.layers.GroupNormalization(
-        groups=-1, epsilon=1e-5, center=False, scale=False, name=name
-    )
-
-
-def _conv(filters: int, kernel: int, name: str, strides: int = 1) -> keras.layers.Layer:
-    """A convolution followed by instance norm: no bias."""
-    return keras.layers.Conv2D(
-        filters, kernel, strides=strides, padding="same", use_bias=False, name=name
-    )
-
-
-def build_generator(
-    image_shape: tuple[int, int, int],
-    *,
-    filters: int = 8,
-    num_downsamplings: int = 2,
-    num_residual_blocks: int = 2,
-    name: str = "generator",
-) -> keras.Model:
-    """A ResNet generator: float32 [B, H, W, C] in [0, 1] -> same shape, in [0, 1].
-
-    `num_downsamplings` stride-2 convolutions (doubling the channels each time), then
-    `num_residual_blocks` residual blocks at the lowest resolution, then as many nearest
-    upsamplings + convolutions (no transposed convolution: it leaves checkerboard artifacts on
-    small images). Most of the compute sits at low resolution, which is what makes a few CPU
-    epochs on 32x32 images cheap.
-
-    Args:
-        image_shape: (H, W, C) of the images; H and W multiples of 2**num_downsamplings.
-        filters: Channels of the first convolution (doubled at each downsampling).
-        num_downsamplings: How many stride-2 convolutions (and upsamplings).
-        num_residual_blocks: How many residual blocks at the lowest resolution.
-        name: The Keras model's name.
-
-    Returns:
-        A functional `keras.Model`, float32 [B, H, W, C] -> float32 [B, H, W, C] (sigmoid).
-
-    Raises:
-        ValueError: H or W is not a multiple of 2**num_downsamplings.
-
-    Example:
-        generator = build_generator((32, 32, 1), name="generator_xy")
-    """
-    height, width, channels = image_shape
-    scale = 2**num_downsamplings
-    if height % scale or width % scale:
-        raise ValueError(
-            f"generator with {num_downsamplings} downsamplings needs image sides divisible by "
-            f"{scale}, got {image_shape}"
-        )
-    inputs = keras.Input(shape=image_shape, name="images")
-    h = _conv(filters, 5, "stem")(inputs)
-    h = keras.layers.ReLU()(_instance_norm("stem_norm")(h))
-    width_at = [filters * 2**level for level in range(num_downsamplings + 1)]
-    for level in range(1, num_downsamplings + 1):
-        h = _conv(width_at[level], 3, f"down{level}", strides=2)(h)
-        h = keras.layers.ReLU()(_instance_norm(f"down{level}_norm")(h))
-    for block in range(num_residual_blocks):
-        r = _conv(width_at[-1], 3, f"res{block}_a")(h)
-        r = keras.layers.ReLU()(_instance_norm(f"res{block}_a_norm")(r))
-        r = _conv(width_at[-1], 3, f"res{block}_b")(r)
-        h = keras.layers.Add()([h, _instance_norm(f"res{block}_b_norm")(r)])
-    for level in range(num_downsamplings - 1, -1, -1):
-        h = keras.layers.UpSampling2D(2, interpolation="nearest")(h)
-        h = _conv(width_at[level], 3, f"up{level}")(h)
-        h = keras.layers.ReLU()(_instance_norm(f"up{level}_norm")(h))
-    outputs = keras.layers.Conv2D(
-        channels, 3, padding="same", activation="sigmoid", dtype="float32", name="to_image"
-    )(h)
-    return keras.Model(inputs, outputs, name=name)
-
-
-def build_discriminator(
-    image_shape: tuple[int, int, int], *, filters: int = 16, name: str = "discriminator"
-) -> keras.Model:
-    """A PatchGAN: float32 [B, H, W, C] -> float32 [B, H/4, W/4, 1] unbounded realness scores.
-
-    Each score sees a 22x22-pixel patch; LSGAN compares the scores with 1 (real) or 0 (fake).
-
-    Args:
-        image_shape: (H, W, C) of the images; H and W multiples of 4.
-        filters: Channels of the first convolution (then twice and four times as many).
-        name: The Keras model's name.
-
-    Returns:
-        A functional `keras.Model`, float32 [B, H, W, C] -> float32 [B, H/4, W/4, 1].
-
-    Raises:
-        ValueError: H or W is not a multiple of 4.
-    """
-    height, width, _ = image_shape
-    if height % 4 or width % 4:
-        raise ValueError(f"discriminator needs image sides divisible by 4, got {image_shape}")
-    inputs = keras.Input(shape=image_shape, name="images")
-    h = keras.layers.Conv2D(filters, 4, strides=2, padding="same", name="c1")(inputs)
-    h = keras.layers.LeakyReLU(0.2)(h)
-    h = _conv(2 * filters, 4, "c2", strides=2)(h)
-    h = keras.layers.LeakyReLU(0.2)(_instance_norm("c2_norm")(h))
-    h = _conv(4 * filters, 4, "c3")(h)
-    h = keras.layers.LeakyReLU(0.2)(_instance_norm("c3_norm")(h))
-    outputs = keras.layers.Conv2D(1, 4, padding="same", dtype="float32", name="scores")(h)
-    return keras.Model(inputs, outputs, name=name)
 
 
 def lsgan_generator_loss(fake_scores: tf.Tensor) -> tf.Tensor:
@@ -399,132 +287,3 @@ class CycleGAN(keras.Model):
         """
         x, y = self._unpack_pair(data)
         return self._update_loss_trackers(self._cyclegan_losses(x, y, training=False))
-
-
-def translation_grid(images: tf.Tensor, forward: keras.Model, backward: keras.Model) -> tf.Tensor:
-    """One picture of how images translate and cycle back: a row per image.
-
-    Each row holds the image, `forward(image)` and `backward(forward(image))`, each framed by a
-    one-pixel grey border.
-
-    Args:
-        images: float32 [k, H, W, C] in [0, 1].
-        forward: The generator to the other domain (G for x, F for y).
-        backward: The generator back (F for x, G for y).
-
-    Returns:
-        float32 [1, k * (H + 2), 3 * (W + 2), C], as `tf.summary.image` takes it.
-
-    Example:
-        grid = translation_grid(x[:4], model.generator_xy, model.generator_yx)
-    """
-    translated = forward(images, training=False)
-    cycled = backward(translated, training=False)
-    cells = tf.stack([images, translated, cycled], axis=1)  # [k, 3, H, W, C]
-    cells = tf.pad(cells, [[0, 0], [0, 0], [1, 1], [1, 1], [0, 0]], constant_values=0.5)
-    _, _, _, width, channels = cells.shape
-    rows = tf.transpose(cells, [0, 2, 1, 3, 4])  # [k, H + 2, 3, W + 2, C]
-    return tf.reshape(rows, [1, -1, 3 * width, channels])
-
-
-class TranslationSnapshots(keras.callbacks.Callback):
-    """Logs how a `CycleGAN` translates fixed images, at the end of every epoch.
-
-    Writes two images to `<log_dir>/translations` (step: the epoch, from 0), each also as a PNG
-    there (`charts.png_name`: `x_to_y_to_x_step<epoch>.png`, ...), both
-    `translation_grid`s: `x_to_y_to_x`, rows [x, G(x), F(G(x))], and `y_to_x_to_y`, rows
-    [y, F(y), G(F(y))]. The images are the first `num_images` x and y of the first batch that a
-    dataset passed through `watch` yields, kept from then on, so every epoch shows the same ones.
-    They are taken as that dataset streams past rather than by an extra pass over it: a pass
-    over dynamic pairs plans an epoch and counts towards pair coverage.
-
-    Args:
-        log_dir: The TensorBoard log folder; images go to `<log_dir>/translations`.
-        image_shape: (H, W, C) of the model's images.
-        images_from: Which data `watch` is given, as the summaries' descriptions say it.
-        num_images: How many x and how many y are shown.
-
-    Example:
-        snapshots = TranslationSnapshots(log_dir, (32, 32, 1), images_from="the training pairs")
-        model.fit(snapshots.watch(dataset), callbacks=[snapshots])
-    """
-
-    def __init__(
-        self,
-        log_dir: str,
-        image_shape: tuple[int, int, int],
-        *,
-        images_from: str,
-        num_images: int = 4,
-    ):
-        super().__init__()
-        self.images_from = images_from
-        self.num_images = int(num_images)
-        self._images = {
-            key: tf.Variable(
-                tf.zeros([0, *image_shape]), shape=[None, *image_shape], trainable=False
-            )
-            for key in (X_KEY, Y_KEY)
-        }
-        self._kept = tf.Variable(False, trainable=False)
-        self._log_dir = os.path.join(log_dir, TRANSLATIONS_DIR)
-        self._writer = tf.summary.create_file_writer(self._log_dir)
-
-    def watch(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
-        """`dataset`, unchanged, except that its first batch leaves its first images here.
-
-        Args:
-            dataset: Pair batches, dicts with "x" and "y" [B, H, W, C] in [0, 1].
-
-        Returns:
-            The same batches; pass it to `fit` instead of `dataset`.
-        """
-
-        def keep(batch):
-            assigned = [
-                self._images[key].assign(tf.cast(batch[key][: self.num_images], tf.float32))
-                for key in (X_KEY, Y_KEY)
-            ]
-            with tf.control_dependencies(assigned):
-                return self._kept.assign(True)
-
-        def keep_first(batch):
-            kept = tf.cond(self._kept, lambda: tf.constant(True), lambda: keep(batch))
-            with tf.control_dependencies([kept]):
-                return tf.nest.map_structure(tf.identity, batch)
-
-        return dataset.map(keep_first)
-
-    def on_epoch_end(self, epoch, logs=None):
-        """Writes both translation grids at step `epoch` (nothing before `watch` yielded).
-
-        Args:
-            epoch: The epoch that ended, from 0.
-            logs: Keras's epoch logs (unused).
-        """
-        if not self._kept:  # the watched dataset has yielded nothing yet
-            return
-        model = self.model
-        cycles = (
-            (X_CYCLE_TAG, X_KEY, model.generator_xy, model.generator_yx, "x, G(x) and F(G(x))"),
-            (Y_CYCLE_TAG, Y_KEY, model.generator_yx, model.generator_xy, "y, F(y) and G(F(y))"),
-        )
-        with self._writer.as_default(step=epoch):
-            for tag, key, forward, backward, row in cycles:
-                grid = translation_grid(self._images[key], forward, backward)
-                # Also a PNG beside the events, for people without TensorBoard.
-                rgb = tf.image.grayscale_to_rgb(grid) if grid.shape[-1] == 1 else grid
-                charts.write_png(
-                    tf.image.convert_image_dtype(rgb[0], tf.uint8, saturate=True).numpy(),
-                    os.path.join(self._log_dir, charts.png_name(tag, epoch)),
-                )
-                tf.summary.image(
-                    tag,
-                    grid,
-                    description=(
-                        f"Each row: a fixed {row} (G: X -> Y, F: Y -> X); the cycle loss pulls "
-                        f"the last towards the first. The {key} are the first "
-                        f"{self.num_images} of {self.images_from}."
-                    ),
-                )
-        self._writer.flush()

@@ -52,7 +52,8 @@ from collections.abc import Callable, Sequence
 import keras
 import tensorflow as tf
 
-from components.inputs.audio_features import AudioFeatureConfig, audio_features
+from components.inputs.audio_config import AudioFeatureConfig
+from components.inputs.audio_features import audio_features
 from components.inputs.parsing import ImageSpec, to_image_spec
 from components.models.cyclegan import CycleGAN
 from components.models.speaker import EMBEDDING_OUTPUT, FEATURES_KEY, LENGTHS_KEY

@@ -10,7 +10,6 @@ from components.trainer_component.component import (
     ClassBalancedTrainerSpec,
     PairsTrainer,
     PairsTrainerSpec,
-    TrainerArgs,
 )
 from components.trainer_component.fn_args import FnArgs
 from components.trainer_component.input_options import (
@@ -26,5 +25,4 @@ __all__ = [
     "PairsInputOptions",
     "PairsTrainer",
     "PairsTrainerSpec",
-    "TrainerArgs",
 ]

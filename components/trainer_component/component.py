@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any
 
 from tfx import types
 from tfx.dsl.components.base import base_component, executor_spec
@@ -53,10 +53,6 @@ from components import artifacts
 from components import component_keys as keys
 from components.trainer_component import executor
 from components.trainer_component import input_options as trainer_input_options
-
-if TYPE_CHECKING:
-    # typing.Unpack is Python 3.11+; annotations are not evaluated at run time.
-    from typing_extensions import Unpack
 
 # The parameters and channels both trainers take, declared once.
 _COMMON_PARAMETERS = {
@@ -106,10 +102,11 @@ class ClassBalancedTrainerSpec(types.ComponentSpec):
     OUTPUTS = _OUTPUTS
 
 
-class TrainerArgs(TypedDict, total=False):
-    """The keyword arguments both trainers take beside their own (all optional).
+class _TrainerComponent(base_component.BaseComponent):
+    """What both trainers do when built: check the settings they share and the typed input
+    options, then build the spec of `SPEC_CLASS` with new `model` and `model_run` channels.
 
-    Attributes:
+    The arguments both trainers take beside their own (all optional, keyword only):
       module_path: the importable module of `run_fn` (or `module_file`; exactly one of them).
       module_file: the source file of `run_fn`.
       anomalies: ExampleValidator's output; training stops on anomalies in the splits it reads
@@ -124,22 +121,6 @@ class TrainerArgs(TypedDict, total=False):
       custom_config: a JSON object for `run_fn` (`fn_args.custom_config`).
       checkpoint_every_steps: a checkpoint every so many batches (None or 0: epoch ends only).
     """
-
-    module_path: str | None
-    module_file: str | None
-    anomalies: types.BaseChannel | None
-    transform_graph: types.BaseChannel | None
-    schema: types.BaseChannel | None
-    seed: int | None
-    train_split: str | None
-    eval_split: str | None
-    custom_config: Mapping[str, Any] | None
-    checkpoint_every_steps: int | None
-
-
-class _TrainerComponent(base_component.BaseComponent):
-    """What both trainers do when built: check the settings they share and the typed input
-    options, then build the spec of `SPEC_CLASS` with new `model` and `model_run` channels."""
 
     _OPTIONS_CLASS: type[trainer_input_options.InputOptions]
 
@@ -210,8 +191,9 @@ class PairsTrainer(_TrainerComponent):
       batch_size: pairs per batch.
       num_epochs: epochs to train.
       input_options: `PairsInputOptions`, or its fields as a dict (`image` required).
-      **common: the arguments both trainers take (`TrainerArgs`: `module_path` or
-        `module_file`, `anomalies`, `seed`, `custom_config`, `checkpoint_every_steps`, ...).
+      module_path, module_file, anomalies, transform_graph, schema, seed, train_split,
+        eval_split, custom_config, checkpoint_every_steps: as both trainers take them (see
+        `_TrainerComponent`; exactly one of `module_path` and `module_file`).
 
     Raises:
       ValueError: a bad setting or input option, named (a misspelt option with "did you mean").
@@ -244,7 +226,16 @@ class PairsTrainer(_TrainerComponent):
         batch_size: int,
         num_epochs: int,
         input_options: trainer_input_options.PairsInputOptions | Mapping[str, Any],
-        **common: Unpack[TrainerArgs],
+        module_path: str | None = None,
+        module_file: str | None = None,
+        anomalies: types.BaseChannel | None = None,
+        transform_graph: types.BaseChannel | None = None,
+        schema: types.BaseChannel | None = None,
+        seed: int | None = None,
+        train_split: str | None = None,
+        eval_split: str | None = None,
+        custom_config: Mapping[str, Any] | None = None,
+        checkpoint_every_steps: int | None = None,
     ):
         super().__init__(
             {keys.PAIR_INDEX_KEY: pair_index, keys.BATCH_SIZE_KEY: batch_size},
@@ -252,7 +243,16 @@ class PairsTrainer(_TrainerComponent):
             offset_index=offset_index,
             num_epochs=num_epochs,
             input_options=input_options,
-            **common,
+            module_path=module_path,
+            module_file=module_file,
+            anomalies=anomalies,
+            transform_graph=transform_graph,
+            schema=schema,
+            seed=seed,
+            train_split=train_split,
+            eval_split=eval_split,
+            custom_config=custom_config,
+            checkpoint_every_steps=checkpoint_every_steps,
         )
 
 
@@ -268,8 +268,9 @@ class ClassBalancedTrainer(_TrainerComponent):
       n_samples_per_class: records of each of them in a batch.
       num_epochs: epochs to train.
       input_options: `ClassBalancedInputOptions`, or its fields as a dict (None: the defaults).
-      **common: the arguments both trainers take (`TrainerArgs`: `module_path` or
-        `module_file`, `eval_split`, `transform_graph`, `schema`, `seed`, ...).
+      module_path, module_file, anomalies, transform_graph, schema, seed, train_split,
+        eval_split, custom_config, checkpoint_every_steps: as both trainers take them (see
+        `_TrainerComponent`; exactly one of `module_path` and `module_file`).
 
     Raises:
       ValueError: a bad setting or input option, named (a misspelt option with "did you
@@ -308,7 +309,16 @@ class ClassBalancedTrainer(_TrainerComponent):
         input_options: trainer_input_options.ClassBalancedInputOptions
         | Mapping[str, Any]
         | None = None,
-        **common: Unpack[TrainerArgs],
+        module_path: str | None = None,
+        module_file: str | None = None,
+        anomalies: types.BaseChannel | None = None,
+        transform_graph: types.BaseChannel | None = None,
+        schema: types.BaseChannel | None = None,
+        seed: int | None = None,
+        train_split: str | None = None,
+        eval_split: str | None = None,
+        custom_config: Mapping[str, Any] | None = None,
+        checkpoint_every_steps: int | None = None,
     ):
         super().__init__(
             {
@@ -320,5 +330,14 @@ class ClassBalancedTrainer(_TrainerComponent):
             offset_index=offset_index,
             num_epochs=num_epochs,
             input_options=input_options,
-            **common,
+            module_path=module_path,
+            module_file=module_file,
+            anomalies=anomalies,
+            transform_graph=transform_graph,
+            schema=schema,
+            seed=seed,
+            train_split=train_split,
+            eval_split=eval_split,
+            custom_config=custom_config,
+            checkpoint_every_steps=checkpoint_every_steps,
         )

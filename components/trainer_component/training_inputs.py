@@ -24,6 +24,7 @@ from components.inputs import (
     AudioFeatureConfig,
     ClassBalancedSampler,
     DynamicPairsSampler,
+    GroupPairs,
     PairCoverage,
     StoreOptions,
     ValidPairs,
@@ -80,7 +81,7 @@ def pairs_train_dataset(
       held-out x beside the k held-out y.
 
     Raises:
-      ValueError: `held_out` over a pair index that pairs by group, or too large.
+      ValueError: `held_out` too large for the run (`hold_out_pairs`, `hold_out_group_pairs`).
     """
     # A pair list's edges, or groups (O(N) whatever the number of pairs): open_pairs_run tells.
     x_store, y_store, valid_pairs = open_pairs_run(
@@ -92,9 +93,8 @@ def pairs_train_dataset(
     image_spec = options.image_spec()
     held_out = None
     if options.held_out:
-        if not isinstance(valid_pairs, ValidPairs):
-            raise ValueError("held_out needs a pair list's index; this pair index pairs by group")
-        valid_pairs, held_x, held_y = hold_out_pairs(valid_pairs, options.held_out, seed)
+        hold_out = hold_out_pairs if isinstance(valid_pairs, ValidPairs) else hold_out_group_pairs
+        valid_pairs, held_x, held_y = hold_out(valid_pairs, options.held_out, seed)
         parse = image_example_parser(image_spec)
         held_out = tf.data.Dataset.from_tensors(
             {
@@ -144,16 +144,7 @@ def hold_out_pairs(
     Example:
         training, held_x, held_y = hold_out_pairs(valid_pairs, 2, seed=0)
     """
-    planned_x = valid_pairs.planned_x
-    limit = min(len(planned_x), valid_pairs.num_y)
-    if not 0 < num_held_out < limit:
-        raise ValueError(
-            f"held_out={num_held_out}: needs 0 < held_out < {limit} (the planned x: "
-            f"{len(planned_x)}, the y: {valid_pairs.num_y})"
-        )
-    rng = np.random.default_rng(seed)
-    held_x = np.sort(rng.choice(planned_x, num_held_out, replace=False)).astype(np.int64)
-    held_y = np.sort(rng.choice(valid_pairs.num_y, num_held_out, replace=False)).astype(np.int64)
+    held_x, held_y = _draw_held_out(valid_pairs.planned_x, valid_pairs.num_y, num_held_out, seed)
     row_splits, values = valid_pairs.row_splits, valid_pairs.values
     row_of_value = np.repeat(np.arange(valid_pairs.num_x), np.diff(row_splits))
     keep = ~np.isin(values, held_y) & ~np.isin(row_of_value, held_x)
@@ -170,6 +161,62 @@ def hold_out_pairs(
         on_invalid="skip",
     )
     return training, held_x, held_y
+
+
+def hold_out_group_pairs(
+    pairs: GroupPairs, num_held_out: int, seed: int
+) -> tuple[GroupPairs, np.ndarray, np.ndarray]:
+    """`hold_out_pairs` for a pairing by group: the held-out x and y leave their groups.
+
+    Args:
+        pairs: the group pairing of the run.
+        num_held_out: how many x and how many y to hold out.
+        seed: the seed of the draw (the same draw as `hold_out_pairs`).
+
+    Returns:
+        `(training groups, held-out x int64 [num_held_out], held-out y int64 [num_held_out])`:
+        no held-out x is planned and no held-out y drawn; an x whose group is left without y is
+        left out of the plan and counted.
+
+    Raises:
+        ValueError: unless 0 < num_held_out < min(planned x, num y), or when holding them out
+            leaves no x with a y in its group.
+
+    Example:
+        training, held_x, held_y = hold_out_group_pairs(groups, 2, seed=0)
+    """
+    held_x, held_y = _draw_held_out(pairs.planned_x, pairs.num_y, num_held_out, seed)
+    x_groups = pairs.x_group.copy()
+    x_groups[held_x] = -1
+    y_groups = np.full(pairs.num_y, -1, np.int64)
+    y_groups[pairs.group_values] = np.repeat(
+        np.arange(pairs.num_groups, dtype=np.int64), np.diff(pairs.group_row_splits)
+    )
+    y_groups[held_y] = -1
+    try:
+        training = GroupPairs.build(x_groups, y_groups, on_invalid="skip")
+    except ValueError as error:
+        raise ValueError(
+            f"held_out={num_held_out}: holding out x {held_x.tolist()} and y {held_y.tolist()} "
+            f"leaves no x with a y in its group ({error}); lower held_out"
+        ) from None
+    return dataclasses.replace(training, groups=pairs.groups), held_x, held_y
+
+
+def _draw_held_out(
+    planned_x: np.ndarray, num_y: int, num_held_out: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """`num_held_out` of the planned x and of the y, drawn from `seed`, ascending."""
+    limit = min(len(planned_x), num_y)
+    if not 0 < num_held_out < limit:
+        raise ValueError(
+            f"held_out={num_held_out}: needs 0 < held_out < {limit} (the planned x: "
+            f"{len(planned_x)}, the y: {num_y})"
+        )
+    rng = np.random.default_rng(seed)
+    held_x = np.sort(rng.choice(planned_x, num_held_out, replace=False)).astype(np.int64)
+    held_y = np.sort(rng.choice(num_y, num_held_out, replace=False)).astype(np.int64)
+    return held_x, held_y
 
 
 def class_ids(class_index_uri: str, record_set: str) -> np.ndarray:

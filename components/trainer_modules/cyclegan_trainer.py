@@ -24,14 +24,9 @@ import logging
 
 import keras
 
-from components.models.cyclegan import (
-    LOSS_NAMES,
-    X_KEY,
-    Y_KEY,
-    CycleGAN,
-    TranslationSnapshots,
-)
+from components.models.cyclegan import LOSS_NAMES, X_KEY, Y_KEY, CycleGAN
 from components.models.serving import export_cyclegan
+from components.models.translation_snapshots import TranslationSnapshots
 from components.trainer_modules import training_log
 
 _MODEL_ARGS = (

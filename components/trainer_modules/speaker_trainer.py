@@ -31,7 +31,7 @@ import logging
 import keras
 import tensorflow as tf
 
-from components.inputs.audio_features import AudioFeatureConfig
+from components.inputs.audio_config import AudioFeatureConfig
 from components.models import serving, speaker, verification
 from components.trainer_modules import training_log
 

@@ -45,6 +45,42 @@ def test_held_out_records_leave_no_pair_and_the_rest_stay(rows, k, seed):
     np.testing.assert_array_equal(again[2], held_y)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    x_groups=st.lists(st.integers(-1, 3), min_size=5, max_size=25),
+    y_groups=st.lists(st.integers(-1, 3), min_size=5, max_size=12),
+    k=st.integers(1, 4),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_held_out_records_leave_their_groups_and_the_rest_stay(x_groups, y_groups, k, seed):
+    try:
+        pairs = ValidPairs.from_groups(x_groups, y_groups, on_invalid="skip")
+    except ValueError:
+        return  # no x has a group with y: nothing to hold out from
+    if not 0 < k < min(len(pairs.planned_x), pairs.num_y):
+        with pytest.raises(ValueError, match=f"held_out={k}: needs 0 < held_out <"):
+            training_inputs.hold_out_group_pairs(pairs, k, seed)
+        return
+    # The same draw as for a pair list: the same records are held out however the run pairs.
+    held_x, held_y = training_inputs._draw_held_out(pairs.planned_x, pairs.num_y, k, seed)
+    expected = {
+        (x, y)
+        for x, gx in enumerate(x_groups)
+        for y, gy in enumerate(y_groups)
+        if gx >= 0 and gx == gy and x not in held_x and y not in held_y
+    }
+    if not expected:
+        with pytest.raises(ValueError, match=f"held_out={k}: .* leaves no x with a y"):
+            training_inputs.hold_out_group_pairs(pairs, k, seed)
+        return
+    training, got_x, got_y = training_inputs.hold_out_group_pairs(pairs, k, seed)
+    np.testing.assert_array_equal(got_x, held_x)
+    np.testing.assert_array_equal(got_y, held_y)
+    kept = {(int(x), int(y)) for x in training.planned_x for y in training.y_of(int(x))}
+    assert kept == expected
+    assert not set(training.planned_x.tolist()) & set(held_x.tolist())
+
+
 def test_held_out_needs_records_left_to_train_on():
     pairs = ValidPairs.build([[0], [1], [0, 1]], num_y=2)
     with pytest.raises(ValueError, match=r"held_out=2: needs 0 < held_out < 2"):

@@ -165,41 +165,59 @@ COMMON_PROPERTIES = {
 }
 
 
-def pairs_case(pairs_run: dict) -> Case:
+def _case(
+    name: str,
+    run: dict,
+    index_key: str,
+    executor: type[trainer_executor.TrainerExecutor],
+    properties: dict,
+    sent_options: dict,
+) -> Case:
+    """A case whose exec properties are `COMMON_PROPERTIES`, its own `properties` and the input
+    options it sends (as the component sends them: JSON)."""
     return Case(
-        "pairs",
-        pairs_run,
-        keys.PAIR_INDEX_KEY,
-        trainer_executor.PairsExecutor,
+        name,
+        run,
+        index_key,
+        executor,
         {
             **COMMON_PROPERTIES,
-            keys.BATCH_SIZE_KEY: 256,
-            keys.INPUT_OPTIONS_KEY: json.dumps(
-                {"image": {"height": DIGIT_IMAGE_SIZE, "width": DIGIT_IMAGE_SIZE, "channels": 1}}
-            ),
+            **properties,
+            keys.INPUT_OPTIONS_KEY: json.dumps(sent_options),
         },
     )
 
 
+def pairs_case(pairs_run: dict) -> Case:
+    image = {"height": DIGIT_IMAGE_SIZE, "width": DIGIT_IMAGE_SIZE, "channels": 1}
+    return _case(
+        "pairs",
+        pairs_run,
+        keys.PAIR_INDEX_KEY,
+        trainer_executor.PairsExecutor,
+        {keys.BATCH_SIZE_KEY: 256},
+        {"image": image},
+    )
+
+
 def speakers_case(audio_run: dict) -> Case:
-    return Case(
+    properties = {
+        keys.N_CLASSES_PER_BATCH_KEY: 3,
+        keys.N_SAMPLES_PER_CLASS_KEY: 2,
+        keys.TRAIN_SPLIT_KEY: "train",
+    }
+    sent_options = {
+        # Epochs of every utterance: enough batches to kill one mid-epoch.
+        "epoch_mode": "samples",
+        "features": {"sample_rate": 16000, "crop_seconds": 0.5, "num_mel_bins": 24},
+    }
+    return _case(
         "speakers",
         audio_run,
         keys.CLASS_INDEX_KEY,
         trainer_executor.ClassBalancedExecutor,
-        {
-            **COMMON_PROPERTIES,
-            keys.N_CLASSES_PER_BATCH_KEY: 3,
-            keys.N_SAMPLES_PER_CLASS_KEY: 2,
-            keys.TRAIN_SPLIT_KEY: "train",
-            keys.INPUT_OPTIONS_KEY: json.dumps(
-                {
-                    # Epochs of every utterance: enough batches to kill one mid-epoch.
-                    "epoch_mode": "samples",
-                    "features": {"sample_rate": 16000, "crop_seconds": 0.5, "num_mel_bins": 24},
-                }
-            ),
-        },
+        properties,
+        sent_options,
     )
 
 

@@ -18,7 +18,7 @@ def test_require_names_the_missing_modules_and_the_pip_install(monkeypatch):
         extras.require("beam", "components.materialize")
     message = str(error.value)
     assert "\n" not in message
-    assert "components.materialize needs no_such_module_here" in message
+    assert message.startswith("components.materialize needs ") and "no_such_module_here" in message
     assert "pip install 'tfx-dynamic-inputs[beam]'" in message
     assert ("apache_beam" in message) != HAS_BEAM
     assert isinstance(error.value, ImportError)

@@ -19,8 +19,8 @@ import tensorflow as tf
 
 from components import layout, native
 from components.inputs import ValidPairs
+from components.inputs.labelled_sources import labelled_records
 from components.inputs.record_store import DamagedRecordError, RecordStore
-from components.inputs.sources import labelled_records
 from tests.class_balanced.runs import write_audio_run
 from tests.inputs import runs
 

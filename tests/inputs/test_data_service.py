@@ -31,7 +31,8 @@ from components.inputs import (
     StoreOptions,
     ValidPairs,
 )
-from components.inputs.epoch_plan import EpochState, epoch_dataset, epoch_range_dataset
+from components.inputs.epoch_plan import epoch_dataset, epoch_range_dataset
+from components.inputs.epoch_state import EpochState
 from tests.class_balanced.runs import write_audio_run
 from tests.helpers.keras_callbacks import BatchesPerEpoch
 from tests.helpers.paths import REPO_ROOT

@@ -9,13 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from components.inputs.epoch_plan import (
-    EpochState,
     epoch_dataset,
     epoch_seed,
     shuffle_within_rows,
     stateless_permutation,
-    worker_slice,
 )
+from components.inputs.epoch_state import EpochState
+from components.inputs.worker_slices import worker_slice
 
 FEW = settings(max_examples=15, deadline=None)
 

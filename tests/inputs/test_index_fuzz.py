@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 from components import layout, native
 from components.inputs import ClassBalancedPlan, ValidPairs
 from components.inputs.class_plan import class_report
+from components.inputs.labelled_sources import labelled_records
 from components.inputs.record_store import DamagedRecordError, RecordStore
 from components.inputs.run import StoreOptions
-from components.inputs.sources import labelled_records
 from tests.class_balanced.runs import write_audio_run
 from tests.inputs import runs
 

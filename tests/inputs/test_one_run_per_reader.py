@@ -20,7 +20,7 @@ import tensorflow as tf
 from components import layout, native
 from components.inputs import DynamicPairsSampler, RecordStore
 from components.inputs.class_balanced import ClassBalancedSampler
-from components.inputs.epoch_plan import StateRunError
+from components.inputs.epoch_state import StateRunError
 from tests.class_balanced.runs import write_audio_run
 from tests.inputs import runs
 

@@ -23,7 +23,7 @@ from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineS
 
 from components import layout
 from components.inputs import RecordStore, ValidPairs, open_pairs_run, record_store_from
-from components.inputs.sources import labelled_records
+from components.inputs.labelled_sources import labelled_records
 from components.materialize import (
     MaterializeError,
     PairsConfig,

@@ -7,29 +7,29 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components.models import cyclegan
+from components.models import cyclegan, cyclegan_networks
 from tests.models import synthetic
 
 
 @pytest.mark.parametrize("shape", [(32, 32, 1), (16, 24, 3)])
 def test_networks_keep_shapes_and_range(shape):
     images = tf.random.uniform([5, *shape])
-    generator = cyclegan.build_generator(shape)
+    generator = cyclegan_networks.build_generator(shape)
     translated = generator(images)
     assert translated.shape == images.shape
     assert float(tf.reduce_min(translated)) >= 0.0 and float(tf.reduce_max(translated)) <= 1.0
-    scores = cyclegan.build_discriminator(shape)(images)
+    scores = cyclegan_networks.build_discriminator(shape)(images)
     assert scores.shape == (5, shape[0] // 4, shape[1] // 4, 1)
 
 
 def test_sizes_the_networks_cannot_take_are_refused():
     with pytest.raises(ValueError, match="divisible by 4"):
-        cyclegan.build_generator((30, 32, 1))
-    assert cyclegan.build_generator((30, 32, 1), num_downsamplings=1, filters=2).built
+        cyclegan_networks.build_generator((30, 32, 1))
+    assert cyclegan_networks.build_generator((30, 32, 1), num_downsamplings=1, filters=2).built
     with pytest.raises(ValueError, match="divisible by 2"):
-        cyclegan.build_generator((31, 32, 1), num_downsamplings=1, filters=2)
+        cyclegan_networks.build_generator((31, 32, 1), num_downsamplings=1, filters=2)
     with pytest.raises(ValueError, match="divisible by 4"):
-        cyclegan.build_discriminator((32, 18, 1))
+        cyclegan_networks.build_discriminator((32, 18, 1))
     with pytest.raises(ValueError, match="height, width, channels"):
         cyclegan.CycleGAN((32, 32))
 

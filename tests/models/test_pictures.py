@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components.models import charts, cyclegan, verification
+from components.models import charts, cyclegan, translation_snapshots, verification
 from tests.models.chart_checks import assert_readable, bar_color, color_pixels, read_png
 from tests.models.events import read_summaries
 
@@ -164,7 +164,7 @@ def tiny_cyclegan():
 def test_translation_grid_rows_are_image_translation_cycle(tiny_cyclegan):
     images = tf.random.uniform([3, 8, 8, 1], seed=0)
     forward, backward = tiny_cyclegan.generator_xy, tiny_cyclegan.generator_yx
-    grid = cyclegan.translation_grid(images, forward, backward)
+    grid = translation_snapshots.translation_grid(images, forward, backward)
     assert grid.shape == (1, 3 * 10, 3 * 10, 1)
     translated = forward(images)
     for row in range(3):
@@ -178,7 +178,7 @@ def test_translation_grid_rows_are_image_translation_cycle(tiny_cyclegan):
 def test_translation_snapshots_keep_the_first_batch_and_log_every_epoch(tmp_path, tiny_cyclegan):
     pixels = np.arange(4 * 6 * 64, dtype=np.float32).reshape(4, 6, 8, 8, 1) / (4 * 6 * 64)
     batches = tf.data.Dataset.from_tensor_slices({"x": pixels, "y": 1.0 - pixels})
-    snapshots = cyclegan.TranslationSnapshots(
+    snapshots = translation_snapshots.TranslationSnapshots(
         str(tmp_path), (8, 8, 1), images_from="the test batches", num_images=4
     )
     snapshots.set_model(tiny_cyclegan)
@@ -189,9 +189,12 @@ def test_translation_snapshots_keep_the_first_batch_and_log_every_epoch(tmp_path
         np.testing.assert_array_equal(served, pixels)  # the data goes through unchanged
         snapshots.on_epoch_end(epoch)
 
-    summaries = read_summaries(str(tmp_path / cyclegan.TRANSLATIONS_DIR))
-    assert set(summaries) == {cyclegan.X_CYCLE_TAG, cyclegan.Y_CYCLE_TAG}
-    kept = {cyclegan.X_CYCLE_TAG: pixels[0, :4], cyclegan.Y_CYCLE_TAG: 1.0 - pixels[0, :4]}
+    summaries = read_summaries(str(tmp_path / translation_snapshots.TRANSLATIONS_DIR))
+    assert set(summaries) == {translation_snapshots.X_CYCLE_TAG, translation_snapshots.Y_CYCLE_TAG}
+    kept = {
+        translation_snapshots.X_CYCLE_TAG: pixels[0, :4],
+        translation_snapshots.Y_CYCLE_TAG: 1.0 - pixels[0, :4],
+    }
     for tag, first_images in kept.items():
         assert list(summaries[tag]) == [0, 1]
         np.testing.assert_array_equal(summaries[tag][0], summaries[tag][1])
@@ -203,5 +206,7 @@ def test_translation_snapshots_keep_the_first_batch_and_log_every_epoch(tmp_path
             np.testing.assert_allclose(cell, first_images[row], atol=1 / 255 + 1e-6)
         # Each grid is also a PNG beside the events: the same pixels, as RGB.
         for epoch in (0, 1):
-            png = read_png(str(tmp_path / cyclegan.TRANSLATIONS_DIR / charts.png_name(tag, epoch)))
+            png = read_png(
+                str(tmp_path / translation_snapshots.TRANSLATIONS_DIR / charts.png_name(tag, epoch))
+            )
             np.testing.assert_array_equal(png, np.repeat(summaries[tag][epoch], 3, axis=-1))

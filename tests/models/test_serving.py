@@ -16,7 +16,7 @@ from PIL import Image
 from tensorflow.core.protobuf import saved_model_pb2
 
 from components.inputs import ImageSpec, image_example_parser
-from components.inputs.audio_features import AudioFeatureConfig, SpecAugment
+from components.inputs.audio_config import AudioFeatureConfig, SpecAugment
 from components.materialize.audio import decode_audio, to_int16
 from components.materialize.images import ImageStorage
 from components.materialize.images import image_example as encoded_image_example

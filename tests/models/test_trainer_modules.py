@@ -17,7 +17,8 @@ import tensorflow as tf
 
 from components.inputs.coverage import PairCoverage, PairCoverageCallback
 from components.models import charts
-from components.models.cyclegan import LOSS_NAMES, TRANSLATIONS_DIR, X_CYCLE_TAG, Y_CYCLE_TAG
+from components.models.cyclegan import LOSS_NAMES
+from components.models.translation_snapshots import TRANSLATIONS_DIR, X_CYCLE_TAG, Y_CYCLE_TAG
 from components.trainer_modules import cyclegan_trainer, speaker_trainer
 from tests.models import events, synthetic
 from tests.models.chart_checks import read_png

@@ -3,6 +3,7 @@ a flag per config field, file then flags, one-line errors. Nothing here imports 
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -41,10 +42,13 @@ SAMPLES: dict[Any, tuple[list[str], Any]] = {
 }
 
 
-def _flags(section: str) -> tuple[list[str], dict[str, Any]]:
-    """A flag for every key of `section` with a sample value, and the values expected."""
+def _flags(section: str, skip: frozenset = frozenset()) -> tuple[list[str], dict[str, Any]]:
+    """A flag for every key of `section` (but `skip`) with a sample value, and the values
+    expected."""
     argv, expected = [], {}
     for name, tp in cli.SECTIONS[section].types.items():
+        if name in skip:
+            continue
         texts, value = SAMPLES[tp]
         argv += [f"--{name}={text}" for text in texts]
         expected[name] = value
@@ -60,7 +64,9 @@ def test_every_config_field_and_run_setting_is_a_flag_parsed_by_its_type(pipelin
         "pipeline_root",
         "metadata_path",
     }
-    pipeline_argv, expected = _flags(pipeline)
+    # A pair list and groups exclude each other: the group flags are parsed on their own.
+    grouping = frozenset(cli.GROUP_FIELDS) if pipeline == "cyclegan" else frozenset()
+    pipeline_argv, expected = _flags(pipeline, skip=grouping)
     run_argv, expected_run = _flags(cli.RUN_SECTION)
 
     args = cli.parse_local_args([pipeline, *pipeline_argv, *run_argv])
@@ -69,6 +75,17 @@ def test_every_config_field_and_run_setting_is_a_flag_parsed_by_its_type(pipelin
     assert args.run == expected_run
     assert not args.bundled_data
     cli.PIPELINES[pipeline](**args.settings)  # every key is a field
+    if grouping:
+        by_group = cli.parse_local_args(
+            [pipeline, "--x_dir=x", "--y_dir=y", "--x_groups=xg.csv", "--y_groups=yg.csv"]
+        )
+        assert by_group.settings == {
+            "x_dir": "x",
+            "y_dir": "y",
+            "x_groups": "xg.csv",
+            "y_groups": "yg.csv",
+        }
+        cli.PIPELINES[pipeline](**by_group.settings)
 
 
 def test_without_flags_the_defaults_and_the_bundled_data():
@@ -267,3 +284,61 @@ def test_local_configs_use_the_bundled_data_without_data_flags(tmp_path):
     )
     assert (speaker.manifest, speaker.audio_root) == ("m.csv", "a")
     assert not run.fingerprint_inputs
+
+
+def test_cyclegan_pairs_by_group_from_the_command_line(tmp_path):
+    """`--groups_from_subfolder true` pairs each x with any y of its folder (the bundled digits'
+    classes): no pair list is read, and the materialize component gets the grouping."""
+    from components import component_keys as keys
+    from pipeline import cyclegan_pipeline
+
+    args = cli.parse_local_args(
+        ["cyclegan", "--work_dir", str(tmp_path), "--groups_from_subfolder", "true"]
+    )
+    gan, run = run_local.local_configs(args)
+    assert gan.groups_from_subfolder and gan.pairs is None
+    assert gan.input_paths() == [gan.x_dir, gan.y_dir]
+    pipeline = cyclegan_pipeline.create_pipeline(gan, run)
+    [materialize] = [c for c in pipeline.components if c.id == "MaterializePairs"]
+    properties = materialize.exec_properties
+    assert properties[keys.GROUPS_FROM_SUBFOLDER_KEY] is True
+    assert properties[keys.PAIRS_KEY] is None
+    own = run_local.local_configs(
+        cli.parse_local_args(
+            ["cyclegan", "--x_dir", gan.x_dir, "--y_dir", gan.y_dir, "--groups_from_subfolder", "1"]
+        )
+    )[0]
+    assert own.groups_from_subfolder and own.pairs is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["--pairs", "p.jsonl", "--groups_from_subfolder", "true"], "give --pairs or --groups"),
+        (["--x_groups", "x.csv"], "x_groups and y_groups go together"),
+    ],
+)
+def test_cyclegan_takes_one_pairing(tmp_path, argv, error):
+    with pytest.raises(cli.ConfigError, match=error):
+        run_local.local_configs(cli.parse_local_args(["cyclegan", *argv]))
+
+
+@pytest.mark.parametrize("pipeline", ["speaker", "cyclegan"])
+def test_every_flag_of_run_local_has_a_sentence_and_its_default(pipeline):
+    """The sentences are the config dataclasses' own `Args:` entries (said once)."""
+    [subparsers] = [
+        a for a in cli.local_parser()._actions if isinstance(a, argparse._SubParsersAction)
+    ]
+    flags = [a for a in subparsers.choices[pipeline]._actions if a.dest.count(".") == 1]
+    section = cli.SECTIONS[pipeline]
+    assert {a.dest.split(".")[1] for a in flags} >= set(section.types)
+    for action in flags:
+        name = action.dest.split(".")[1]
+        assert not action.help[0].islower() and "default: " in action.help, action.help
+        owner = section if name in section.types else cli.SECTIONS[cli.RUN_SECTION]
+        sentence = owner.help[name]
+        assert action.help.startswith(sentence[:1].upper() + sentence[1:].rstrip(".")), name
+    eval_help = cli.SECTIONS["speaker"].help.get("eval_fraction", "")
+    if pipeline == "speaker":
+        # The one default that differs from the materialize CLI's says so where it is seen.
+        assert "materialize CLI's default is 0.1" in eval_help

@@ -14,7 +14,8 @@ and `normalize_id`.
 
 One module per stage: `read` (read and screen), `plan` (plan ids, assign shards), `write`
 (shards and indexes), `commit` (verdict and summary), `run` (claim and commit around the
-pipeline). A job outside this package uses these names and `components.layout` only; the
+pipeline); `job` holds `Job`, the base of each job's transform (the pipeline's root in, the
+summary out). A job outside this package uses these names and `components.layout` only; the
 other modules of `components.materialize` are its internals.
 
 Why here and not a package of its own: the stages are made of the materialize package's
@@ -35,6 +36,7 @@ from components.materialize.rejects import (
 )
 from components.materialize.spill import Payload, SpillingDoFn, resolve_spill_root
 from components.materialize.stages.commit import Commit, Judge, Judgement, sharding_summary
+from components.materialize.stages.job import Job
 from components.materialize.stages.plan import (
     AssignToShards,
     CollectGroupTables,
@@ -63,6 +65,7 @@ __all__ = [
     "CollectIdTables",
     "CollectRejectedIds",
     "Commit",
+    "Job",
     "Judge",
     "Judgement",
     "MaterializeError",
