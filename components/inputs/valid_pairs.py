@@ -146,37 +146,11 @@ class ValidPairs:
             skipped_x=skipped_x,
         )
 
-    @staticmethod
-    def from_groups(
-        x_groups,
-        y_groups,
-        *,
-        num_x: int | None = None,
-        num_y: int | None = None,
-        on_invalid: str = "fail",
-    ) -> GroupPairs:
-        """Valid pairs by group: each x may pair with any y of its group (class, speaker, domain).
-
-        Held in O(N_x + N_y) instead of one edge per pair; the samplers take the returned
-        `GroupPairs` wherever they take `ValidPairs`.
-
-        Args:
-          x_groups, y_groups: the group of each x / y record, [num_x] / [num_y] (see
-            `GroupPairs.build`).
-          num_x, num_y, on_invalid: as in `GroupPairs.build`.
-
-        Returns:
-          A `GroupPairs`.
-
-        Raises:
-          ValueError: lengths that differ from `num_x` / `num_y`, or (with on_invalid="fail")
-            an x whose group has no y.
-
-        Example:
-
-            pairs = ValidPairs.from_groups(["cat", "dog", "cat"], ["dog", "cat"])
-        """
-        return GroupPairs.build(x_groups, y_groups, num_x=num_x, num_y=num_y, on_invalid=on_invalid)
+    # Valid pairs by group (each x may pair with any y of its group, held in O(N_x + N_y)
+    # instead of one edge per pair): `GroupPairs.build` itself, named where users look for
+    # valid pairs; the samplers take its `GroupPairs` wherever they take `ValidPairs`.
+    # Example: ValidPairs.from_groups(["cat", "dog", "cat"], ["dog", "cat"])
+    from_groups = staticmethod(GroupPairs.build)
 
     @classmethod
     def load(
