@@ -2,8 +2,9 @@
 
 Flags not listed here must be Beam pipeline options (`--runner`, `--direct_num_workers`,
 `--direct_running_mode`, ...): they go to Beam's PipelineOptions, DirectRunner by default; any
-other flag is an error (one line, status 2). Prints a one-line summary; on a failed run prints
-the reason and exits with status 1, without a traceback.
+other flag is an error (one line, status 2), as is a bad value or folder (found before Beam or
+TensorFlow load). Prints a one-line summary; on a failed run prints the reason and exits with
+status 1, without a traceback.
 """
 
 from __future__ import annotations
@@ -225,8 +226,8 @@ def main(argv: list[str] | None = None) -> int:
             not the job's are passed to Beam as pipeline options.
 
     Returns:
-        The exit status: 0 on success, 1 on a bad config or failed run, 2 for an unknown
-        argument, 130 when interrupted.
+        The exit status: 0 on success, 1 on a failed run, 2 for an unknown argument, a bad
+        value or a bad folder, 130 when interrupted.
 
     Example:
         main(["pairs", "--x_dir", "x", "--y_dir", "y", "--pairs", "p.jsonl", "--output_dir", "out"])
@@ -238,9 +239,10 @@ def main(argv: list[str] | None = None) -> int:
         # What needs neither Beam nor TensorFlow first: a bad folder is one line at once.
         config.validate()
         preflight.check_output_dir(config.output_dir, config.overwrite, config.input_dirs())
+        preflight.check_holds_inputs(config.input_dirs(), config.input_files())
     except MaterializeError as error:
         print(f"materialize {args.job}: error: {error}", file=sys.stderr)
-        return 1
+        return 2
     unknown = _not_beam_options(beam_args)
     if unknown:
         print(

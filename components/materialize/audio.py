@@ -20,28 +20,9 @@ import soxr
 
 from components import layout
 from components.materialize import rejects
-from components.materialize.config import AudioLimits
+from components.materialize.config import AUDIO_EXTENSIONS, AudioLimits
 
-# File extensions of audio: `--speaker_from_path` lists files with these, and a file with one
-# whose content no decoder reads is corrupt rather than unsupported.
-EXTENSIONS = (
-    ".wav",
-    ".wave",
-    ".flac",
-    ".ogg",
-    ".oga",
-    ".opus",
-    ".mp3",
-    ".m4a",
-    ".aac",
-    ".mp4",
-    ".aif",
-    ".aiff",
-    ".aifc",
-    ".caf",
-    ".w64",
-)
-_FORMATS = rejects.Formats("readable audio", "file", EXTENSIONS, rejects.CORRUPT_AUDIO)
+_FORMATS = rejects.Formats("readable audio", "file", AUDIO_EXTENSIONS, rejects.CORRUPT_AUDIO)
 _SF_UNRECOGNISED_FORMAT = 1  # libsndfile's SF_ERR_UNRECOGNISED_FORMAT
 # Samples (frames x channels) per decoded block: a corrupt header may declare billions of
 # frames, and soundfile allocates a read's whole array up front; blocks bound that, and what a

@@ -26,7 +26,7 @@ import numpy as np
 
 from components import examples, layout
 from components.materialize import audio, manifest, paths, rejects, shards, spill, stages
-from components.materialize.config import AudioConfig, AudioLimits, ShardingConfig
+from components.materialize.config import AUDIO_EXTENSIONS, AudioConfig, AudioLimits, ShardingConfig
 from components.materialize.manifest import ManifestRow
 from components.materialize.splits import EVAL, TRAIN, held_out_speakers, held_out_utterances
 
@@ -222,7 +222,7 @@ def _rows_of_files(root: str) -> Iterator[ManifestRow | beam.pvalue.TaggedOutput
     """Every audio file below `root` as a row, or as a tagged reject."""
     for path in paths.list_files(root):
         raw_id = paths.relative_id(root, path)
-        if posixpath.splitext(raw_id)[1].lower() not in audio.EXTENSIONS:
+        if posixpath.splitext(raw_id)[1].lower() not in AUDIO_EXTENSIONS:
             continue
         try:
             yield manifest.row_of_path(raw_id)

@@ -12,6 +12,27 @@ from components.materialize.errors import MaterializeError
 
 IMAGE_STORAGE_MODES = ("encoded", "raw")
 SPLIT_MODES = ("speaker", "utterance")
+# File extensions of audio: `--speaker_from_path` lists files with these, and a file with one
+# whose content no decoder reads is corrupt rather than unsupported.
+AUDIO_EXTENSIONS = (
+    ".wav",
+    ".wave",
+    ".flac",
+    ".ogg",
+    ".oga",
+    ".opus",
+    ".mp3",
+    ".m4a",
+    ".aac",
+    ".mp4",
+    ".aif",
+    ".aiff",
+    ".aifc",
+    ".caf",
+    ".w64",
+)
+# File extensions of images the pairs job decodes (PNG and JPEG, by content).
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
 PAIRS_FORMATS = ("auto", "jsonl", "csv")
 GROUPS_FORMATS = ("auto", "jsonl", "csv")
 MANIFEST_FORMATS = ("auto", "jsonl", "csv")
@@ -172,6 +193,11 @@ class PairsConfig(JobSettings):
         """The input folders, by flag: the output folder must stay apart from them."""
         return {"--x_dir": self.x_dir, "--y_dir": self.y_dir}
 
+    def input_files(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """Flag -> (kind, file extensions) of what each input folder must hold at least one of
+        (`preflight.check_holds_inputs`)."""
+        return {"--x_dir": ("image", IMAGE_EXTENSIONS), "--y_dir": ("image", IMAGE_EXTENSIONS)}
+
     def validate(self) -> None:
         """Checks the config before the job touches a folder.
 
@@ -223,7 +249,7 @@ class AudioConfig(JobSettings):
 
     Manifest fields: `path` (relative to `root`), `speaker` (the label), optional `split`. With a
     split field, each split value becomes a record set. `speaker_from_path` instead takes every
-    audio file below `root` (by extension, `audio.EXTENSIONS`) and the first folder of its path
+    audio file below `root` (by extension, `AUDIO_EXTENSIONS`) and the first folder of its path
     as its speaker (VoxCeleb's `id10001/<video>/00001.wav`), like a manifest without a split
     field. Without one, records go to `train` and `eval`: `split_mode="speaker"` holds out
     `eval_fraction` of the speakers (verification on unseen speakers), `"utterance"` holds out
@@ -251,6 +277,12 @@ class AudioConfig(JobSettings):
     def input_dirs(self) -> dict[str, str]:
         """The input folders, by flag: the output folder must stay apart from them."""
         return {"--root": self.root}
+
+    def input_files(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """Flag -> (kind, file extensions) of what each input folder must hold at least one of
+        (`preflight.check_holds_inputs`): with `--speaker_from_path` the job lists `--root` by
+        extension; a manifest names its files, whatever their names."""
+        return {"--root": ("audio", AUDIO_EXTENSIONS)} if self.speaker_from_path else {}
 
     def validate(self) -> None:
         """Checks the config before the job touches a folder.

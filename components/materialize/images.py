@@ -20,10 +20,10 @@ from PIL import Image
 
 from components import examples, layout
 from components.materialize import rejects
-from components.materialize.config import MAX_IMAGE_PIXELS
+from components.materialize.config import IMAGE_EXTENSIONS, MAX_IMAGE_PIXELS
 
 _MAGIC_FORMATS = ((b"\x89PNG\r\n\x1a\n", "PNG"), (b"\xff\xd8\xff", "JPEG"))
-_FORMATS = rejects.Formats("PNG or JPEG", "image", (".png", ".jpg", ".jpeg"), rejects.CORRUPT_IMAGE)
+_FORMATS = rejects.Formats("PNG or JPEG", "image", IMAGE_EXTENSIONS, rejects.CORRUPT_IMAGE)
 
 # Channels that `tf.io.decode_image(..., channels=0)` (what `components.inputs.parsing` reads
 # encoded images with) returns, by PNG colour type: a palette image decodes to RGB, or RGBA when

@@ -96,3 +96,37 @@ def check_apart(output_dir: str, input_dirs: dict[str, str]) -> None:
                 f"--output_dir {output_dir} {relation} {flag} {input_dir}: the job would read "
                 f"its own output as input; choose an --output_dir outside the inputs"
             )
+
+
+def check_holds_inputs(
+    input_dirs: dict[str, str], input_files: dict[str, tuple[str, tuple[str, ...]]]
+) -> None:
+    """Refuses a local input folder that holds no file of its job's kind, before the job starts
+    (it would reject nothing and fail with "nothing left to materialize" after its imports).
+
+    Stops at the first file with one of the extensions (any case), so a full folder costs one
+    directory listing; object-store folders are left to the job.
+
+    Args:
+        input_dirs: flag -> input folder (`config.input_dirs()`).
+        input_files: flag -> (kind, extensions) of what the folder must hold
+            (`config.input_files()`); flags not in it are not checked.
+
+    Raises:
+        MaterializeError: naming the flag, the folder and the extensions looked for.
+
+    Example:
+        check_holds_inputs({"--root": "/data/audio"}, {"--root": ("audio", (".wav", ".flac"))})
+    """
+    for flag, (kind, extensions) in input_files.items():
+        folder = input_dirs[flag]
+        if not owned_files.is_local(folder) or _holds_a_file(folder, extensions):
+            continue
+        raise MaterializeError(f"no {kind} files ({' '.join(extensions)}) under {flag} {folder}")
+
+
+def _holds_a_file(folder: str, extensions: tuple[str, ...]) -> bool:
+    for _, _, names in os.walk(folder, followlinks=True):
+        if any(os.path.splitext(name)[1].lower() in extensions for name in names):
+            return True
+    return False

@@ -137,10 +137,12 @@ def write_manifest_jsonl(path: str, rows: list[dict]) -> None:
 
 
 def empty_pairs_argv(root, *extra: str) -> list[str]:
-    """The materialize CLI's flags for a pairs job over empty `x/` and `y/` folders and an empty
-    pair list below `root` (a pathlib folder), into `root/out`, then `extra`."""
+    """The materialize CLI's flags for a pairs job over `x/` and `y/` folders that hold one
+    undecodable `.png` each (the CLI's preflight wants an image file) and an empty pair list
+    below `root` (a pathlib folder), into `root/out`, then `extra`."""
     for folder in ("x", "y"):
         (root / folder).mkdir(exist_ok=True)
+        (root / folder / "a.png").write_bytes(b"not a png")
     (root / "pairs.jsonl").write_text("")
     return [
         "pairs",

@@ -283,6 +283,7 @@ def test_voxceleb_layout_of_every_format_materializes_from_the_folders(tmp_path,
 
 def test_unknown_flags_are_an_error_naming_the_flag(tmp_path, capsys):
     (tmp_path / "vox").mkdir()
+    (tmp_path / "vox" / "a.wav").write_bytes(b"")
     argv = ["audio", "--speaker_from_path", "--root", str(tmp_path / "vox")]
     argv += ["--output_dir", str(tmp_path / "out")]
     for flag in ("--sample-rate=8000", "--x_dir", "--direct_num_wrokers=2"):
@@ -294,6 +295,7 @@ def test_unknown_flags_are_an_error_naming_the_flag(tmp_path, capsys):
 
 def test_an_unknown_flag_close_to_a_flag_says_which(tmp_path, capsys):
     (tmp_path / "vox").mkdir()
+    (tmp_path / "vox" / "a.wav").write_bytes(b"")
     argv = ["audio", "--speaker_from_path", "--root", str(tmp_path / "vox")]
     argv += ["--output_dir", str(tmp_path / "out"), "--eval-fraction=0.2"]
     assert materialize_cli.main(argv) == 2
@@ -321,7 +323,7 @@ def test_help_states_every_default(job, capsys):
 @pytest.mark.parametrize("extra", [[], ["--manifest", "m.csv", "--speaker_from_path"]])
 def test_a_manifest_or_speaker_folders_but_not_both(tmp_path, capsys, extra):
     argv = ["audio", "--root", str(tmp_path), "--output_dir", str(tmp_path / "out")]
-    assert materialize_cli.main(argv + extra) == 1
+    assert materialize_cli.main(argv + extra) == 2
     assert "--speaker_from_path" in capsys.readouterr().err
 
 

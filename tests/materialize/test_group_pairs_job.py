@@ -412,7 +412,7 @@ def test_pairing_flags_are_exclusive_with_one_clear_line(tmp_path, capsys, flags
         ]
     )
     captured = capsys.readouterr()
-    assert status == 1 and captured.out == ""
+    assert status == 2 and captured.out == ""
     assert captured.err.startswith("materialize pairs: error: ") and message in captured.err
     assert captured.err.count("\n") == 1
     assert not os.path.exists(tmp_path / "out")

@@ -496,7 +496,7 @@ def _audio_argv(tmp_path, *extra: str) -> list[str]:
 )
 def test_bad_limits_are_one_line_errors_before_the_job_starts(tmp_path, capsys, job, flags, named):
     argv = (generate.empty_pairs_argv if job == "pairs" else _audio_argv)(tmp_path, *flags)
-    assert materialize_cli.main(argv) == 1
+    assert materialize_cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and named in err, err
     assert not os.path.exists(tmp_path / "out")

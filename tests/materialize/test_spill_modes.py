@@ -145,7 +145,7 @@ def test_a_bad_spill_value_is_one_line_naming_the_flag(tmp_path, capsys, value):
     flags = _pairs_inputs(tmp_path)
     status = materialize_cli.main([*flags, "--output_dir", str(tmp_path / "out"), "--spill", value])
     captured = capsys.readouterr()
-    assert status == 1 and captured.out == ""
+    assert status == 2 and captured.out == ""
     assert captured.err == (
         f"materialize pairs: error: --spill must be one of auto, files, none; got {value!r}\n"
     )
