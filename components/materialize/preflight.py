@@ -126,6 +126,9 @@ def check_holds_inputs(
 
 
 def _holds_a_file(folder: str, extensions: tuple[str, ...]) -> bool:
+    # Not `paths.list_files`, the job's lister: it imports Beam. This walk follows folder links,
+    # which the job does not, so a root of links only passes here and the job records each
+    # link as a reject, saying more than "no files" would.
     for _, _, names in os.walk(folder, followlinks=True):
         if any(os.path.splitext(name)[1].lower() in extensions for name in names):
             return True
