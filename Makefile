@@ -56,11 +56,11 @@ $(STAMP): requirements.lock pyproject.toml components/native/read_records_op.cc
 	@# each Beam worker process included, would otherwise recompile ~2,400 modules on every start.
 	$(VENV)/bin/uv pip sync --compile-bytecode --python $(PY) requirements.lock
 	$(VENV)/bin/uv pip install --python $(PY) --no-deps -e .
-	$(PY) -m components.native
+	$(PY) -m tfx_dynamic_inputs.native
 	@touch $(STAMP)
 
 demo: setup
-	$(PY) -m pipeline.demo
+	$(PY) -m tfx_dynamic_inputs.pipeline.demo
 
 test: setup
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
@@ -90,7 +90,7 @@ bench: setup
 	  echo "== $$script"; $(PY) $$script $(BENCH_ARGS); done
 
 kubeflow: setup
-	$(PY) -m kubeflow.runner
+	$(PY) -m tfx_dynamic_inputs.kubeflow.runner
 
 lock:
 	uv pip compile pyproject.toml --extra kubeflow --extra dev --python-version 3.10 \

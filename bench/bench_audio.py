@@ -34,8 +34,8 @@ import numpy as np
 import soundfile
 import soxr
 
-from components import layout
-from components.materialize import (
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.materialize import (
     AudioConfig,
     ShardingConfig,
     audio,
@@ -44,8 +44,8 @@ from components.materialize import (
     pictures,
     run_audio,
 )
-from components.materialize.audio_pipeline import audio_example
-from components.materialize.splits import TRAIN
+from tfx_dynamic_inputs.materialize.audio_pipeline import audio_example
+from tfx_dynamic_inputs.materialize.splits import TRAIN
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 SAMPLE_RATE = 16000

@@ -239,7 +239,7 @@ def tfsim_worker(scratch: str, num_batches: str, repeats: str) -> None:
 def bench_plan_rate(num_records, num_classes, repeats, peer_python) -> dict:
     import tensorflow as tf
 
-    from components.inputs import ClassBalancedPlan
+    from tfx_dynamic_inputs.inputs import ClassBalancedPlan
 
     labels = class_labels(num_records, num_classes, seed=0)
     sizes = np.bincount(labels, minlength=num_classes)
@@ -339,10 +339,10 @@ def bench_plan_rate(num_records, num_classes, repeats, peer_python) -> dict:
 
 
 def write_run(output_dir, num_records, num_classes, seed, num_shards=8, sample_rate=16000):
-    """A materialized audio run (components.layout) of noise-like utterances of 1.5-4 s."""
+    """A materialized audio run (tfx_dynamic_inputs.layout) of noise-like utterances of 1.5-4 s."""
     import tensorflow as tf
 
-    from components import layout
+    from tfx_dynamic_inputs import layout
 
     rng = np.random.default_rng(seed)
     labels = class_labels(num_records, num_classes, seed)
@@ -404,11 +404,11 @@ def batches_per_second(datasets: dict, num_batches: int, repeats: int) -> dict:
 def bench_end_to_end(num_records, num_classes, n_c, num_batches, repeats, scratch) -> dict:
     import tensorflow as tf
 
-    from components import layout
-    from components.inputs import StoreOptions, class_balanced
-    from components.inputs.audio_config import AudioFeatureConfig
-    from components.inputs.audio_features import audio_features
-    from components.inputs.record_store import RecordStore
+    from tfx_dynamic_inputs import layout
+    from tfx_dynamic_inputs.inputs import StoreOptions, class_balanced
+    from tfx_dynamic_inputs.inputs.audio_config import AudioFeatureConfig
+    from tfx_dynamic_inputs.inputs.audio_features import audio_features
+    from tfx_dynamic_inputs.inputs.record_store import RecordStore
 
     run_dir = os.path.join(scratch, "run")
     start = time.perf_counter()

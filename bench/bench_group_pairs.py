@@ -30,8 +30,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
-from components.inputs import ValidPairs  # noqa: E402
-from components.inputs.pair_plan import PairPlanner  # noqa: E402
+from tfx_dynamic_inputs.inputs import ValidPairs  # noqa: E402
+from tfx_dynamic_inputs.inputs.pair_plan import PairPlanner  # noqa: E402
 
 NUM_GROUPS = 1000
 BATCH_SIZE = 256

@@ -31,8 +31,8 @@ import numpy as np
 import tensorflow as tf
 from PIL import Image
 
-from components import layout
-from components.materialize import (
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.materialize import (
     PairsConfig,
     ShardingConfig,
     images,
@@ -41,8 +41,8 @@ from components.materialize import (
     pictures,
     run_pairs,
 )
-from components.materialize.id_index import IdIndex
-from components.materialize.shards import IdTable, plan_shards
+from tfx_dynamic_inputs.materialize.id_index import IdIndex
+from tfx_dynamic_inputs.materialize.shards import IdTable, plan_shards
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 MAX_SHARD_BYTES = 8 << 20

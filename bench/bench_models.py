@@ -5,7 +5,8 @@
    * baseline: the step as the TensorFlow CycleGAN tutorial writes it: each generator and
      discriminator called once per input (6 generator and 4 discriminator calls), instance
      norm with a learned scale and offset, convolutions with biases;
-   * ours: `components.models.cyclegan.CycleGAN`: inputs of the same network stacked along the
+   * ours: `tfx_dynamic_inputs.models.cyclegan.CycleGAN`: inputs of the same network stacked along
+   the
      batch axis (4 and 2 calls), affine-free instance norm after bias-free convolutions (as in
      the reference PyTorch implementation).
    Reported: the first step (trace + graph optimization + run; CPU seconds, since the machine
@@ -13,7 +14,7 @@
 2. **EER scoring** of all pairs of N utterances (N(N-1)/2 trials; 4,000 utterances = 8M trials):
    * baseline: scikit-learn's `roc_curve` + nearest crossing, as voxceleb_trainer's
      `tuneThresholdfromScore` does;
-   * ours: `components.models.verification.equal_error_rate` (exact crossing).
+   * ours: `tfx_dynamic_inputs.models.verification.equal_error_rate` (exact crossing).
    Reported: seconds (median) and the two EER values.
 
 Prints ratios and a JSON result (also written to `--output`).
@@ -31,8 +32,8 @@ import numpy as np
 import tensorflow as tf
 from json_report import write_report
 
-from components.models import cyclegan
-from components.models.verification import equal_error_rate
+from tfx_dynamic_inputs.models import cyclegan
+from tfx_dynamic_inputs.models.verification import equal_error_rate
 
 IMAGE_SHAPE = (32, 32, 1)
 BATCH_SIZE = 64

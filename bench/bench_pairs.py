@@ -36,14 +36,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
-from components import layout  # noqa: E402
-from components.inputs import (  # noqa: E402
+from tfx_dynamic_inputs import layout  # noqa: E402
+from tfx_dynamic_inputs.inputs import (  # noqa: E402
     StoreOptions,
     ValidPairs,
     dynamic_pairs,
     open_pairs_run,
 )
-from components.inputs.pair_plan import PairPlanner  # noqa: E402
+from tfx_dynamic_inputs.inputs.pair_plan import PairPlanner  # noqa: E402
 
 BATCH_SIZE = 256
 AVERAGE_DEGREE = 8

@@ -4,10 +4,10 @@ _ARTIFACT_TYPE_NAMES = frozenset({"OffsetIndex", "PairIndex", "ClassIndex"})
 
 
 def __getattr__(name: str):
-    # Kubeflow v2 imports a custom artifact class by its schema title `components.<Class>`;
-    # resolve it lazily so `import components.inputs` does not pay for importing TFX.
+    # Kubeflow v2 imports a custom artifact class by its schema title `tfx_dynamic_inputs.<Class>`;
+    # resolve it lazily so `import tfx_dynamic_inputs.inputs` does not pay for importing TFX.
     if name in _ARTIFACT_TYPE_NAMES:
-        from components import artifacts
+        from tfx_dynamic_inputs import artifacts
 
         return getattr(artifacts, name)
-    raise AttributeError(f"module 'components' has no attribute {name!r}")
+    raise AttributeError(f"module 'tfx_dynamic_inputs' has no attribute {name!r}")

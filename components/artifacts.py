@@ -1,10 +1,10 @@
 """Custom TFX artifact types for the indexes of a materialized run.
 
-A materialized run (see `components.layout`) is split over artifacts: the TFRecord shards form a
-standard `Examples` artifact (`Split-<record_set>/` folders directly under its URI, so
+A materialized run (see `tfx_dynamic_inputs.layout`) is split over artifacts: the TFRecord shards
+form a standard `Examples` artifact (`Split-<record_set>/` folders directly under its URI, so
 StatisticsGen, SchemaGen, ExampleValidator and Trainer read it), and each index is its own
-artifact whose URI holds the index's part of the run layout, so the `components.layout` helpers
-read it with the artifact URI as the run directory:
+artifact whose URI holds the index's part of the run layout, so the `tfx_dynamic_inputs.layout`
+helpers read it with the artifact URI as the run directory:
 
 - `OffsetIndex`: `index/<record_set>/{offsets.npy, shards.json, ids.txt}`, `summary.json` and
   `rejects.jsonl`. Shard paths in `shards.json` are relative to the `Examples` URI, which the
@@ -14,7 +14,7 @@ read it with the artifact URI as the run directory:
 
 Kubeflow Pipelines v2 recovers a custom type in the container from its schema title, which is
 the `TYPE_NAME`: it must be an importable `<module>.<Class>` path with a single dot, matching
-`^[a-z][a-z0-9-_]{2,20}[.][A-Z][a-zA-Z0-9-_]{2,49}$`. The `components` package exposes these
+`^[a-z][a-z0-9-_]{2,20}[.][A-Z][a-zA-Z0-9-_]{2,49}$`. The `tfx_dynamic_inputs` package exposes these
 classes lazily under that name, without importing TFX for users of the tf.data inputs. Custom
 types declare no `PROPERTIES` (KFP v2 rejects them); metadata lives in custom properties.
 """
@@ -36,19 +36,19 @@ NUM_CLASSES_PROPERTY = "num_classes"  # JSON {record_set: count}
 class OffsetIndex(artifact.Artifact):
     """Per record set: (shard, offset, length) of every record, shard list and source ids."""
 
-    TYPE_NAME = "components.OffsetIndex"
+    TYPE_NAME = "tfx_dynamic_inputs.OffsetIndex"
 
 
 class PairIndex(artifact.Artifact):
     """CSR over the `x` records: the valid `y` record numbers of each."""
 
-    TYPE_NAME = "components.PairIndex"
+    TYPE_NAME = "tfx_dynamic_inputs.PairIndex"
 
 
 class ClassIndex(artifact.Artifact):
     """Per labelled record set: class vocabulary, class of each record, records of each class."""
 
-    TYPE_NAME = "components.ClassIndex"
+    TYPE_NAME = "tfx_dynamic_inputs.ClassIndex"
 
 
 ARTIFACT_TYPES = (OffsetIndex, PairIndex, ClassIndex)

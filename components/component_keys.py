@@ -66,8 +66,8 @@ BATCH_SIZE_KEY = "batch_size"
 N_CLASSES_PER_BATCH_KEY = "n_classes_per_batch"
 N_SAMPLES_PER_CLASS_KEY = "n_samples_per_class"
 
-# ModelGate (components.evaluator_component): inputs `model` (MODEL_KEY) and BASELINE_MODEL_KEY,
-# output BLESSING_KEY; the names the standard Evaluator gives the same channels.
+# ModelGate (tfx_dynamic_inputs.evaluator_component): inputs `model` (MODEL_KEY) and
+# BASELINE_MODEL_KEY, output BLESSING_KEY; the names the standard Evaluator gives the same channels.
 BASELINE_MODEL_KEY = "baseline_model"
 BLESSING_KEY = "blessing"
 # Parameters of ModelGate.

@@ -1,17 +1,17 @@
 """A tf.data service worker that can run the samplers' datasets.
 
-    python -m components.data_service_worker --dispatcher_address HOST:PORT [--port P]
+    python -m tfx_dynamic_inputs.data_service_worker --dispatcher_address HOST:PORT [--port P]
         [--worker_address HOST] [--without_native_ops]
 
 A worker runs dataset graphs that clients register with the dispatcher, so every op a graph names
 must be registered in the worker's process before it serves: a plain
 `tf.data.experimental.service.WorkerServer` lacks the project's native `ReadRecordsByIndex`
-(`components.native`, the disk backend's reader) and fails a job with "Op type not registered".
-This entrypoint loads it, then starts a `WorkerServer` and serves until it is stopped.
+(`tfx_dynamic_inputs.native`, the disk backend's reader) and fails a job with "Op type not
+registered". This entrypoint loads it, then starts a `WorkerServer` and serves until it is stopped.
 
 The disk backend reads shards by the paths the client opened them with: every worker must see the
 run at the same path (a shared filesystem). Clients build their datasets with
-`sampler.distributed_dataset("grpc://HOST:PORT", ...)` (`components.inputs.epoch_plan`).
+`sampler.distributed_dataset("grpc://HOST:PORT", ...)` (`tfx_dynamic_inputs.inputs.epoch_plan`).
 Exit status 1 when the native op is not built (unless `--without_native_ops`: then only datasets
 whose records are in memory can run here).
 """
@@ -24,7 +24,7 @@ import sys
 
 import tensorflow as tf
 
-from components import native
+from tfx_dynamic_inputs import native
 
 
 def worker_config(

@@ -51,7 +51,7 @@ def require(extra: str, part: str) -> None:
 
     Example:
 
-        require("beam", "components.materialize")  # at the top of the package
+        require("beam", "tfx_dynamic_inputs.materialize")  # at the top of the package
     """
     missing = missing_modules(extra)
     if missing:

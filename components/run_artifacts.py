@@ -1,6 +1,6 @@
 """A job's run directory split over its component's output artifacts.
 
-The Beam jobs (materialize, indexing) write one run directory (`components.layout`). Their
+The Beam jobs (materialize, indexing) write one run directory (`tfx_dynamic_inputs.layout`). Their
 executors run the job with the `offset_index` artifact's URI as the run directory, then move the
 parts that belong elsewhere:
 
@@ -12,8 +12,8 @@ parts that belong elsewhere:
 - `index/<record_set>/{classes.txt, class_ids.npy, class_records/}` ->
   `<class_index uri>/index/<record_set>/`.
 
-So each artifact URI is a run directory for the `components.layout` helpers of its part. Moves
-are renames: O(1) per file locally; on object stores a rename is a server-side copy. The
+So each artifact URI is a run directory for the `tfx_dynamic_inputs.layout` helpers of its part.
+Moves are renames: O(1) per file locally; on object stores a rename is a server-side copy. The
 `pair_index` / `class_index` URI also gets a copy of the run's `summary.json`, last: the readers
 check that the index there belongs to the run it commits (`layout.check_part`).
 """
@@ -31,8 +31,8 @@ from tfx.dsl.components.base import base_beam_executor
 from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
 
-from components import artifacts, layout
-from components.materialize import common
+from tfx_dynamic_inputs import artifacts, layout
+from tfx_dynamic_inputs.materialize import common
 
 _CLASS_INDEX_PARTS = (layout.CLASSES_FILE, layout.CLASS_IDS_FILE, layout.CLASS_RECORDS_INDEX)
 

@@ -1,6 +1,6 @@
 """Compiling the pipelines for Kubeflow Pipelines; needs the `[kubeflow]` extra."""
 
-from components.extras import require
+from tfx_dynamic_inputs.extras import require
 
 # Without the extra: one line naming the pip install, not an error deep in an import.
-require("kubeflow", "kubeflow")
+require("kubeflow", "tfx_dynamic_inputs.kubeflow")

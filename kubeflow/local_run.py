@@ -24,7 +24,8 @@ Two modes:
 - `in_process`: each task calls the same entrypoint module's `main` with the same arguments in
   this process, for test suites that cannot afford one TFX import per task.
 
-Run as `python -m kubeflow.local_run <pipeline.json> <pipeline_root> [--in-process]`.
+Run as `python -m tfx_dynamic_inputs.kubeflow.local_run <pipeline.json> <pipeline_root>
+[--in-process]`.
 """
 
 from __future__ import annotations
@@ -368,7 +369,8 @@ def run_pipeline_job(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m kubeflow.local_run`: runs a compiled job and prints each task's output URIs.
+    """`python -m tfx_dynamic_inputs.kubeflow.local_run`: runs a compiled job and prints each task's
+    output URIs.
 
     Args:
       argv: `<pipeline.json> <pipeline_root> [--in-process]`; None reads `sys.argv`.

@@ -1,8 +1,8 @@
 """`make kubeflow`: compiles both pipelines to KFP v2 JSON with KubeflowV2DagRunner.
 
-    python -m kubeflow.runner [--config FILE] [--image IMAGE] [--pipeline-root gs://...]
-                              [--output-dir kubeflow] [--data-root /app/sample_data]
-                              [--schemas-dir /app/schemas] [--beam-arg=--runner=DataflowRunner]
+    python -m tfx_dynamic_inputs.kubeflow.runner [--config FILE] [--image IMAGE]
+        [--pipeline-root gs://...] [--output-dir kubeflow] [--data-root /app/sample_data]
+        [--schemas-dir /app/schemas] [--beam-arg=--runner=DataflowRunner]
 
 Writes `<output-dir>/<pipeline name>.json` (a `PipelineJob` whose `pipelineSpec` every task of
 which runs `python -m tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor` in
@@ -14,15 +14,15 @@ Dockerfile generates the digit domains there) and a `gs://` pipeline root to rep
 Input fingerprints are not computed at compile time (the data need not be reachable from here);
 the cluster's own caching keys on parameters.
 
-`--config FILE` is the file `python -m pipeline.run_local` reads (`pipeline.cli`): its
-`kubeflow` section sets `KubeflowConfig` fields (the flags above override them), its `cyclegan`
-and `speaker` sections replace fields of the compiled pipelines (data paths as the pods see
-them); its `run` section is for local runs and is not used here.
+`--config FILE` is the file `python -m tfx_dynamic_inputs.pipeline.run_local` reads
+(`tfx_dynamic_inputs.pipeline.cli`): its `kubeflow` section sets `KubeflowConfig` fields (the flags
+above override them), its `cyclegan` and `speaker` sections replace fields of the compiled pipelines
+(data paths as the pods see them); its `run` section is for local runs and is not used here.
 
-The standard-TFX composition (`pipeline.standard_pipeline`) runs on the user's Examples, Transform
-`preprocessing_fn` and trainer module, none of which the image ships, so it is not compiled here:
-build it with `run_config(kubeflow_config)` and compile it with `compile_pipeline` for an image
-that holds those modules.
+The standard-TFX composition (`tfx_dynamic_inputs.pipeline.standard_pipeline`) runs on the user's
+Examples, Transform `preprocessing_fn` and trainer module, none of which the image ships, so it is
+not compiled here: build it with `run_config(kubeflow_config)` and compile it with
+`compile_pipeline` for an image that holds those modules.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ import yaml
 from tfx import v1 as tfx
 from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 
-from components.trainer_component import ClassBalancedTrainer, PairsTrainer
-from pipeline import cli, config, cyclegan_pipeline, speaker_pipeline
-from pipeline.sample_data import PAIRS_FILE, X_DIR, Y_DIR
+from tfx_dynamic_inputs.pipeline import cli, config, cyclegan_pipeline, speaker_pipeline
+from tfx_dynamic_inputs.pipeline.sample_data import PAIRS_FILE, X_DIR, Y_DIR
+from tfx_dynamic_inputs.trainer_component import ClassBalancedTrainer, PairsTrainer
 
 # The trainers' executors as a compiled task names them (`--executor_class_path`).
 TRAINER_EXECUTORS = tuple(
@@ -62,8 +62,8 @@ def compile_pipeline(
     Every trainer task (`PairsTrainer`, `ClassBalancedTrainer`) gets a KFP `retryPolicy` of
     `trainer_retries` retries (0: none): a preempted or killed trainer pod is started again with
     the same executor input, and resumes from its checkpoints
-    (`components.trainer_component.checkpoints`). TFX's compiler sets no retry policy, so it is
-    added to the compiled spec.
+    (`tfx_dynamic_inputs.trainer_component.checkpoints`). TFX's compiler sets no retry policy, so it
+    is added to the compiled spec.
 
     Args:
       pipeline: the TFX pipeline.
@@ -315,7 +315,8 @@ def parse_args(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m kubeflow.runner`: compiles both pipelines and prints each path written.
+    """`python -m tfx_dynamic_inputs.kubeflow.runner`: compiles both pipelines and prints each path
+    written.
 
     Args:
       argv: the command-line arguments (None: `sys.argv[1:]`), as `parse_args` reads them.

@@ -1,6 +1,6 @@
 """The pipelines: local runs (LocalDagRunner) and their configs; needs the `[tfx]` extra."""
 
-from components.extras import require
+from tfx_dynamic_inputs.extras import require
 
 # Without the extra: one line naming the pip install, not an error deep in an import.
-require("tfx", "pipeline")
+require("tfx", "tfx_dynamic_inputs.pipeline")

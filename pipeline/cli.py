@@ -7,7 +7,8 @@ flag, one item each, e.g. `--beam_pipeline_args=--direct_running_mode=multi_proc
 
 A config file (JSON, or YAML for any other suffix) holds one section per dataclass; every
 section is optional, and every section present is checked by whichever command reads the file,
-so one file drives `python -m pipeline.run_local` and `python -m kubeflow.runner`::
+so one file drives `python -m tfx_dynamic_inputs.pipeline.run_local` and `python -m
+tfx_dynamic_inputs.kubeflow.runner`::
 
     speaker:                  # SpeakerConfig fields
       manifest: data/manifest.csv
@@ -38,7 +39,7 @@ from typing import Any, NoReturn
 
 import yaml
 
-from pipeline import config
+from tfx_dynamic_inputs.pipeline import config
 
 PIPELINES: dict[str, type] = {
     "cyclegan": config.CycleGanConfig,
@@ -389,10 +390,10 @@ def _add_field_flags(parser: argparse.ArgumentParser, section_name: str) -> None
 
 
 def local_parser() -> argparse.ArgumentParser:
-    """`python -m pipeline.run_local {cyclegan,speaker} ...`: one subcommand per pipeline, a
-    flag per field of its config and per local run setting."""
+    """`python -m tfx_dynamic_inputs.pipeline.run_local {cyclegan,speaker} ...`: one subcommand per
+    pipeline, a flag per field of its config and per local run setting."""
     parser = _Parser(
-        prog="python -m pipeline.run_local",
+        prog="python -m tfx_dynamic_inputs.pipeline.run_local",
         description="Run one pipeline locally (LocalDagRunner, sqlite ML Metadata, Beam "
         "DirectRunner), then print what ran, the artifacts, the rejects and the metrics.",
         allow_abbrev=False,

@@ -17,11 +17,11 @@ from tfx import v1 as tfx
 from tfx.dsl.components.base import base_component, base_node
 from tfx.types import standard_component_specs
 
-from components import component_keys as keys
-from components.evaluator_component import ModelGate
-from components.trainer_component import ClassBalancedTrainer, PairsTrainer
-from pipeline.config import SERVING_DIR, CycleGanConfig, RunConfig, SpeakerConfig
-from pipeline.fingerprint import input_fingerprint
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs.evaluator_component import ModelGate
+from tfx_dynamic_inputs.pipeline.config import SERVING_DIR, CycleGanConfig, RunConfig, SpeakerConfig
+from tfx_dynamic_inputs.pipeline.fingerprint import input_fingerprint
+from tfx_dynamic_inputs.trainer_component import ClassBalancedTrainer, PairsTrainer
 
 # The node id of the latest-blessed-model resolver (Kubeflow names its two tasks after it).
 BASELINE_RESOLVER_ID = "latest_blessed_model_resolver"

@@ -23,8 +23,8 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
-from components import component_keys as keys
-from components.materialize.config import AudioConfig
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs.materialize.config import AudioConfig
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMAS_DIR = os.path.join(REPO_ROOT, "schemas")
@@ -46,8 +46,8 @@ class PipelineConfig:
     Pusher pushes (each pipeline names its own `blessing_metric` and `blessing_threshold`).
 
     Keyword-only, so that a pipeline's required data paths can follow these defaults and stay
-    its first positional arguments. (`pipeline.cli` lists a pipeline's own fields first in
-    `--help`, then these; each flag's help is its entry below.)
+    its first positional arguments. (`tfx_dynamic_inputs.pipeline.cli` lists a pipeline's own fields
+    first in `--help`, then these; each flag's help is its entry below.)
 
     Args:
       num_shards: TFRecord shards per record set the materialize job writes.
@@ -72,7 +72,8 @@ class PipelineConfig:
     serving_dir: str | None = None
 
     def input_paths(self) -> list[str]:
-        """The input files and folders (what `pipeline.fingerprint` fingerprints).
+        """The input files and folders (what `tfx_dynamic_inputs.pipeline.fingerprint`
+        fingerprints).
 
         Returns:
             The paths, as the config gives them.
@@ -128,7 +129,7 @@ class CycleGanConfig(PipelineConfig):
     num_epochs: int = 3
     pairing_strategy: str = "uniform"
     held_out: int = 4
-    trainer_module: str = "components.trainer_modules.cyclegan_trainer"
+    trainer_module: str = "tfx_dynamic_inputs.trainer_modules.cyclegan_trainer"
     custom_config: Mapping[str, Any] = dataclasses.field(
         default_factory=lambda: {"learning_rate": 2e-4}
     )
@@ -207,7 +208,7 @@ class SpeakerConfig(PipelineConfig):
     crop_seconds: float = 1.0
     num_mel_bins: int = 40
     num_epochs: int = 12
-    trainer_module: str = "components.trainer_modules.speaker_trainer"
+    trainer_module: str = "tfx_dynamic_inputs.trainer_modules.speaker_trainer"
     custom_config: Mapping[str, Any] = dataclasses.field(
         default_factory=lambda: {"learning_rate": 1e-3}
     )
@@ -220,7 +221,7 @@ class SpeakerConfig(PipelineConfig):
         return [self.audio_root] if self.speaker_from_path else [self.manifest, self.audio_root]
 
     def feature_options(self) -> dict[str, Any]:
-        """`components.inputs.AudioFeatureConfig` fields, as the trainer takes them."""
+        """`tfx_dynamic_inputs.inputs.AudioFeatureConfig` fields, as the trainer takes them."""
         return {
             "sample_rate": self.sample_rate,
             "crop_seconds": self.crop_seconds,
@@ -256,7 +257,7 @@ class RunConfig:
 
 @dataclasses.dataclass(frozen=True)
 class KubeflowConfig:
-    """What `python -m kubeflow.runner` compiles into the KFP v2 specs.
+    """What `python -m tfx_dynamic_inputs.kubeflow.runner` compiles into the KFP v2 specs.
 
     Paths in the specs are read inside the pod: `pipeline_root` and the data are normally
     object-store URIs (gs://...). `data_root` holds the pipelines' default inputs laid out as the

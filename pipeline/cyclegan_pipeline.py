@@ -10,11 +10,11 @@ import functools
 
 from tfx import v1 as tfx
 
-from components import component_keys as keys
-from components.materialize_component import MaterializePairs
-from components.trainer_component import PairsInputOptions, PairsTrainer
-from pipeline import common
-from pipeline.config import CycleGanConfig, RunConfig
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs.materialize_component import MaterializePairs
+from tfx_dynamic_inputs.pipeline import common
+from tfx_dynamic_inputs.pipeline.config import CycleGanConfig, RunConfig
+from tfx_dynamic_inputs.trainer_component import PairsInputOptions, PairsTrainer
 
 
 def create_pipeline(config: CycleGanConfig, run: RunConfig) -> tfx.dsl.Pipeline:

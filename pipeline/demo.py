@@ -1,6 +1,6 @@
 """`make demo`: both pipelines end to end on the bundled sample data, then what they produced.
 
-    python -m pipeline.demo [--work-dir out/demo] [--no-cache]
+    python -m tfx_dynamic_inputs.pipeline.demo [--work-dir out/demo] [--no-cache]
 
 Runs the CycleGAN pipeline (digit domains X/Y with a class-constrained valid-pair list) and the
 speaker pipeline (the committed espeak-ng corpus) on LocalDagRunner with sqlite ML Metadata and
@@ -24,9 +24,15 @@ import os
 import sys
 import time
 
-from components import component_keys as keys
-from components.materialize import pictures
-from pipeline import config, cyclegan_pipeline, report, run_local, speaker_pipeline
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs.materialize import pictures
+from tfx_dynamic_inputs.pipeline import (
+    config,
+    cyclegan_pipeline,
+    report,
+    run_local,
+    speaker_pipeline,
+)
 
 
 def main(argv: list[str] | None = None) -> int:

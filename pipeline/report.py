@@ -1,4 +1,5 @@
-"""What a local pipeline run prints at its end (`pipeline.run_local` and `pipeline.demo`).
+"""What a local pipeline run prints at its end (`tfx_dynamic_inputs.pipeline.run_local` and
+`tfx_dynamic_inputs.pipeline.demo`).
 
 `describe` gives, for one run read back from ML Metadata: each node and whether it ran, was
 served from the cache, failed or never started; the URI of every output; the inputs the Beam
@@ -19,12 +20,12 @@ from tfx.components.evaluator.constants import (
 )
 from tfx.types import standard_component_specs
 
-from components import artifacts, layout
-from components import component_keys as keys
-from pipeline import config
+from tfx_dynamic_inputs import artifacts, layout
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs.pipeline import config
 
 if TYPE_CHECKING:
-    from pipeline.run_local import NodeResult, OutputArtifact
+    from tfx_dynamic_inputs.pipeline.run_local import NodeResult, OutputArtifact
 
 STATES = {"COMPLETE": "ran", "CACHED": "cached", "FAILED": "failed"}
 NOT_RUN = "not run"
@@ -44,7 +45,7 @@ def log_dirs(name: str, results: Mapping[str, NodeResult]) -> dict[str, str]:
     Returns:
       label -> folder, for `pictures.tensorboard_hint`.
     """
-    from components.materialize import pictures
+    from tfx_dynamic_inputs.materialize import pictures
 
     found = {}
     for result in results.values():

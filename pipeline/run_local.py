@@ -1,18 +1,20 @@
 """Local runs: LocalDagRunner, sqlite ML Metadata, Beam DirectRunner; and what a run produced.
 
-    python -m pipeline.run_local speaker --manifest M --audio_root R [--work_dir W] [...]
-    python -m pipeline.run_local cyclegan --x_dir X --y_dir Y --pairs P [--work_dir W] [...]
-    python -m pipeline.run_local {speaker,cyclegan} --config FILE [flags override the file]
+    python -m tfx_dynamic_inputs.pipeline.run_local speaker --manifest M --audio_root R [...]
+    python -m tfx_dynamic_inputs.pipeline.run_local cyclegan --x_dir X --y_dir Y --pairs P [...]
+    python -m tfx_dynamic_inputs.pipeline.run_local {speaker,cyclegan} --config FILE [flags]
+
+(`[...]`: `--work_dir W` and the other flags; flags given with `--config` override the file.)
 
 Every field of `SpeakerConfig` / `CycleGanConfig` and the local run settings (`enable_cache`,
-`beam_pipeline_args`, `fingerprint_inputs`) is a flag of the same name (`pipeline.cli`; `--help`
-lists them). Without data flags a pipeline runs on the bundled sample data (the CycleGAN digit
-domains are written to `<work_dir>/digits`). The run's pipeline root and sqlite ML Metadata live
-under `--work_dir` (default `out/local`), so a second run with unchanged inputs is served from
-the cache. At the end it prints each node (ran / cached / failed / not run), every output URI,
-the Beam stage's rejects by reason and the trainer's metrics; a failed run then ends with
-`error: <the failed component's own error>` and exit status 1. A bad flag or config key ends
-with one `error:` line and exit status 2.
+`beam_pipeline_args`, `fingerprint_inputs`) is a flag of the same name
+(`tfx_dynamic_inputs.pipeline.cli`; `--help` lists them). Without data flags a pipeline runs on the
+bundled sample data (the CycleGAN digit domains are written to `<work_dir>/digits`). The run's
+pipeline root and sqlite ML Metadata live under `--work_dir` (default `out/local`), so a second run
+with unchanged inputs is served from the cache. At the end it prints each node (ran / cached /
+failed / not run), every output URI, the Beam stage's rejects by reason and the trainer's metrics; a
+failed run then ends with `error: <the failed component's own error>` and exit status 1. A bad flag
+or config key ends with one `error:` line and exit status 2.
 
 `run(pipeline)` executes a pipeline in this process; `execute` also catches its failure and
 reads back the run. `latest_run(metadata_path, name)` reads back from ML Metadata what the
@@ -31,9 +33,9 @@ from typing import TYPE_CHECKING, Any
 from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
-from components.materialize.errors import MaterializeError
-from pipeline import cli, config, speakers
-from pipeline.sample_data import write_digit_domains
+from tfx_dynamic_inputs.materialize.errors import MaterializeError
+from tfx_dynamic_inputs.pipeline import cli, config, speakers
+from tfx_dynamic_inputs.pipeline.sample_data import write_digit_domains
 
 if TYPE_CHECKING:
     from tfx import v1 as tfx
@@ -102,8 +104,8 @@ def run(pipeline: tfx.dsl.Pipeline) -> None:
     Example:
         run(speaker_pipeline.create_pipeline(SpeakerConfig(), run_config("/tmp/work")))
     """
-    # Imported here, as in `main`: a bad flag of `python -m pipeline.run_local` is answered
-    # before TFX's import (10-25 s, and pages of warnings).
+    # Imported here, as in `main`: a bad flag of `python -m tfx_dynamic_inputs.pipeline.run_local`
+    # is answered before TFX's import (10-25 s, and pages of warnings).
     from tfx import v1 as tfx
 
     tfx.orchestration.LocalDagRunner().run(pipeline)
@@ -358,7 +360,11 @@ def main(argv: list[str] | None = None) -> int:
             speakers.check_speakers(pipeline_config)
     except cli.ConfigError as error:
         cli.fail(error)
-    from pipeline import cyclegan_pipeline, report, speaker_pipeline  # they import TFX: see `run`
+    from tfx_dynamic_inputs.pipeline import (  # they import TFX: see `run`
+        cyclegan_pipeline,
+        report,
+        speaker_pipeline,
+    )
 
     factory = cyclegan_pipeline if args.pipeline == "cyclegan" else speaker_pipeline
     pipeline = factory.create_pipeline(pipeline_config, run_settings)
@@ -369,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     if outcome.error is not None:
         print(f"error: {outcome.error}", file=sys.stderr)
         return 1
-    from components.materialize import pictures
+    from tfx_dynamic_inputs.materialize import pictures
 
     print(pictures.tensorboard_hint(report.log_dirs(args.pipeline, outcome.results)))
     return 0

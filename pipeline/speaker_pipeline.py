@@ -11,11 +11,11 @@ import functools
 
 from tfx import v1 as tfx
 
-from components import component_keys as keys
-from components.materialize_component import MaterializeAudio
-from components.trainer_component import ClassBalancedInputOptions, ClassBalancedTrainer
-from pipeline import common
-from pipeline.config import RunConfig, SpeakerConfig
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs.materialize_component import MaterializeAudio
+from tfx_dynamic_inputs.pipeline import common
+from tfx_dynamic_inputs.pipeline.config import RunConfig, SpeakerConfig
+from tfx_dynamic_inputs.trainer_component import ClassBalancedInputOptions, ClassBalancedTrainer
 
 TRAIN_SPLIT = "train"
 EVAL_SPLIT = "eval"

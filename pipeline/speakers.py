@@ -1,8 +1,8 @@
 """The speaker pipeline's batch geometry checked against its data, before TFX or Beam load.
 
 `ClassBalancedTrainer` needs `n_classes_per_batch` distinct training speakers. Which speakers
-train is decided by the audio job (`components.materialize.splits`: `eval_fraction` of them held
-out by seeded rank, unless the manifest names each row's split), so it can be said from the
+train is decided by the audio job (`tfx_dynamic_inputs.materialize.splits`: `eval_fraction` of them
+held out by seeded rank, unless the manifest names each row's split), so it can be said from the
 manifest (or the folders, with `speaker_from_path`) in a second, instead of after the Beam stage
 as `larger than the number of usable classes`. Rows the job would reject still count here: a
 check that passes can still fail later, one that fails would fail there too.
@@ -14,8 +14,8 @@ import csv
 import json
 import os
 
-from components.materialize.splits import TRAIN, held_out_speakers
-from pipeline import cli, config
+from tfx_dynamic_inputs.materialize.splits import TRAIN, held_out_speakers
+from tfx_dynamic_inputs.pipeline import cli, config
 
 _SPEAKER, _SPLIT = "speaker", "split"
 

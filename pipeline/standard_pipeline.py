@@ -27,13 +27,13 @@ from tfx import v1 as tfx
 from tfx.dsl.components.base import base_node
 from tfx.types import standard_component_specs
 
-from components import component_keys as keys
-from components.evaluator_component import ModelGate
-from components.index_component import IndexExamples
-from components.trainer_component import ClassBalancedInputOptions, ClassBalancedTrainer
-from components.trainer_component.input_options import TRANSFORMED_SPEC
-from pipeline import common
-from pipeline.config import RunConfig
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs.evaluator_component import ModelGate
+from tfx_dynamic_inputs.index_component import IndexExamples
+from tfx_dynamic_inputs.pipeline import common
+from tfx_dynamic_inputs.pipeline.config import RunConfig
+from tfx_dynamic_inputs.trainer_component import ClassBalancedInputOptions, ClassBalancedTrainer
+from tfx_dynamic_inputs.trainer_component.input_options import TRANSFORMED_SPEC
 
 
 @dataclasses.dataclass(frozen=True)

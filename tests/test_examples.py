@@ -7,7 +7,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components import examples
+from tfx_dynamic_inputs import examples
 
 INT64 = st.integers(-(1 << 63), (1 << 63) - 1)
 # Edge values of every varint length, negatives (10-byte varints) and the int64 limits.

@@ -23,8 +23,8 @@ from tfx.dsl.components.base import base_component, executor_spec
 from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 
-from components import component_keys as keys
-from components.evaluator_component import decision, executor
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs.evaluator_component import decision, executor
 
 
 class ModelGateSpec(types.ComponentSpec):

@@ -13,7 +13,7 @@ import dataclasses
 import math
 from typing import Any
 
-from components import component_keys as keys
+from tfx_dynamic_inputs import component_keys as keys
 
 
 @dataclasses.dataclass(frozen=True)

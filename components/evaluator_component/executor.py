@@ -9,9 +9,9 @@ from tfx import types
 from tfx.components.evaluator import constants
 from tfx.dsl.io import fileio
 
-from components import component_keys as keys
-from components import execution
-from components.evaluator_component import decision
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs import execution
+from tfx_dynamic_inputs.evaluator_component import decision
 
 EVALUATION_FILE = "evaluation.json"
 # Custom properties of the blessing beside the standard Evaluator's: the metric's name, the

@@ -1,15 +1,15 @@
 """`IndexExamples`: any TFX `Examples` artifact -> the indexed record sets the trainers read.
 
-    from components.index_component import IndexExamples
+    from tfx_dynamic_inputs.index_component import IndexExamples
 
 The component resolves on first use: the Beam job's modules import without TFX.
 """
 
-from components.extras import require
+from tfx_dynamic_inputs.extras import require
 
 # Without the extra: one line naming the pip install, not an error deep in an import.
-require("tfx", "components.index_component")
-from components.materialize.lazy_exports import resolver
+require("tfx", "tfx_dynamic_inputs.index_component")
+from tfx_dynamic_inputs.materialize.lazy_exports import resolver
 
 _EXPORTS = {"IndexExamples": "component", "IndexExamplesSpec": "component"}
 

@@ -31,9 +31,9 @@ from tfx.dsl.components.base import base_beam_component, executor_spec
 from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 
-from components import artifacts
-from components import component_keys as keys
-from components.index_component import executor
+from tfx_dynamic_inputs import artifacts
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs.index_component import executor
 
 
 class IndexExamplesSpec(types.ComponentSpec):

@@ -1,10 +1,10 @@
 """Executor of `IndexExamples`: run the indexing job, then map the run onto the output artifacts.
 
-As the materialize executors do (`components.run_artifacts`): the job writes one run directory,
-the `offset_index` URI; its shards then move into `<indexed_examples>/Split-<record_set>/`
-(`shards.json` rewritten to point there), its class index parts into
-`<class_index>/index/<record_set>/`, its pair index into `<pair_index>/index/pairs/`, and each
-index URI gets a copy of `summary.json`, so the readers (`RecordStore.open`, `class_balanced`,
+As the materialize executors do (`tfx_dynamic_inputs.run_artifacts`): the job writes one run
+directory, the `offset_index` URI; its shards then move into
+`<indexed_examples>/Split-<record_set>/` (`shards.json` rewritten to point there), its class index
+parts into `<class_index>/index/<record_set>/`, its pair index into `<pair_index>/index/pairs/`, and
+each index URI gets a copy of `summary.json`, so the readers (`RecordStore.open`, `class_balanced`,
 `ValidPairs.load`, `open_pairs_run`, `layout.load_group_index`) check that every part belongs to
 the run it commits.
 """
@@ -18,10 +18,10 @@ from tfx.components.util import examples_utils
 from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
 
-from components import artifacts, execution, layout, run_artifacts
-from components import component_keys as keys
-from components.index_component.indexing import IndexConfig, run_index
-from components.materialize.config import ShardingConfig
+from tfx_dynamic_inputs import artifacts, execution, layout, run_artifacts
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs.index_component.indexing import IndexConfig, run_index
+from tfx_dynamic_inputs.materialize.config import ShardingConfig
 
 # Custom properties of the ClassIndex and PairIndex artifacts IndexExamples writes.
 LABEL_FEATURE_PROPERTY = "label_feature"  # the feature the classes come from

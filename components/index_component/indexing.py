@@ -1,12 +1,13 @@
-"""The indexing job: the records of a TFX `Examples` artifact -> a run in the `components.layout`
-contract (uncompressed shards, offset index, class index, valid-pair index), as one Beam pipeline.
+"""The indexing job: the records of a TFX `Examples` artifact -> a run in the
+`tfx_dynamic_inputs.layout` contract (uncompressed shards, offset index, class index, valid-pair
+index), as one Beam pipeline.
 
 Each input file (GZIP or uncompressed TFRecord, `records.compression_of`) is read whole by one
 worker, in file order; every record is checked for the features the indexes need (label, id,
-group; `screening`) and spilled (`components.materialize.spill`; through a distributed runner's
-shuffle instead), and only its ref travels on. Records are numbered by id: the `id_feature`
+group; `screening`) and spilled (`tfx_dynamic_inputs.materialize.spill`; through a distributed
+runner's shuffle instead), and only its ref travels on. Records are numbered by id: the `id_feature`
 value, or `<file name>:<position>` without one (file order).
-From there the job is composed of the materialize jobs' own stages (`components.materialize.
+From there the job is composed of the materialize jobs' own stages (`tfx_dynamic_inputs.materialize.
 stages`): ids sorted into shard plans, valid pairs resolved from a pair list or from groups,
 rejects judged against `max_reject_fraction`, the shards and indexes written only when the
 verdict is ok, and `summary.json` written last to commit the run.
@@ -26,10 +27,10 @@ from collections.abc import Callable, Mapping
 
 import apache_beam as beam
 
-from components import layout
-from components.index_component import records, screening
-from components.materialize import stages
-from components.materialize.stages import MaterializeError, ShardingConfig
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.index_component import records, screening
+from tfx_dynamic_inputs.materialize import stages
+from tfx_dynamic_inputs.materialize.stages import MaterializeError, ShardingConfig
 
 X = layout.X_RECORD_SET
 Y = layout.Y_RECORD_SET

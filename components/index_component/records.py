@@ -3,7 +3,7 @@
 `read_frames(path)` yields every record of one TFRecord file (GZIP or uncompressed) with its
 position in the file; `ExampleFeatures` reads the few features the indexing job needs (label, id,
 group) out of a serialized `tf.train.Example`. Neither imports TensorFlow (a 10-25 s start-up per
-worker process, see `components.layout`): the Example messages are built from their field
+worker process, see `tfx_dynamic_inputs.layout`): the Example messages are built from their field
 numbers in a descriptor pool of their own (wire compatible with `tensorflow.Example`, and
 no clash with it when TensorFlow is loaded in the same process), parsed by protobuf's C++ code.
 """
@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Iterator
 from typing import IO, NamedTuple
 
-from components import layout
+from tfx_dynamic_inputs import layout
 
 GZIP = "gzip"
 UNCOMPRESSED = "uncompressed"

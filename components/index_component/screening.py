@@ -3,8 +3,8 @@
 `ReadRecords` reads each input file whole, in file order, and checks every record for the
 features the indexes need (label, id, group): a record that lacks one, or holds it with another
 type or several values, becomes a `Reject` with its file and position; the others are spilled
-(`components.materialize.spill`) and travel on as `RecordBatch`es of ids and refs. Once every
-record is read, `Screen` rejects the records whose id repeats within their set and those whose
+(`tfx_dynamic_inputs.materialize.spill`) and travel on as `RecordBatch`es of ids and refs. Once
+every record is read, `Screen` rejects the records whose id repeats within their set and those whose
 label is not of the kind most labels have (int64 class ids or bytes names, `LabelKinds`), and
 `CollectLabels` gathers the run's `Vocabulary` from the labels left.
 """
@@ -18,8 +18,8 @@ from typing import NamedTuple
 import apache_beam as beam
 import numpy as np
 
-from components.index_component import records
-from components.materialize import stages
+from tfx_dynamic_inputs.index_component import records
+from tfx_dynamic_inputs.materialize import stages
 
 REJECTED = stages.REJECTED
 # The side outputs of `ReadRecords`.

@@ -27,26 +27,26 @@ Import from here; the modules behind it hold one concept each:
 None of them imports TFX.
 """
 
-from components.inputs.audio_config import AudioFeatureConfig, SpecAugment
-from components.inputs.class_balanced import ClassBalancedSampler, class_balanced
-from components.inputs.class_plan import ClassBalancedPlan, ClassReport
-from components.inputs.coverage import PairCoverage, PairCoverageCallback
-from components.inputs.damaged_records import DamagedRecord, DamagedRecordError
-from components.inputs.data_service import ServiceUnsupportedError
-from components.inputs.element_codec import tensor_parser
-from components.inputs.epoch_state import EpochState
-from components.inputs.group_pairs import GroupPairs
-from components.inputs.pair_plan import PairingState
-from components.inputs.pairs import (
+from tfx_dynamic_inputs.inputs.audio_config import AudioFeatureConfig, SpecAugment
+from tfx_dynamic_inputs.inputs.class_balanced import ClassBalancedSampler, class_balanced
+from tfx_dynamic_inputs.inputs.class_plan import ClassBalancedPlan, ClassReport
+from tfx_dynamic_inputs.inputs.coverage import PairCoverage, PairCoverageCallback
+from tfx_dynamic_inputs.inputs.damaged_records import DamagedRecord, DamagedRecordError
+from tfx_dynamic_inputs.inputs.data_service import ServiceUnsupportedError
+from tfx_dynamic_inputs.inputs.element_codec import tensor_parser
+from tfx_dynamic_inputs.inputs.epoch_state import EpochState
+from tfx_dynamic_inputs.inputs.group_pairs import GroupPairs
+from tfx_dynamic_inputs.inputs.pair_plan import PairingState
+from tfx_dynamic_inputs.inputs.pairs import (
     DynamicPairsSampler,
     dynamic_pairs,
     open_pairs_run,
 )
-from components.inputs.parsing import ImageSpec, example_check, image_example_parser
-from components.inputs.record_store import RecordStore
-from components.inputs.run import Run, StoreOptions, open_run
-from components.inputs.sources import record_store_from
-from components.inputs.valid_pairs import ValidPairs
+from tfx_dynamic_inputs.inputs.parsing import ImageSpec, example_check, image_example_parser
+from tfx_dynamic_inputs.inputs.record_store import RecordStore
+from tfx_dynamic_inputs.inputs.run import Run, StoreOptions, open_run
+from tfx_dynamic_inputs.inputs.sources import record_store_from
+from tfx_dynamic_inputs.inputs.valid_pairs import ValidPairs
 
 __all__ = [
     "AudioFeatureConfig",

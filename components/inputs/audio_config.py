@@ -12,7 +12,7 @@ import math
 
 import tensorflow as tf
 
-from components import layout
+from tfx_dynamic_inputs import layout
 
 MODES = ("crop", "pad")
 # The default `AudioFeatureConfig.max_pad_seconds`.

@@ -1,7 +1,7 @@
 """In-graph audio features for batches of int16 PCM records.
 
-Records of an audio record set (see `components.layout`) hold mono little-endian int16 PCM of
-varying length at one sample rate. `audio_features` turns a batch of them (tf.string [B]) into
+Records of an audio record set (see `tfx_dynamic_inputs.layout`) hold mono little-endian int16 PCM
+of varying length at one sample rate. `audio_features` turns a batch of them (tf.string [B]) into
 model inputs, all with batched core-TF ops (no per-element Python, no per-element `map`):
 
 1. Crop or pad (`AudioFeatureConfig.mode`):
@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from components import layout
-from components.inputs.audio_config import AudioFeatureConfig, SpecAugment, num_frames
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.inputs.audio_config import AudioFeatureConfig, SpecAugment, num_frames
 
 # Sub-streams of a batch's seed.
 _SALT_CROP = 0

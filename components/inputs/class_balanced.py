@@ -16,25 +16,25 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import tensorflow as tf
 
-from components import layout
-from components.inputs import labelled_sources
-from components.inputs.audio_config import AudioFeatureConfig
-from components.inputs.audio_features import audio_features, parse_audio_examples
-from components.inputs.class_plan import (
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.inputs import labelled_sources
+from tfx_dynamic_inputs.inputs.audio_config import AudioFeatureConfig
+from tfx_dynamic_inputs.inputs.audio_features import audio_features, parse_audio_examples
+from tfx_dynamic_inputs.inputs.class_plan import (
     ClassBalancedPlan,
     ClassReport,
     int_argument,
     seed_argument,
 )
-from components.inputs.damaged_records import describe_damaged
-from components.inputs.epoch_sampler import EpochSampler
-from components.inputs.epoch_state import EpochState
-from components.inputs.parsing import AUDIO_EXAMPLE_SPEC, ExampleGuard, ParseFn
-from components.inputs.record_store import RecordStore
-from components.inputs.run import Run, StoreOptions, open_run
-from components.inputs.skip_log import SkipLog
-from components.inputs.variables import index_variable
-from components.inputs.worker_slices import replicas_per_worker, worker_slice
+from tfx_dynamic_inputs.inputs.damaged_records import describe_damaged
+from tfx_dynamic_inputs.inputs.epoch_sampler import EpochSampler
+from tfx_dynamic_inputs.inputs.epoch_state import EpochState
+from tfx_dynamic_inputs.inputs.parsing import AUDIO_EXAMPLE_SPEC, ExampleGuard, ParseFn
+from tfx_dynamic_inputs.inputs.record_store import RecordStore
+from tfx_dynamic_inputs.inputs.run import Run, StoreOptions, open_run
+from tfx_dynamic_inputs.inputs.skip_log import SkipLog
+from tfx_dynamic_inputs.inputs.variables import index_variable
+from tfx_dynamic_inputs.inputs.worker_slices import replicas_per_worker, worker_slice
 
 DEFAULT_FEATURES = AudioFeatureConfig()
 

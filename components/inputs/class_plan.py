@@ -40,10 +40,10 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-from components.inputs import epoch_plan
-from components.inputs.arguments import int_argument, seed_argument
-from components.inputs.variables import index_variable
-from components.inputs.worker_slices import round_batches
+from tfx_dynamic_inputs.inputs import epoch_plan
+from tfx_dynamic_inputs.inputs.arguments import int_argument, seed_argument
+from tfx_dynamic_inputs.inputs.variables import index_variable
+from tfx_dynamic_inputs.inputs.worker_slices import round_batches
 
 EPOCH_MODES = ("classes", "samples")
 SMALL_CLASS_POLICIES = ("replace", "skip")

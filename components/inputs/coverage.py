@@ -14,9 +14,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from components.inputs.group_pairs import GroupPairs
-from components.inputs.valid_pairs import ValidPairs
-from components.inputs.variables import index_variable
+from tfx_dynamic_inputs.inputs.group_pairs import GroupPairs
+from tfx_dynamic_inputs.inputs.valid_pairs import ValidPairs
+from tfx_dynamic_inputs.inputs.variables import index_variable
 
 
 class PairCoverage(tf.Module):

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from components.inputs.record_store import RecordStore
+    from tfx_dynamic_inputs.inputs.record_store import RecordStore
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """What a dataset must satisfy to run on tf.data service workers, checked when it is built.
 
-A tf.data service worker (`python -m components.data_service_worker`) runs the dataset graph that
-the client serializes and registers with the dispatcher, in another process, usually on another
+A tf.data service worker (`python -m tfx_dynamic_inputs.data_service_worker`) runs the dataset graph
+that the client serializes and registers with the dispatcher, in another process, usually on another
 machine. So:
 
 * nothing may call back into the client's Python process: `tf.py_function` and

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from components import examples
+from tfx_dynamic_inputs import examples
 
 SINGLE_KEY = "value"
 

@@ -27,8 +27,8 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from components.inputs.epoch_state import EpochState
-from components.inputs.worker_slices import batches_per_worker
+from tfx_dynamic_inputs.inputs.epoch_state import EpochState
+from tfx_dynamic_inputs.inputs.worker_slices import batches_per_worker
 
 # Batch numbers of an unbounded `epoch_range_dataset` run up to the largest int64.
 _LAST_BATCH_NUMBER = (1 << 63) - 1

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from components.inputs import data_service
-from components.inputs.epoch_plan import epoch_dataset, epoch_range_dataset
-from components.inputs.epoch_state import EpochState
-from components.inputs.record_store import RecordStore
+from tfx_dynamic_inputs.inputs import data_service
+from tfx_dynamic_inputs.inputs.epoch_plan import epoch_dataset, epoch_range_dataset
+from tfx_dynamic_inputs.inputs.epoch_state import EpochState
+from tfx_dynamic_inputs.inputs.record_store import RecordStore
 
 
 class EpochSampler:
@@ -168,7 +168,7 @@ class EpochSampler:
         max_graph_bytes: int = data_service.DEFAULT_MAX_GRAPH_BYTES,
     ) -> tf.data.Dataset:
         """`epochs_dataset` run by the tf.data service at `service` ("grpc://host:port", the
-        dispatcher; start workers with `python -m components.data_service_worker`).
+        dispatcher; start workers with `python -m tfx_dynamic_inputs.data_service_worker`).
 
         `processing_mode`:
           * ``"distributed_epoch"``: the service hands each batch number to one worker, so the

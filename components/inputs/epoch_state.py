@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from components.inputs.variables import require_no_strategy_scope
+from tfx_dynamic_inputs.inputs.variables import require_no_strategy_scope
 
 
 class EpochState(tf.Module):

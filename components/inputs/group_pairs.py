@@ -23,7 +23,7 @@ import logging
 
 import numpy as np
 
-from components import layout
+from tfx_dynamic_inputs import layout
 
 _log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
-from components import examples, layout
-from components.inputs.record_store import RecordStore
-from components.inputs.run import Run, StoreOptions
-from components.inputs.sources import DEFAULT_RECORD_SET, record_store_from
+from tfx_dynamic_inputs import examples, layout
+from tfx_dynamic_inputs.inputs.record_store import RecordStore
+from tfx_dynamic_inputs.inputs.run import Run, StoreOptions
+from tfx_dynamic_inputs.inputs.sources import DEFAULT_RECORD_SET, record_store_from
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,7 +162,7 @@ def _open_labelled_run(
     if not tf.io.gfile.isdir(class_dir):
         raise FileNotFoundError(
             f"record set {record_set!r} of {class_root} has no class index ({class_dir}); "
-            "open a pipeline's outputs with components.inputs.open_run"
+            "open a pipeline's outputs with tfx_dynamic_inputs.inputs.open_run"
         )
     layout.check_part(class_root, class_dir)
     row_splits, values = layout.load_csr(class_dir)

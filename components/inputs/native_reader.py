@@ -1,6 +1,6 @@
 """The native disk reader: the `ReadRecordsByIndex` op bound to one record set.
 
-`open_native_reader` binds the op (`components.native`: C++, no Python per batch) when it is
+`open_native_reader` binds the op (`tfx_dynamic_inputs.native`: C++, no Python per batch) when it is
 built and can be used, and otherwise says why the Python reader (`shard_readers.ShardReader`)
 reads instead.
 """
@@ -14,8 +14,8 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
-from components import native
-from components.inputs.shard_checks import PayloadCheck, RunPin
+from tfx_dynamic_inputs import native
+from tfx_dynamic_inputs.inputs.shard_checks import PayloadCheck, RunPin
 
 # The native op bound to one record set: int64 [B] -> (tf.string [B] records, tf.bool [B] ok).
 NativeRead = Callable[[tf.Tensor], "tuple[tf.Tensor, tf.Tensor]"]
@@ -52,7 +52,7 @@ def open_native_reader(
     problem = None
     op_module = native.read_records_op()
     if op_module is None:
-        problem = "the native op is not built (python -m components.native)"
+        problem = "the native op is not built (python -m tfx_dynamic_inputs.native)"
     elif payload_check is not None:
         problem = "a payload_check runs in Python"
     elif not (
@@ -85,5 +85,5 @@ def open_native_reader(
 def _warn_not_built() -> None:
     logging.getLogger(__name__).warning(
         "RecordStore disk backend: the native reader is not built, reading with os.pread in "
-        "Python (slower). Build it with `python -m components.native` (make setup does)."
+        "Python (slower). Build it with `python -m tfx_dynamic_inputs.native` (make setup does)."
     )

@@ -19,19 +19,19 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from components.inputs.arguments import int_argument, seed_argument
-from components.inputs.epoch_plan import (
+from tfx_dynamic_inputs.inputs.arguments import int_argument, seed_argument
+from tfx_dynamic_inputs.inputs.epoch_plan import (
     SALT_CHOICE,
     SALT_GROUP_START,
     SALT_ORDER,
     SALT_TIE_BREAK,
     epoch_seed,
 )
-from components.inputs.epoch_state import EpochState
-from components.inputs.group_pairs import GroupPairs
-from components.inputs.valid_pairs import ValidPairs
-from components.inputs.variables import index_variable
-from components.inputs.worker_slices import round_batches
+from tfx_dynamic_inputs.inputs.epoch_state import EpochState
+from tfx_dynamic_inputs.inputs.group_pairs import GroupPairs
+from tfx_dynamic_inputs.inputs.valid_pairs import ValidPairs
+from tfx_dynamic_inputs.inputs.variables import index_variable
+from tfx_dynamic_inputs.inputs.worker_slices import round_batches
 
 STRATEGIES = ("uniform", "least_sampled")
 REMAINDERS = ("wrap", "drop")

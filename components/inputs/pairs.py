@@ -12,13 +12,13 @@ import os
 
 import tensorflow as tf
 
-from components import layout
-from components.inputs.arguments import int_argument, seed_argument
-from components.inputs.damaged_records import describe_damaged
-from components.inputs.epoch_sampler import EpochSampler
-from components.inputs.group_pairs import GroupPairs
-from components.inputs.pair_plan import PairingState, PairPlanner
-from components.inputs.parsing import (
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.inputs.arguments import int_argument, seed_argument
+from tfx_dynamic_inputs.inputs.damaged_records import describe_damaged
+from tfx_dynamic_inputs.inputs.epoch_sampler import EpochSampler
+from tfx_dynamic_inputs.inputs.group_pairs import GroupPairs
+from tfx_dynamic_inputs.inputs.pair_plan import PairingState, PairPlanner
+from tfx_dynamic_inputs.inputs.parsing import (
     ExampleGuard,
     ImageSpec,
     ParseFn,
@@ -26,12 +26,12 @@ from components.inputs.parsing import (
     image_example_parser,
     image_example_spec,
 )
-from components.inputs.record_store import RecordStore
-from components.inputs.run import Run, StoreOptions, open_run
-from components.inputs.skip_log import SkipLog
-from components.inputs.sources import record_store_from
-from components.inputs.valid_pairs import ValidPairs
-from components.inputs.worker_slices import replicas_per_worker, worker_slice
+from tfx_dynamic_inputs.inputs.record_store import RecordStore
+from tfx_dynamic_inputs.inputs.run import Run, StoreOptions, open_run
+from tfx_dynamic_inputs.inputs.skip_log import SkipLog
+from tfx_dynamic_inputs.inputs.sources import record_store_from
+from tfx_dynamic_inputs.inputs.valid_pairs import ValidPairs
+from tfx_dynamic_inputs.inputs.worker_slices import replicas_per_worker, worker_slice
 
 
 def dynamic_pairs(
@@ -63,7 +63,8 @@ def dynamic_pairs(
     """A dataset of pair batches, re-paired on every iteration (one iteration = one epoch).
 
     Args:
-      x, y: `RecordStore`s, or anything `components.inputs.sources.record_store_from` takes (a
+      x, y: `RecordStore`s, or anything `tfx_dynamic_inputs.inputs.sources.record_store_from` takes
+      (a
         `tf.data.Dataset`, arrays / tensors or a dict / tuple of them). Or `x` alone a pairs
         run (a `Run` from `open_run`, or its folder), whose stores and valid pairs are used.
       valid_pairs: for each x record, the y record numbers it may be paired with (see

@@ -21,9 +21,13 @@ import numpy as np
 import tensorflow as tf
 from google.protobuf.message import DecodeError
 
-from components import layout
-from components.inputs.damaged_records import DamagedRecord, DamagedRecordError, damage_message
-from components.inputs.variables import index_variable
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.inputs.damaged_records import (
+    DamagedRecord,
+    DamagedRecordError,
+    damage_message,
+)
+from tfx_dynamic_inputs.inputs.variables import index_variable
 
 ParseFn = Callable[[tf.Tensor], object]
 

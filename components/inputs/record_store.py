@@ -3,11 +3,11 @@
 Two backends behind one interface:
 
 * ``memory``: every record in one `tf.string` tensor, read with `tf.gather` (fully native).
-* ``disk``: the offset index (`components.layout` `offsets.npy`, int64 [N, 3]: shard, frame
+* ``disk``: the offset index (`tfx_dynamic_inputs.layout` `offsets.npy`, int64 [N, 3]: shard, frame
   offset, payload length) is memory-mapped and each batch of indices is read with one `pread` per
   record on shard files kept open. Memory does not grow with the number or size of records.
-  Two readers do this: the native op `ReadRecordsByIndex` (`components.native`, C++, no Python
-  per batch; used when it is built, the default) and a Python reader (`os.pread` in one
+  Two readers do this: the native op `ReadRecordsByIndex` (`tfx_dynamic_inputs.native`, C++, no
+  Python per batch; used when it is built, the default) and a Python reader (`os.pread` in one
   `tf.numpy_function` per batch; used without a compiler, or for a `payload_check`).
 
 Every record is checked against its TFRecord frame, as `tf.data.TFRecordDataset` does (the length
@@ -35,19 +35,23 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from components import layout
-from components.inputs.damaged_records import DamagedRecord, DamagedRecordError, damage_message
-from components.inputs.native_reader import NativeRead, open_native_reader
-from components.inputs.parsing import ParseFn
-from components.inputs.shard_checks import (
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.inputs.damaged_records import (
+    DamagedRecord,
+    DamagedRecordError,
+    damage_message,
+)
+from tfx_dynamic_inputs.inputs.native_reader import NativeRead, open_native_reader
+from tfx_dynamic_inputs.inputs.parsing import ParseFn
+from tfx_dynamic_inputs.inputs.shard_checks import (
     PayloadCheck,
     RunPin,
     check_offsets,
     check_shard_contents,
     shard_sizes,
 )
-from components.inputs.shard_readers import ShardReader, load_all
-from components.inputs.variables import index_variable
+from tfx_dynamic_inputs.inputs.shard_readers import ShardReader, load_all
+from tfx_dynamic_inputs.inputs.variables import index_variable
 
 _log = logging.getLogger(__name__)
 
@@ -59,9 +63,9 @@ ON_DAMAGED = ("fail", "skip")
 class RecordStore:
     """Serialized records of one record set, addressable by global record number.
 
-    Build one with `RecordStore.open` (a materialized run, see `components.layout`),
+    Build one with `RecordStore.open` (a materialized run, see `tfx_dynamic_inputs.layout`),
     `RecordStore.from_serialized` (records already in memory) or
-    `components.inputs.sources.record_store_from` (arrays, datasets, ids + a load function).
+    `tfx_dynamic_inputs.inputs.sources.record_store_from` (arrays, datasets, ids + a load function).
 
     `read(indices)` (int64 [B] -> tf.string [B]) works eagerly and inside `Dataset.map`.
 
@@ -334,8 +338,8 @@ class RecordStore:
             problems.append(
                 f"{name} is read from disk by the Python reader (os.pread in a "
                 f"tf.numpy_function): {self._python_reader_reason}. Build the native op "
-                "(python -m components.native) and open the store with reader='auto' and no "
-                "payload_check, or use backend='memory'"
+                "(python -m tfx_dynamic_inputs.native) and open the store with reader='auto' and "
+                "no payload_check, or use backend='memory'"
             )
         return problems
 

@@ -1,11 +1,11 @@
 """One typed handle for a materialized run: `open_run(uri) -> Run`.
 
-A run is what the Beam jobs write (`components.layout`): record sets with their offset indexes,
-a valid-pair or group index, class indexes, and `summary.json`, which commits the run and says
-what it recorded (the job, the sample rate or image storage, counts, rejects). In a TFX pipeline
-the same run is split over the artifacts of one component execution
+A run is what the Beam jobs write (`tfx_dynamic_inputs.layout`): record sets with their offset
+indexes, a valid-pair or group index, class indexes, and `summary.json`, which commits the run and
+says what it recorded (the job, the sample rate or image storage, counts, rejects). In a TFX
+pipeline the same run is split over the artifacts of one component execution
 (`<component>/{examples,offset_index,pair_index,class_index}/<execution id>`,
-`components.run_artifacts`); `open_run` takes the run folder or any of those URIs.
+`tfx_dynamic_inputs.run_artifacts`); `open_run` takes the run folder or any of those URIs.
 
 The run is checked once, when it is opened (its `summary.json` commits it as ok, and every
 artifact of it names the same run); what it recorded is read from it, never defaulted again:
@@ -27,10 +27,10 @@ import posixpath
 
 import tensorflow as tf
 
-from components import component_keys, layout
-from components.inputs.arguments import choice, int_argument
-from components.inputs.record_store import BACKENDS, ON_DAMAGED, READERS, RecordStore
-from components.inputs.shard_checks import PayloadCheck
+from tfx_dynamic_inputs import component_keys, layout
+from tfx_dynamic_inputs.inputs.arguments import choice, int_argument
+from tfx_dynamic_inputs.inputs.record_store import BACKENDS, ON_DAMAGED, READERS, RecordStore
+from tfx_dynamic_inputs.inputs.shard_checks import PayloadCheck
 
 # The artifact output keys of one materialize (or index) component execution.
 _EXAMPLES_KEYS = (component_keys.EXAMPLES_KEY, component_keys.INDEXED_EXAMPLES_KEY)
@@ -259,7 +259,7 @@ class Run:
 
             x_store, y_store, valid_pairs = open_run("runs/digits").pairs()
         """
-        from components.inputs.pairs import open_pairs_run
+        from tfx_dynamic_inputs.inputs.pairs import open_pairs_run
 
         if self.pair_index_uri is None:
             raise FileNotFoundError(f"run {self.run_id} at {self.uri} has no pair index")

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
-from components import layout
+from tfx_dynamic_inputs import layout
 
 # A payload check returns None for a good payload and the reason otherwise.
 PayloadCheck = Callable[[bytes], "str | None"]

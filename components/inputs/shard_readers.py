@@ -22,16 +22,16 @@ import google_crc32c
 import numpy as np
 import tensorflow as tf
 
-from components import layout
-from components.inputs.damaged_records import DamagedRecord
-from components.inputs.shard_checks import (
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.inputs.damaged_records import DamagedRecord
+from tfx_dynamic_inputs.inputs.shard_checks import (
     PayloadCheck,
     RunPin,
     frame_problem,
     frames_fit,
     past_end,
 )
-from components.inputs.variables import index_variable
+from tfx_dynamic_inputs.inputs.variables import index_variable
 
 _ZERO_LENGTH_FIELD = bytes(8)
 _ZERO_CRC_FIELDS = bytes(8)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from components.inputs.epoch_state import EpochState
+from tfx_dynamic_inputs.inputs.epoch_state import EpochState
 
 _log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ tensors (or a dict / tuple of them, sliced along the first axis), or a sequence 
 load function into a `RecordStore` whose records are `tf.train.Example`s, one per element
 (`element_codec`), with the matching batched parse function (`store.parse_fn`). Inputs whose
 encoded size fits `memory_budget_bytes` stay in memory; larger ones are written once to indexed
-TFRecord shards under `cache_dir` (the `components.layout` of a materialized run) and read from
-disk, so memory stays bounded by the budget. Such a cache is not a run: it has no run id and no
+TFRecord shards under `cache_dir` (the `tfx_dynamic_inputs.layout` of a materialized run) and read
+from disk, so memory stays bounded by the budget. Such a cache is not a run: it has no run id and no
 `summary.json` (its `shards.json`, written last, marks it complete, and `cache_dir` may gather
 record sets written at different times), and the readers' run checks let it through as it is.
 
@@ -25,14 +25,14 @@ from collections.abc import Callable, Iterable, Iterator
 import numpy as np
 import tensorflow as tf
 
-from components import layout
-from components.inputs.element_codec import (
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.inputs.element_codec import (
     Component,
     ExampleEncoder,
     declared_components,
     tensor_parser,
 )
-from components.inputs.record_store import RecordStore
+from tfx_dynamic_inputs.inputs.record_store import RecordStore
 
 DEFAULT_RECORD_SET = "records"
 _SPEC_FILE = "element_spec.json"

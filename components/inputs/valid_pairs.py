@@ -14,8 +14,8 @@ import logging
 import numpy as np
 import tensorflow as tf
 
-from components import layout
-from components.inputs.group_pairs import GroupPairs
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.inputs.group_pairs import GroupPairs
 
 ON_INVALID = ("fail", "skip")
 

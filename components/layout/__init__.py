@@ -39,9 +39,9 @@ no folder renames (on object stores they are full copies). Readers (`load_shards
 `check_part`) refuse a part whose run is not the one `summary.json` commits as ok: a job killed
 before its summary, a failed run, or parts of two runs mixed in one folder (`RunCommitError`
 names both run ids). A folder without `summary.json` whose parts name no run is not a run but a
-store `components.inputs.sources.record_store_from` cached from user data; it is read as is.
+store `tfx_dynamic_inputs.inputs.sources.record_store_from` cached from user data; it is read as is.
 
-A job claims its folder with `.claim` (`components.materialize.claims.try_claim`: created
+A job claims its folder with `.claim` (`tfx_dynamic_inputs.materialize.claims.try_claim`: created
 exclusively on local disks; on object stores a best-effort write-if-absent, read back), so a
 second job on the same folder fails fast; the job removes its claim when it ends.
 
@@ -63,18 +63,18 @@ The package is this contract, one concern a module, each index's writer beside i
 * `record_sets`: a record set's offsets, `shards.json` (shard sizes and sampled CRCs), ids;
 * `class_index`, `group_index`: the class index and valid pairs by group;
 * `commit`: run ids and the commit protocol (the job's claim on its folder is the writers':
-  `components.materialize.claims`).
+  `tfx_dynamic_inputs.materialize.claims`).
 
-Everything is re-exported here: `from components import layout` and `layout.<name>`.
+Everything is re-exported here: `from tfx_dynamic_inputs import layout` and `layout.<name>`.
 """
 
 from __future__ import annotations
 
-from components.layout.class_index import (
+from tfx_dynamic_inputs.layout.class_index import (
     class_records,
     save_class_index,
 )
-from components.layout.commit import (
+from tfx_dynamic_inputs.layout.commit import (
     check_committed,
     check_part,
     check_same_run,
@@ -84,7 +84,7 @@ from components.layout.commit import (
     run_id_field,
     save_run_file,
 )
-from components.layout.files import (
+from tfx_dynamic_inputs.layout.files import (
     INTEGER,
     load_csr,
     load_json,
@@ -95,14 +95,14 @@ from components.layout.files import (
     save_lines,
     save_npy,
 )
-from components.layout.filesystem import create, gfile
-from components.layout.framing import (
+from tfx_dynamic_inputs.layout.filesystem import create, gfile
+from tfx_dynamic_inputs.layout.framing import (
     masked_crc32c,
     tfrecord_frame,
     write_frames,
     write_shard,
 )
-from components.layout.group_index import (
+from tfx_dynamic_inputs.layout.group_index import (
     MAX_GROUP_EDGES,
     group_degrees,
     group_edges,
@@ -110,7 +110,7 @@ from components.layout.group_index import (
     load_group_index,
     save_group_index,
 )
-from components.layout.names import (
+from tfx_dynamic_inputs.layout.names import (
     AUDIO_KEY,
     CHANNELS_KEY,
     CLAIM_FILE,
@@ -157,11 +157,11 @@ from components.layout.names import (
     pairs_index_dir,
     shard_name,
 )
-from components.layout.paths import (
+from tfx_dynamic_inputs.layout.paths import (
     resolve,
     resolve_shard,
 )
-from components.layout.record_sets import (
+from tfx_dynamic_inputs.layout.record_sets import (
     CRC_BYTES,
     SAMPLED_FRAMES,
     ReadCrcs,

@@ -8,9 +8,14 @@ import os
 
 import numpy as np
 
-from components.layout.commit import save_run_file
-from components.layout.files import save_csr, save_lines, save_npy
-from components.layout.names import CLASS_IDS_FILE, CLASSES_FILE, class_records_dir, index_dir
+from tfx_dynamic_inputs.layout.commit import save_run_file
+from tfx_dynamic_inputs.layout.files import save_csr, save_lines, save_npy
+from tfx_dynamic_inputs.layout.names import (
+    CLASS_IDS_FILE,
+    CLASSES_FILE,
+    class_records_dir,
+    index_dir,
+)
 
 
 def class_records(class_ids: np.ndarray, num_classes: int) -> tuple[np.ndarray, np.ndarray]:

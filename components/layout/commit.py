@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 import uuid
 
-from components.layout.files import load_json, save_json
-from components.layout.filesystem import gfile
-from components.layout.names import (
+from tfx_dynamic_inputs.layout.files import load_json, save_json
+from tfx_dynamic_inputs.layout.filesystem import gfile
+from tfx_dynamic_inputs.layout.names import (
     RUN_FILE,
     RUN_ID_KEY,
     SUMMARY_FILE,

@@ -11,8 +11,8 @@ import tempfile
 
 import numpy as np
 
-from components.layout.filesystem import create, gfile
-from components.layout.names import ROW_SPLITS_FILE, VALUES_FILE, IndexFileError
+from tfx_dynamic_inputs.layout.filesystem import create, gfile
+from tfx_dynamic_inputs.layout.names import ROW_SPLITS_FILE, VALUES_FILE, IndexFileError
 
 
 def save_npy(path: str, array: np.ndarray) -> None:

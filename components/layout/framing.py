@@ -11,8 +11,8 @@ from collections.abc import Iterable
 import google_crc32c
 import numpy as np
 
-from components.layout.filesystem import create, replace
-from components.layout.names import CRC_MASK_DELTA, FRAME_OVERHEAD_BYTES
+from tfx_dynamic_inputs.layout.filesystem import create, replace
+from tfx_dynamic_inputs.layout.names import CRC_MASK_DELTA, FRAME_OVERHEAD_BYTES
 
 
 def masked_crc32c(data: bytes) -> int:

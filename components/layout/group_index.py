@@ -8,10 +8,17 @@ import os
 
 import numpy as np
 
-from components.layout.commit import check_part, save_run_file
-from components.layout.files import INTEGER, load_lines, load_npy, save_csr, save_lines, save_npy
-from components.layout.filesystem import gfile
-from components.layout.names import (
+from tfx_dynamic_inputs.layout.commit import check_part, save_run_file
+from tfx_dynamic_inputs.layout.files import (
+    INTEGER,
+    load_lines,
+    load_npy,
+    save_csr,
+    save_lines,
+    save_npy,
+)
+from tfx_dynamic_inputs.layout.filesystem import gfile
+from tfx_dynamic_inputs.layout.names import (
     GROUPS_FILE,
     X_GROUPS_FILE,
     Y_GROUPS_FILE,
@@ -131,7 +138,7 @@ def has_group_index(output_dir: str) -> bool:
 def load_group_index(output_dir: str) -> tuple[list[str], np.ndarray, np.ndarray]:
     """The group pairing of the run at `output_dir`, checked.
 
-    `ValidPairs.from_groups` takes the two arrays (`components.inputs.open_pairs_run` does).
+    `ValidPairs.from_groups` takes the two arrays (`tfx_dynamic_inputs.inputs.open_pairs_run` does).
 
     Args:
         output_dir: The run directory.

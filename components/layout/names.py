@@ -1,5 +1,6 @@
 """File and folder names of a run, feature keys, TFRecord frame sizes and the index errors:
-what the writers and the readers of a run name alike (`components.layout` has the whole layout).
+what the writers and the readers of a run name alike (`tfx_dynamic_inputs.layout` has the whole
+layout).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import posixpath
 
-from components.layout.names import SPLIT_PREFIX, IndexFileError
+from tfx_dynamic_inputs.layout.names import SPLIT_PREFIX, IndexFileError
 
 
 def resolve(output_dir: str, relative_path: str) -> str:
@@ -86,7 +86,7 @@ def _in_sibling_split(path: str, output_dir: str, record_set: str) -> bool:
     beside the `offset_index` artifact `output_dir`, of the same component execution: TFX lays
     out `<component>/<output key>/<execution id>` (executor tests drop the execution id), and
     the materialize and index components move their shards into that artifact."""
-    from components import component_keys
+    from tfx_dynamic_inputs import component_keys
 
     run = resolve(output_dir, ".").replace(os.sep, "/").rstrip("/")
     if "://" not in run:

@@ -11,12 +11,12 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from components.layout import filesystem
-from components.layout.commit import check_committed, run_id_field
-from components.layout.files import load_json, save_json, save_lines, save_npy
-from components.layout.filesystem import gfile
-from components.layout.framing import write_shard
-from components.layout.names import (
+from tfx_dynamic_inputs.layout import filesystem
+from tfx_dynamic_inputs.layout.commit import check_committed, run_id_field
+from tfx_dynamic_inputs.layout.files import load_json, save_json, save_lines, save_npy
+from tfx_dynamic_inputs.layout.filesystem import gfile
+from tfx_dynamic_inputs.layout.framing import write_shard
+from tfx_dynamic_inputs.layout.names import (
     FRAME_HEADER_BYTES,
     IDS_FILE,
     OFFSETS_FILE,
@@ -27,7 +27,7 @@ from components.layout.names import (
     index_dir,
     shard_name,
 )
-from components.layout.paths import resolve_shard
+from tfx_dynamic_inputs.layout.paths import resolve_shard
 
 
 def save_record_set_index(

@@ -1,4 +1,4 @@
-"""CLI: `python -m components.materialize {pairs,audio} ... [Beam pipeline options]`.
+"""CLI: `python -m tfx_dynamic_inputs.materialize {pairs,audio} ... [Beam pipeline options]`.
 
 Flags not listed here must be Beam pipeline options (`--runner`, `--direct_num_workers`,
 `--direct_running_mode`, ...): they go to Beam's PipelineOptions, DirectRunner by default; any
@@ -17,8 +17,8 @@ import signal
 import sys
 import threading
 
-from components.materialize import preflight
-from components.materialize.config import (
+from tfx_dynamic_inputs.materialize import preflight
+from tfx_dynamic_inputs.materialize.config import (
     GROUPS_FORMATS,
     IMAGE_STORAGE_MODES,
     MANIFEST_FORMATS,
@@ -33,13 +33,13 @@ from components.materialize.config import (
     PairsConfig,
     from_flat,
 )
-from components.materialize.errors import MaterializeError
+from tfx_dynamic_inputs.materialize.errors import MaterializeError
 
 # Each sub-command's config class and the module of its job (imported once the flags are
 # checked: Beam and TensorFlow take seconds to load); the flags are named after the fields.
 _JOBS = {
-    "pairs": (PairsConfig, "components.materialize.pairs_pipeline", "run_pairs"),
-    "audio": (AudioConfig, "components.materialize.audio_pipeline", "run_audio"),
+    "pairs": (PairsConfig, "tfx_dynamic_inputs.materialize.pairs_pipeline", "run_pairs"),
+    "audio": (AudioConfig, "tfx_dynamic_inputs.materialize.audio_pipeline", "run_audio"),
 }
 
 
@@ -60,7 +60,7 @@ class _HelpWithDefaults(argparse.HelpFormatter):
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m components.materialize",
+        prog="python -m tfx_dynamic_inputs.materialize",
         description="Materialize raw data into indexed TFRecord shards (Apache Beam).",
         epilog="Other flags are Beam pipeline options, e.g. --direct_num_workers=2 "
         "--direct_running_mode=multi_processing.",
@@ -219,7 +219,7 @@ def _did_you_mean(argument: str, job: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The `python -m components.materialize {pairs,audio}` command line.
+    """The `python -m tfx_dynamic_inputs.materialize {pairs,audio}` command line.
 
     Args:
         argv: the arguments (without the program name); None reads `sys.argv`. Flags that are

@@ -18,9 +18,9 @@ import numpy as np
 import soundfile
 import soxr
 
-from components import layout
-from components.materialize import rejects
-from components.materialize.config import AUDIO_EXTENSIONS, AudioLimits
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.materialize import rejects
+from tfx_dynamic_inputs.materialize.config import AUDIO_EXTENSIONS, AudioLimits
 
 _FORMATS = rejects.Formats("readable audio", "file", AUDIO_EXTENSIONS, rejects.CORRUPT_AUDIO)
 _SF_UNRECOGNISED_FORMAT = 1  # libsndfile's SF_ERR_UNRECOGNISED_FORMAT

@@ -24,11 +24,21 @@ from typing import NamedTuple
 import apache_beam as beam
 import numpy as np
 
-from components import examples, layout
-from components.materialize import audio, manifest, paths, rejects, shards, spill, stages
-from components.materialize.config import AUDIO_EXTENSIONS, AudioConfig, AudioLimits, ShardingConfig
-from components.materialize.manifest import ManifestRow
-from components.materialize.splits import EVAL, TRAIN, held_out_speakers, held_out_utterances
+from tfx_dynamic_inputs import examples, layout
+from tfx_dynamic_inputs.materialize import audio, manifest, paths, rejects, shards, spill, stages
+from tfx_dynamic_inputs.materialize.config import (
+    AUDIO_EXTENSIONS,
+    AudioConfig,
+    AudioLimits,
+    ShardingConfig,
+)
+from tfx_dynamic_inputs.materialize.manifest import ManifestRow
+from tfx_dynamic_inputs.materialize.splits import (
+    EVAL,
+    TRAIN,
+    held_out_speakers,
+    held_out_utterances,
+)
 
 REJECTED = stages.REJECTED
 _NUM_FILES = "num_files"

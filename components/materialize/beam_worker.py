@@ -9,7 +9,7 @@ files only, so `local_pipeline` runs the same FnApiRunner with this module as th
 command: it hides those two clients (Beam skips an IO whose client raises ImportError) and
 leaves with `os._exit` once the harness has finished.
 
-    python -m components.materialize.beam_worker <sdk_worker_main arguments>
+    python -m tfx_dynamic_inputs.materialize.beam_worker <sdk_worker_main arguments>
 
 Beam is imported inside the functions: the worker must hide the clients before its first Beam
 import, and the launcher, which imports this module too, must not hide them.

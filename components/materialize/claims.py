@@ -8,7 +8,7 @@ import json
 import os
 import socket
 
-from components.layout import CLAIM_FILE, IndexFileError, gfile, load_json
+from tfx_dynamic_inputs.layout import CLAIM_FILE, IndexFileError, gfile, load_json
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +130,7 @@ def claimed_run_id(output_dir: str) -> str:
     if claim is None:
         raise FileNotFoundError(
             f"no job claims {output_dir} (no {claim_path(output_dir)}): run the pipeline through "
-            "components.materialize.stages.run_job"
+            "tfx_dynamic_inputs.materialize.stages.run_job"
         )
     return claim.run_id
 

@@ -9,9 +9,9 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from components.materialize import beam_worker, staging
-from components.materialize.id_index import IdIndex
-from components.materialize.shards import IdTable
+from tfx_dynamic_inputs.materialize import beam_worker, staging
+from tfx_dynamic_inputs.materialize.id_index import IdIndex
+from tfx_dynamic_inputs.materialize.shards import IdTable
 
 # The output tag under which every DoFn of the jobs yields its `rejects.Reject`s.
 REJECTED = "rejected"

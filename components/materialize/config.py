@@ -1,4 +1,4 @@
-"""Job configurations: the flags of `python -m components.materialize {pairs,audio}`."""
+"""Job configurations: the flags of `python -m tfx_dynamic_inputs.materialize {pairs,audio}`."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import os
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from components import layout
-from components.materialize.errors import MaterializeError
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.materialize.errors import MaterializeError
 
 IMAGE_STORAGE_MODES = ("encoded", "raw")
 SPLIT_MODES = ("speaker", "utterance")

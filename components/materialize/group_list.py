@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import apache_beam as beam
 
-from components.materialize import pair_list, paths, rejects, text_records
+from tfx_dynamic_inputs.materialize import pair_list, paths, rejects, text_records
 
 CSV_HEADER = ("id", "group")
 

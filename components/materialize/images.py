@@ -18,16 +18,16 @@ import zlib
 import numpy as np
 from PIL import Image
 
-from components import examples, layout
-from components.materialize import rejects
-from components.materialize.config import IMAGE_EXTENSIONS, MAX_IMAGE_PIXELS
+from tfx_dynamic_inputs import examples, layout
+from tfx_dynamic_inputs.materialize import rejects
+from tfx_dynamic_inputs.materialize.config import IMAGE_EXTENSIONS, MAX_IMAGE_PIXELS
 
 _MAGIC_FORMATS = ((b"\x89PNG\r\n\x1a\n", "PNG"), (b"\xff\xd8\xff", "JPEG"))
 _FORMATS = rejects.Formats("PNG or JPEG", "image", IMAGE_EXTENSIONS, rejects.CORRUPT_IMAGE)
 
-# Channels that `tf.io.decode_image(..., channels=0)` (what `components.inputs.parsing` reads
-# encoded images with) returns, by PNG colour type: a palette image decodes to RGB, or RGBA when
-# it has a tRNS chunk. Pillow's mode cannot tell: it opens 16-bit grey+alpha as RGBA.
+# Channels that `tf.io.decode_image(..., channels=0)` (what `tfx_dynamic_inputs.inputs.parsing`
+# reads encoded images with) returns, by PNG colour type: a palette image decodes to RGB, or RGBA
+# when it has a tRNS chunk. Pillow's mode cannot tell: it opens 16-bit grey+alpha as RGBA.
 _PNG_COLOUR_TYPE_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}
 _PNG_PALETTE = 3
 _PNG_COLOUR_TYPE_OFFSET = 25  # signature (8), IHDR length and type (8), width, height, depth

@@ -16,8 +16,8 @@ from typing import NamedTuple
 
 import apache_beam as beam
 
-from components.materialize import paths, rejects, text_records
-from components.materialize.errors import MaterializeError
+from tfx_dynamic_inputs.materialize import paths, rejects, text_records
+from tfx_dynamic_inputs.materialize.errors import MaterializeError
 
 PATH_FIELD = "path"
 SPEAKER_FIELD = "speaker"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from components import layout
+from tfx_dynamic_inputs import layout
 
 
 def is_local(path: str) -> bool:

@@ -14,12 +14,12 @@ from typing import NamedTuple
 import apache_beam as beam
 import numpy as np
 
-from components import layout
-from components.materialize import claims, common, pair_list, rejects, shards
-from components.materialize.config import ShardingConfig
-from components.materialize.id_index import IdIndex
-from components.materialize.shards import IdTable, ShardPlan
-from components.materialize.verdict import Verdict
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.materialize import claims, common, pair_list, rejects, shards
+from tfx_dynamic_inputs.materialize.config import ShardingConfig
+from tfx_dynamic_inputs.materialize.id_index import IdIndex
+from tfx_dynamic_inputs.materialize.shards import IdTable, ShardPlan
+from tfx_dynamic_inputs.materialize.verdict import Verdict
 
 X = layout.X_RECORD_SET
 Y = layout.Y_RECORD_SET

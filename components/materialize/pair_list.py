@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import apache_beam as beam
 
-from components.materialize import paths, rejects, text_records
+from tfx_dynamic_inputs.materialize import paths, rejects, text_records
 
 CSV_HEADER = ("x", "y")
 

@@ -19,9 +19,17 @@ from typing import NamedTuple
 
 import apache_beam as beam
 
-from components import layout
-from components.materialize import group_pairing, images, pair_list, paths, rejects, spill, stages
-from components.materialize.config import PairsConfig
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.materialize import (
+    group_pairing,
+    images,
+    pair_list,
+    paths,
+    rejects,
+    spill,
+    stages,
+)
+from tfx_dynamic_inputs.materialize.config import PairsConfig
 
 X = layout.X_RECORD_SET
 Y = layout.Y_RECORD_SET

@@ -20,9 +20,11 @@ from collections.abc import Iterator
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from components import layout
-from components.materialize import rejects
-from components.materialize.owned_files import is_local  # defined once; also `paths.is_local`
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.materialize import rejects
+from tfx_dynamic_inputs.materialize.owned_files import (
+    is_local,  # defined once; also `paths.is_local`
+)
 
 _FORBIDDEN_CHARACTERS = frozenset("\n\r\0")
 # Put by `list_files` before the id of a file whose name is not UTF-8 and whose printable form

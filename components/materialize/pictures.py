@@ -25,8 +25,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from components import layout
-from components.models import charts
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.models import charts
 
 PICTURES_DIR = "tensorboard"
 CHART_SUFFIX = "_chart"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 
-from components.materialize import owned_files
-from components.materialize.errors import MaterializeError
+from tfx_dynamic_inputs.materialize import owned_files
+from tfx_dynamic_inputs.materialize.errors import MaterializeError
 
 
 def not_empty(output_dir: str) -> MaterializeError:

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import apache_beam as beam
 
-from components import layout
+from tfx_dynamic_inputs import layout
 
 COUNTER_NAMESPACE = "materialize"
 

@@ -10,11 +10,11 @@ import logging
 import os
 import socket
 
-from components import layout
-from components.materialize import claims, owned_files, preflight
-from components.materialize.errors import MaterializeError
-from components.materialize.pictures import PICTURES_DIR
-from components.materialize.spill import remove_spill_dir, spill_dir
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.materialize import claims, owned_files, preflight
+from tfx_dynamic_inputs.materialize.errors import MaterializeError
+from tfx_dynamic_inputs.materialize.pictures import PICTURES_DIR
+from tfx_dynamic_inputs.materialize.spill import remove_spill_dir, spill_dir
 
 _log = logging.getLogger(__name__)
 

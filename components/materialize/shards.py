@@ -23,10 +23,10 @@ from typing import NamedTuple
 import apache_beam as beam
 import numpy as np
 
-from components import layout
-from components.materialize import claims, rejects, spill
-from components.materialize.config import ShardingConfig
-from components.materialize.id_index import IdIndex
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.materialize import claims, rejects, spill
+from tfx_dynamic_inputs.materialize.config import ShardingConfig
+from tfx_dynamic_inputs.materialize.id_index import IdIndex
 
 # One record on its way to a shard: (record number, its payload, class id or -1).
 ShardRecord = tuple[int, spill.Payload, int]

@@ -44,10 +44,10 @@ from typing import TYPE_CHECKING, NamedTuple
 import apache_beam as beam
 import numpy as np
 
-from components import layout
-from components.materialize import claims, owned_files
-from components.materialize.config import SPILL_MODES
-from components.materialize.errors import MaterializeError
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.materialize import claims, owned_files
+from tfx_dynamic_inputs.materialize.config import SPILL_MODES
+from tfx_dynamic_inputs.materialize.errors import MaterializeError
 
 if TYPE_CHECKING:
     from apache_beam.runners.runner import PipelineRunner

@@ -1,9 +1,9 @@
 """Ship this project's code to remote Beam workers as a wheel staged with `--extra_package`.
 
-The jobs' DoFns live in `components.materialize`, so every SDK worker must import this project.
-Local runs have it already (the DirectRunner's workers, a LOOPBACK environment). Remote workers
-(Dataflow, Flink, Spark, a portable runner's DOCKER, PROCESS or EXTERNAL environment) have only
-what the launch stages, and Beam's `--setup_file` wants a setup.py, which this project does not
+The jobs' DoFns live in `tfx_dynamic_inputs.materialize`, so every SDK worker must import this
+project. Local runs have it already (the DirectRunner's workers, a LOOPBACK environment). Remote
+workers (Dataflow, Flink, Spark, a portable runner's DOCKER, PROCESS or EXTERNAL environment) have
+only what the launch stages, and Beam's `--setup_file` wants a setup.py, which this project does not
 have. `with_project_staged` therefore builds a wheel of the project with its PEP 517 backend
 and adds it as `--extra_package`, unless the arguments ship the code already:
 
@@ -29,6 +29,7 @@ import base64
 import csv
 import fnmatch
 import hashlib
+import importlib.util
 import io
 import logging
 import os
@@ -39,7 +40,6 @@ import sys
 import tempfile
 import zipfile
 from collections.abc import Iterable
-from importlib import metadata
 
 from apache_beam.options.pipeline_options import (
     PipelineOptions,
@@ -50,7 +50,7 @@ from apache_beam.options.pipeline_options import (
 )
 from apache_beam.portability import python_urns
 
-from components.materialize.errors import MaterializeError
+from tfx_dynamic_inputs.materialize.errors import MaterializeError
 
 DISTRIBUTION = "tfx-dynamic-inputs"
 # What the jobs' workers import besides the standard library and this project (PEP 503 names);
@@ -74,6 +74,8 @@ _LOCAL_RUNNERS = frozenset(
     }
 )
 _LOOPBACK = frozenset({"LOOPBACK", python_urns.EMBEDDED_PYTHON_LOOPBACK})
+# The packages whose folders the wheel is built from (the import names of setup.py's folders).
+_IMPORT_ROOTS = ("tfx_dynamic_inputs", "tfx_dynamic_inputs.pipeline", "tfx_dynamic_inputs.kubeflow")
 # The project folder's own files that a setuptools build reads (metadata, package selection).
 _BUILD_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "MANIFEST.in", "README*", "LICENSE*")
 # Compiled ops and bytecode are built per machine; no package data names them.
@@ -191,21 +193,22 @@ def _canonical(name: str) -> str:
 
 
 def _source_tree() -> tuple[str, list[str]]:
-    """The source folder of the running code and the top-level packages that this project's
-    install declares (`top_level.txt`)."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    packages = sorted(
-        package
-        for package, distributions in metadata.packages_distributions().items()
-        if DISTRIBUTION in distributions and os.path.isdir(os.path.join(root, package))
-    )
-    if not packages or not os.path.isfile(os.path.join(root, "pyproject.toml")):
+    """The project folder of the running code and its package folders, relative to it (setup.py
+    maps `tfx_dynamic_inputs` and its `pipeline` and `kubeflow` onto three folders of it)."""
+    specs = [importlib.util.find_spec(name) for name in _IMPORT_ROOTS]
+    folders = [os.path.dirname(s.origin) for s in specs if s is not None and s.origin]
+    root = os.path.dirname(folders[0])
+    if (
+        len(folders) != len(specs)
+        or any(os.path.dirname(f) != root for f in folders)
+        or not os.path.isfile(os.path.join(root, "setup.py"))
+    ):
         raise MaterializeError(
             f"remote Beam workers need this project's code, and {root} is not an installed "
             f"source tree of {DISTRIBUTION} to build it from (pip install -e .): pass "
             "--extra_package=<its wheel> or --sdk_container_image=<an image that has it>"
         )
-    return root, packages
+    return root, [os.path.basename(f) for f in folders]
 
 
 def _source_files(root: str, packages: list[str]) -> dict[str, str]:

@@ -20,7 +20,7 @@ import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from components.materialize import paths, rejects
+from tfx_dynamic_inputs.materialize import paths, rejects
 
 _UTF8_BOM = b"\xef\xbb\xbf"
 _UNDECODABLE = "rejected"  # the output of `ReadParsedRecords`' steps that holds rejects

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from components.materialize import rejects
+from tfx_dynamic_inputs.materialize import rejects
 
 
 @dataclasses.dataclass(frozen=True)

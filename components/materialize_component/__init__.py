@@ -1,10 +1,10 @@
 """Beam-backed TFX components that materialize raw inputs into Examples + index artifacts."""
 
-from components.extras import require
+from tfx_dynamic_inputs.extras import require
 
 # Without the extra: one line naming the pip install, not an error deep in an import.
-require("tfx", "components.materialize_component")
-from components.materialize_component.component import (
+require("tfx", "tfx_dynamic_inputs.materialize_component")
+from tfx_dynamic_inputs.materialize_component.component import (
     MaterializeAudio,
     MaterializeAudioSpec,
     MaterializePairs,

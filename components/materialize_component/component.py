@@ -1,7 +1,8 @@
-"""TFX components that materialize raw inputs with the Beam stage (`components.materialize`).
+"""TFX components that materialize raw inputs with the Beam stage
+(`tfx_dynamic_inputs.materialize`).
 
 Each outputs a standard `Examples` artifact, which StatisticsGen, SchemaGen, ExampleValidator
-and Trainer read, plus the custom index artifacts of `components.artifacts`:
+and Trainer read, plus the custom index artifacts of `tfx_dynamic_inputs.artifacts`:
 
 - `MaterializePairs`: image domains X and Y and their valid-pair list (`pairs`), or the group
   of each image (`x_groups` and `y_groups`, or `groups_from_subfolder`) ->
@@ -10,12 +11,12 @@ and Trainer read, plus the custom index artifacts of `components.artifacts`:
   speaker their first folder) ->
   `examples` (splits `train`, `eval`, or the manifest's own), `offset_index`, `class_index`.
 
-Parameters mirror the Beam job's flags (`components.materialize.PairsConfig` / `AudioConfig`);
-unset ones take the job's defaults. `input_fingerprint` is any string that changes when the
-input files change (see `pipeline.fingerprint`): paths alone do not, so without it a re-run
-after the data changed would be served stale outputs from the ML Metadata cache. `spill`
-(`auto`, `files` or `none`) is the job's `--spill`: set `none` where the Beam workers share no
-file system (`--temp_location` in `beam_pipeline_args` is where `files` spills).
+Parameters mirror the Beam job's flags (`tfx_dynamic_inputs.materialize.PairsConfig` /
+`AudioConfig`); unset ones take the job's defaults. `input_fingerprint` is any string that changes
+when the input files change (see `tfx_dynamic_inputs.pipeline.fingerprint`): paths alone do not, so
+without it a re-run after the data changed would be served stale outputs from the ML Metadata cache.
+`spill` (`auto`, `files` or `none`) is the job's `--spill`: set `none` where the Beam workers share
+no file system (`--temp_location` in `beam_pipeline_args` is where `files` spills).
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from tfx.dsl.components.base import base_beam_component, executor_spec
 from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 
-from components import artifacts
-from components import component_keys as keys
-from components.materialize_component import executor
+from tfx_dynamic_inputs import artifacts
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs.materialize_component import executor
 
 _COMMON_PARAMETERS = {
     keys.NUM_SHARDS_KEY: ExecutionParameter(type=int, optional=True),

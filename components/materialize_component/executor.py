@@ -1,6 +1,6 @@
 """Executors of the materialize components: run the Beam stage, then map the run onto artifacts
-(`components.run_artifacts`): shards into `examples`, the rest of the run into `offset_index`,
-and the job's index (`pair_index` or `class_index`) into its own artifact."""
+(`tfx_dynamic_inputs.run_artifacts`): shards into `examples`, the rest of the run into
+`offset_index`, and the job's index (`pair_index` or `class_index`) into its own artifact."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 from tfx import types
 
-from components import artifacts, execution, layout, run_artifacts
-from components import component_keys as keys
-from components.materialize import AudioConfig, PairsConfig, config, run_audio, run_pairs
+from tfx_dynamic_inputs import artifacts, execution, layout, run_artifacts
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs.materialize import AudioConfig, PairsConfig, config, run_audio, run_pairs
 
 
 class _MaterializeExecutor(execution.LoggedExecutor, run_artifacts.RunExecutor):
@@ -54,7 +54,7 @@ class _MaterializeExecutor(execution.LoggedExecutor, run_artifacts.RunExecutor):
 
 
 class PairsExecutor(_MaterializeExecutor):
-    """Runs `components.materialize.run_pairs`; `pair_index` gets `index/pairs/`."""
+    """Runs `tfx_dynamic_inputs.materialize.run_pairs`; `pair_index` gets `index/pairs/`."""
 
     _CONFIG_CLASS = PairsConfig
     _RUN_JOB = staticmethod(run_pairs)
@@ -72,7 +72,8 @@ class PairsExecutor(_MaterializeExecutor):
 
 
 class AudioExecutor(_MaterializeExecutor):
-    """Runs `components.materialize.run_audio`; `class_index` gets each set's class index."""
+    """Runs `tfx_dynamic_inputs.materialize.run_audio`; `class_index` gets each set's class
+    index."""
 
     _CONFIG_CLASS = AudioConfig
     _RUN_JOB = staticmethod(run_audio)

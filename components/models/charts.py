@@ -19,7 +19,7 @@ from typing import NamedTuple
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from components.layout.filesystem import create
+from tfx_dynamic_inputs.layout.filesystem import create
 
 HEIGHT, WIDTH = 300, 400
 WHITE = (255, 255, 255)

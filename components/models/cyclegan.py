@@ -10,7 +10,7 @@ two PatchGAN discriminators, `D_X` and `D_Y`. Losses:
   the target domain.
 
 `CycleGAN` is a `keras.Model` whose `train_step` takes the pair batches of
-`components.inputs.dynamic_pairs`, so `model.fit(dataset)` trains it; it logs `cycle_loss`,
+`tfx_dynamic_inputs.inputs.dynamic_pairs`, so `model.fit(dataset)` trains it; it logs `cycle_loss`,
 `identity_loss`, `generator_adv_loss` and `discriminator_loss` as epoch means, and
 `translation_snapshots.TranslationSnapshots` shows it translating fixed images in TensorBoard.
 Unlike the paper the discriminators see the current batch's fakes, not a pool of older ones: the
@@ -27,7 +27,7 @@ from collections.abc import Mapping
 import keras
 import tensorflow as tf
 
-from components.models.cyclegan_networks import build_discriminator, build_generator
+from tfx_dynamic_inputs.models.cyclegan_networks import build_discriminator, build_generator
 
 X_KEY = "x"
 Y_KEY = "y"

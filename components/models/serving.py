@@ -16,8 +16,8 @@ Speaker embedding net (`export_speaker_model`), every signature returning ``embe
   end computes them and ``lengths`` int32 [B] valid frames (the net's own inputs).
 
 The audio goes the way training data went: channels averaged and samples rounded to int16, as
-the audio job (`components.materialize.audio`) stores records, then the evaluation front end of
-the trainer (`audio_features` in ``"pad"`` mode without SpecAugment: the whole utterance, the
+the audio job (`tfx_dynamic_inputs.materialize.audio`) stores records, then the evaluation front end
+of the trainer (`audio_features` in ``"pad"`` mode without SpecAugment: the whole utterance, the
 same log-mel). Audio at another sample rate is refused, not resampled: tensorflow-io's in-graph
 resampler is not the audio job's (soxr): at 22.05 -> 16 kHz it delays the signal by 32 samples
 and differs from soxr by -27 dB after alignment, hundreds of times slower.
@@ -33,7 +33,7 @@ every signature returning ``images`` float32 [B, H, W, C] in [0, 1] and ``images
 - `x_to_y` / `y_to_x`: ``images`` float32 [B, H, W, C] in [0, 1] (the generators' own inputs).
 
 Pixels become model inputs as the training inputs decode image records
-(`components.inputs.parsing.to_image_spec`): channels converted, scaled to [0, 1], resized
+(`tfx_dynamic_inputs.inputs.parsing.to_image_spec`): channels converted, scaled to [0, 1], resized
 bilinearly to H x W. Where the pairs job stored raw pixels (``image_storage="raw"``, as the demo
 does), Pillow resized them before training: images sent at H x W match training exactly, other
 sizes get `tf.image.resize`'s bilinear filter, not Pillow's (which low-passes when it shrinks;
@@ -52,11 +52,11 @@ from collections.abc import Callable, Sequence
 import keras
 import tensorflow as tf
 
-from components.inputs.audio_config import AudioFeatureConfig
-from components.inputs.audio_features import audio_features
-from components.inputs.parsing import ImageSpec, to_image_spec
-from components.models.cyclegan import CycleGAN
-from components.models.speaker import EMBEDDING_OUTPUT, FEATURES_KEY, LENGTHS_KEY
+from tfx_dynamic_inputs.inputs.audio_config import AudioFeatureConfig
+from tfx_dynamic_inputs.inputs.audio_features import audio_features
+from tfx_dynamic_inputs.inputs.parsing import ImageSpec, to_image_spec
+from tfx_dynamic_inputs.models.cyclegan import CycleGAN
+from tfx_dynamic_inputs.models.speaker import EMBEDDING_OUTPUT, FEATURES_KEY, LENGTHS_KEY
 
 WAVEFORMS_SIGNATURE = "embed_waveforms"
 ENCODED_AUDIO_SIGNATURE = "embed_encoded_audio"
@@ -85,7 +85,7 @@ _FLAC_STREAMINFO_RATE_OFFSET = 18
 def quantize_pcm16(samples: tf.Tensor) -> tf.Tensor:
     """Rounds samples to the int16 grid, as the audio job stores them.
 
-    As `components.materialize.audio.to_int16`: rounded half to even, clipped.
+    As `tfx_dynamic_inputs.materialize.audio.to_int16`: rounded half to even, clipped.
 
     Args:
         samples: float32 [...] in [-1, 1].

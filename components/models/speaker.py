@@ -7,7 +7,7 @@ dilated 1-D convolution (TDNN) layers, statistics pooling (mean and standard dev
 valid frames only) and a linear embedding layer. Padded frames are zeroed after every layer, so
 an utterance's embedding does not depend on how much padding its batch carried.
 
-Losses over the class-balanced batches of `components.inputs.class_balanced` (B = n_c * n_p,
+Losses over the class-balanced batches of `tfx_dynamic_inputs.inputs.class_balanced` (B = n_c * n_p,
 n_c groups of n_p consecutive samples of one speaker):
 
 - `"ge2e"` (default): generalized end-to-end softmax loss (Wan et al., 2018). Every utterance is

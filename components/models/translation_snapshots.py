@@ -11,8 +11,8 @@ import os
 import keras
 import tensorflow as tf
 
-from components.models import charts
-from components.models.cyclegan import X_KEY, Y_KEY
+from tfx_dynamic_inputs.models import charts
+from tfx_dynamic_inputs.models.cyclegan import X_KEY, Y_KEY
 
 TRANSLATIONS_DIR = "translations"
 X_CYCLE_TAG = "x_to_y_to_x"

@@ -13,8 +13,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from components.models import charts
-from components.models.speaker import FEATURES_KEY, LABEL_KEY, LENGTHS_KEY
+from tfx_dynamic_inputs.models import charts
+from tfx_dynamic_inputs.models.speaker import FEATURES_KEY, LABEL_KEY, LENGTHS_KEY
 
 SCORE_BINS = 40  # of the score histograms written by `write_verification_summaries`
 

@@ -1,22 +1,22 @@
 """Native TensorFlow ops of the project, built from source against the installed TensorFlow.
 
 One op today, `ReadRecordsByIndex` (`read_records_op.cc`): the disk backend of
-`components.inputs.record_store.RecordStore` reads a batch of records by record number in C++ (one
-`pread` per record into the output strings, frame and CRC32C checks, reads spread over the intra-op
-threads), where the Python reader pays a `os.pread` call, slices and a `tf.numpy_function`
+`tfx_dynamic_inputs.inputs.record_store.RecordStore` reads a batch of records by record number in
+C++ (one `pread` per record into the output strings, frame and CRC32C checks, reads spread over the
+intra-op threads), where the Python reader pays a `os.pread` call, slices and a `tf.numpy_function`
 conversion per record.
 
 The library is built for whatever TensorFlow is installed (2.16 to 2.21 are tested), with the
 C++ compiler and TensorFlow's own compile and link flags: by `make setup`
-(`python -m components.native`), or else at first use, when the disk backend first asks for it
-(about 10 s, once). It goes beside the source, or, where the installed package folder is not
+(`python -m tfx_dynamic_inputs.native`), or else at first use, when the disk backend first asks for
+it (about 10 s, once). It goes beside the source, or, where the installed package folder is not
 writable, into `$TFX_DYNAMIC_INPUTS_CACHE/native` (default `~/.cache/tfx-dynamic-inputs/native`).
 Its file name carries a hash of the source, the TensorFlow version and the flags, so a stale
 build is never loaded. Without a compiler, or when the build fails, nothing else fails:
 `read_records_op()` logs one warning line and returns None, and the record store keeps its
 Python reader. `TFX_DYNAMIC_INPUTS_NATIVE_BUILD=0` turns the build at first use off.
 A process that runs graphs built elsewhere (a tf.data service worker,
-`components.data_service_worker`) registers the op with `load_read_records_op()` first.
+`tfx_dynamic_inputs.data_service_worker`) registers the op with `load_read_records_op()` first.
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ def read_records_op() -> ModuleType | None:
             reason = str(error).splitlines()[0]
             _log.warning(
                 "native record reader not built (%s): the disk backend reads in Python; "
-                "`python -m components.native` says why",
+                "`python -m tfx_dynamic_inputs.native` says why",
                 reason[:200],
             )
             return None
@@ -207,6 +207,6 @@ def load_read_records_op() -> ModuleType:
     if op_module is None:
         raise NativeBuildError(
             f"the native op is not built for this source and TensorFlow {_build_flags()[2]} "
-            f"(expected {library_path()}): run `python -m components.native`"
+            f"(expected {library_path()}): run `python -m tfx_dynamic_inputs.native`"
         )
     return op_module

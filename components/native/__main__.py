@@ -1,4 +1,4 @@
-"""Builds the native ops: `python -m components.native [--force] [--required]`.
+"""Builds the native ops: `python -m tfx_dynamic_inputs.native [--force] [--required]`.
 
 Without `--required`, a machine without a C++ compiler gets a warning and exit status 0: the
 project works without the native ops (slower disk reads).
@@ -12,7 +12,7 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # CUDA plugin noise on CPU-only hosts
 
-from components import native  # noqa: E402
+from tfx_dynamic_inputs import native  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         `--required`; 1 when a required build fails or the built library is not found to load.
 
     Example:
-        main(["--force"])  # as `python -m components.native --force`
+        main(["--force"])  # as `python -m tfx_dynamic_inputs.native --force`
     """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--force", action="store_true", help="rebuild even if built")

@@ -1,10 +1,10 @@
 """Durable training checkpoints of one trainer execution, so that a retried execution resumes.
 
 Kubeflow retries a trainer pod that was preempted or killed (the task's `retryPolicy`, which
-`kubeflow.runner` sets on the trainer), and the retry gets the same executor input, so the same
-output artifacts: `<model_run>/checkpoints/` is a folder that survives the attempt. (A new
-LocalDagRunner run is a new execution with new output folders: it starts afresh; and TFX's
-launcher removes the outputs of an executor that raised, so only a process that died keeps
+`tfx_dynamic_inputs.kubeflow.runner` sets on the trainer), and the retry gets the same executor
+input, so the same output artifacts: `<model_run>/checkpoints/` is a folder that survives the
+attempt. (A new LocalDagRunner run is a new execution with new output folders: it starts afresh; and
+TFX's launcher removes the outputs of an executor that raised, so only a process that died keeps
 them.) Every `save_every_steps` batches and at each epoch's end it
 receives one `tf.train.Checkpoint` of
 
@@ -41,7 +41,7 @@ from collections.abc import Mapping
 import keras
 import tensorflow as tf
 
-from components.inputs.epoch_sampler import EpochSampler
+from tfx_dynamic_inputs.inputs.epoch_sampler import EpochSampler
 
 CHECKPOINT_DIR = "checkpoints"
 HISTORY_FILE = "history.json"

@@ -49,10 +49,10 @@ from tfx.dsl.components.base import base_component, executor_spec
 from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 
-from components import artifacts
-from components import component_keys as keys
-from components.trainer_component import executor
-from components.trainer_component import input_options as trainer_input_options
+from tfx_dynamic_inputs import artifacts
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs.trainer_component import executor
+from tfx_dynamic_inputs.trainer_component import input_options as trainer_input_options
 
 # The parameters and channels both trainers take, declared once.
 _COMMON_PARAMETERS = {
@@ -209,7 +209,7 @@ class PairsTrainer(_TrainerComponent):
             batch_size=32,
             num_epochs=3,
             input_options=PairsInputOptions(image={"height": 16, "width": 16, "channels": 1}),
-            module_path="components.trainer_modules.cyclegan_trainer",
+            module_path="tfx_dynamic_inputs.trainer_modules.cyclegan_trainer",
         )
     """
 
@@ -288,7 +288,7 @@ class ClassBalancedTrainer(_TrainerComponent):
             n_samples_per_class=4,
             num_epochs=12,
             input_options=ClassBalancedInputOptions(epoch_mode="samples"),
-            module_path="components.trainer_modules.speaker_trainer",
+            module_path="tfx_dynamic_inputs.trainer_modules.speaker_trainer",
             eval_split="eval",
         )
     """

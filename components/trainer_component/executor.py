@@ -19,13 +19,13 @@ from tfx import types
 from tfx.types import artifact_utils
 from tfx.utils import import_utils, io_utils, path_utils
 
-from components import component_keys as keys
-from components import execution, layout
-from components.index_component.executor import LABEL_FEATURE_PROPERTY
-from components.inputs import PairCoverage, PairCoverageCallback
-from components.trainer_component import input_options, training_inputs
-from components.trainer_component.checkpoints import TrainingCheckpoints, checkpoint_dir
-from components.trainer_component.fn_args import FnArgs
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs import execution, layout
+from tfx_dynamic_inputs.index_component.executor import LABEL_FEATURE_PROPERTY
+from tfx_dynamic_inputs.inputs import PairCoverage, PairCoverageCallback
+from tfx_dynamic_inputs.trainer_component import input_options, training_inputs
+from tfx_dynamic_inputs.trainer_component.checkpoints import TrainingCheckpoints, checkpoint_dir
+from tfx_dynamic_inputs.trainer_component.fn_args import FnArgs
 
 if TYPE_CHECKING:
     from tensorflow_transform import TFTransformOutput

@@ -23,13 +23,13 @@ from typing import Any
 
 import tensorflow as tf
 
-from components import component_keys
-from components.inputs import AudioFeatureConfig, ImageSpec, SpecAugment, StoreOptions
-from components.inputs.arguments import choice, int_argument
-from components.inputs.class_plan import EPOCH_MODES, SMALL_CLASS_POLICIES
-from components.inputs.pair_plan import REMAINDERS, STRATEGIES
-from components.inputs.record_store import BACKENDS
-from components.inputs.valid_pairs import ON_INVALID
+from tfx_dynamic_inputs import component_keys
+from tfx_dynamic_inputs.inputs import AudioFeatureConfig, ImageSpec, SpecAugment, StoreOptions
+from tfx_dynamic_inputs.inputs.arguments import choice, int_argument
+from tfx_dynamic_inputs.inputs.class_plan import EPOCH_MODES, SMALL_CLASS_POLICIES
+from tfx_dynamic_inputs.inputs.pair_plan import REMAINDERS, STRATEGIES
+from tfx_dynamic_inputs.inputs.record_store import BACKENDS
+from tfx_dynamic_inputs.inputs.valid_pairs import ON_INVALID
 
 _IMAGE_KEYS = ("height", "width", "channels")
 # Where `ClassBalancedInputOptions.feature_spec` takes the spec of records that are not audio.
@@ -64,7 +64,7 @@ class PairsInputOptions:
     Args:
       image: `{"height", "width", "channels"}`: images decode to float32 in [0, 1] of that shape.
       held_out: hold this many x and y records out of training, for `run_fn`'s `eval_dataset`.
-      strategy, remainder, on_invalid: as in `components.inputs.dynamic_pairs`.
+      strategy, remainder, on_invalid: as in `tfx_dynamic_inputs.inputs.dynamic_pairs`.
       backend, memory_budget_bytes: how the record stores open (`StoreOptions`).
     """
 
@@ -114,7 +114,7 @@ class ClassBalancedInputOptions:
         feature spec instead of the audio front end.
       apply_transform: parse raw records with Transform's raw spec, then apply its layer.
       eval_batch_size: batch size of the eval split (default n_c x n_p).
-      epoch_mode, small_classes: as in `components.inputs.class_balanced`.
+      epoch_mode, small_classes: as in `tfx_dynamic_inputs.inputs.class_balanced`.
       backend, memory_budget_bytes: how the record stores open (`StoreOptions`).
     """
 

@@ -1,8 +1,8 @@
 """Training inputs of the trainer component, built from the materialize and `IndexExamples`
 components' artifacts.
 
-Every artifact URI is a run directory for its part of the `components.layout` contract: records
-and shard lists under the `OffsetIndex` URI, the valid-pair CSR (or the groups,
+Every artifact URI is a run directory for its part of the `tfx_dynamic_inputs.layout` contract:
+records and shard lists under the `OffsetIndex` URI, the valid-pair CSR (or the groups,
 `layout.load_group_index`) under the `PairIndex` URI, the class ids under the `ClassIndex`
 URI. Class-balanced batches are of audio records (log-mel features in the graph), or of records
 of any kind parsed with a feature spec: the schema's, Transform's output spec, or Transform's
@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import tensorflow as tf
 
-from components import layout
-from components.inputs import (
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.inputs import (
     AudioFeatureConfig,
     ClassBalancedSampler,
     DynamicPairsSampler,
@@ -31,11 +31,11 @@ from components.inputs import (
     image_example_parser,
     open_pairs_run,
 )
-from components.inputs.audio_features import audio_features, parse_audio_examples
-from components.inputs.class_balanced import record_parser
-from components.inputs.epoch_sampler import EpochSampler
-from components.inputs.parsing import ParseFn, feature_spec_from_schema
-from components.trainer_component.input_options import (
+from tfx_dynamic_inputs.inputs.audio_features import audio_features, parse_audio_examples
+from tfx_dynamic_inputs.inputs.class_balanced import record_parser
+from tfx_dynamic_inputs.inputs.epoch_sampler import EpochSampler
+from tfx_dynamic_inputs.inputs.parsing import ParseFn, feature_spec_from_schema
+from tfx_dynamic_inputs.trainer_component.input_options import (
     SCHEMA_SPEC,
     TRANSFORMED_SPEC,
     ClassBalancedInputOptions,

@@ -24,10 +24,10 @@ import logging
 
 import keras
 
-from components.models.cyclegan import LOSS_NAMES, X_KEY, Y_KEY, CycleGAN
-from components.models.serving import export_cyclegan
-from components.models.translation_snapshots import TranslationSnapshots
-from components.trainer_modules import training_log
+from tfx_dynamic_inputs.models.cyclegan import LOSS_NAMES, X_KEY, Y_KEY, CycleGAN
+from tfx_dynamic_inputs.models.serving import export_cyclegan
+from tfx_dynamic_inputs.models.translation_snapshots import TranslationSnapshots
+from tfx_dynamic_inputs.trainer_modules import training_log
 
 _MODEL_ARGS = (
     "generator_filters",

@@ -31,9 +31,9 @@ import logging
 import keras
 import tensorflow as tf
 
-from components.inputs.audio_config import AudioFeatureConfig
-from components.models import serving, speaker, verification
-from components.trainer_modules import training_log
+from tfx_dynamic_inputs.inputs.audio_config import AudioFeatureConfig
+from tfx_dynamic_inputs.models import serving, speaker, verification
+from tfx_dynamic_inputs.trainer_modules import training_log
 
 CHANCE_EER = 0.5
 

@@ -7,8 +7,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from components import layout
 from tests.inputs.runs import run_id_of, write_record_set
+from tfx_dynamic_inputs import layout
 
 
 def audio_example(

@@ -10,8 +10,8 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from components.inputs import RecordStore, class_balanced
-from components.inputs.parsing import feature_spec_from_schema
+from tfx_dynamic_inputs.inputs import RecordStore, class_balanced
+from tfx_dynamic_inputs.inputs.parsing import feature_spec_from_schema
 
 SCHEMA = os.path.join(os.path.dirname(__file__), "..", "..", "schemas", "image_record.pbtxt")
 

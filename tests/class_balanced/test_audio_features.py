@@ -8,7 +8,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components.inputs import audio_features as af
+from tfx_dynamic_inputs.inputs import audio_features as af
 
 SAMPLE_RATE = 16000
 

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components import layout
-from components.inputs.audio_features import AudioFeatureConfig
-from components.inputs.class_balanced import ClassBalancedSampler, class_balanced
-from components.inputs.epoch_plan import EpochState
-from components.inputs.record_store import RecordStore
-from components.inputs.run import StoreOptions
 from tests.class_balanced.runs import write_audio_run
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.inputs.audio_features import AudioFeatureConfig
+from tfx_dynamic_inputs.inputs.class_balanced import ClassBalancedSampler, class_balanced
+from tfx_dynamic_inputs.inputs.epoch_plan import EpochState
+from tfx_dynamic_inputs.inputs.record_store import RecordStore
+from tfx_dynamic_inputs.inputs.run import StoreOptions
 
 SIZES = [5, 3, 1, 0, 8, 6, 4, 7, 2, 9, 3, 5]
 CROP = AudioFeatureConfig(crop_seconds=0.1, num_mel_bins=20)
@@ -86,7 +86,7 @@ def test_features_are_the_records_features(run):
         output_dir, n_classes_per_batch=3, n_samples_per_class=2, features=config
     )
     assert dataset.element_spec["features"].shape.as_list() == [6, None, 20]
-    from components.inputs.audio_features import audio_features
+    from tfx_dynamic_inputs.inputs.audio_features import audio_features
 
     batch = next(iter(dataset))
     waveforms = [info["waveforms"][i] for i in batch["index"].numpy()]

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from components.inputs.class_plan import (
+from tfx_dynamic_inputs.inputs.class_plan import (
     ClassBalancedPlan,
     batch_layout,
     class_report,

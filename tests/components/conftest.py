@@ -12,10 +12,10 @@ import pytest
 from PIL import Image
 from tfx.dsl.components.base import base_beam_component
 
-from components import component_keys as keys
-from components.materialize_component import MaterializeAudio, MaterializePairs
-from pipeline import config
-from pipeline.sample_data import write_digit_domains
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs.materialize_component import MaterializeAudio, MaterializePairs
+from tfx_dynamic_inputs.pipeline import config
+from tfx_dynamic_inputs.pipeline.sample_data import write_digit_domains
 
 DIGIT_IMAGE_SIZE = 8
 # A subset of the bundled corpus keeps the audio job short: 10 speakers x 5 utterances.

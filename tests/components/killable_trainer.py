@@ -112,7 +112,7 @@ def _execute(spec: dict) -> None:
     from tfx.types import artifact_utils
     from tfx.utils import import_utils
 
-    import components.artifacts  # noqa: F401  (registers the custom artifact types)
+    import tfx_dynamic_inputs.artifacts  # noqa: F401  (registers the custom artifact types)
 
     os.environ[BATCH_LOG_ENV] = spec["batch_log"]
     os.environ[KILL_AT_STEP_ENV] = str(spec.get("kill_at_step", 0))

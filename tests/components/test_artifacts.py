@@ -11,7 +11,7 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 from tfx.orchestration.kubeflow.v2 import compiler_utils
 from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_entrypoint_utils
 
-from components import artifacts
+from tfx_dynamic_inputs import artifacts
 
 
 @pytest.mark.parametrize("artifact_type", artifacts.ARTIFACT_TYPES)
@@ -31,18 +31,18 @@ def test_schema_title_is_the_importable_type_name(artifact_type):
     assert parsed.get_int_custom_property("num_rejects") == 3
 
 
-def test_importing_components_does_not_import_tfx():
+def test_importing_the_package_does_not_import_tfx():
     # The lazy resolution itself is exercised above: the entrypoint imports
-    # `components.<Class>` by its schema title.
+    # `tfx_dynamic_inputs.<Class>` by its schema title.
     code = (
-        "import sys, components; "
+        "import sys, tfx_dynamic_inputs; "
         "assert 'tfx' not in sys.modules and 'tensorflow' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_unknown_attribute_of_components_is_an_attribute_error():
-    import components
+def test_unknown_attribute_of_the_package_is_an_attribute_error():
+    import tfx_dynamic_inputs
 
     with pytest.raises(AttributeError, match="NoSuchThing"):
-        _ = components.NoSuchThing
+        _ = tfx_dynamic_inputs.NoSuchThing

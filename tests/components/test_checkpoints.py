@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components.inputs import ClassBalancedSampler, EpochState, RecordStore
-from components.trainer_component.checkpoints import TrainingCheckpoints
+from tfx_dynamic_inputs.inputs import ClassBalancedSampler, EpochState, RecordStore
+from tfx_dynamic_inputs.trainer_component.checkpoints import TrainingCheckpoints
 
 EMBEDDING = {"embedding": tf.io.FixedLenFeature([4], tf.float32)}
 N_C, N_P = 3, 2

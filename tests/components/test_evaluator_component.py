@@ -19,11 +19,11 @@ from tfx.dsl.component.experimental.decorators import component
 from tfx.types import standard_artifacts, standard_component_specs
 from tfx.utils import path_utils, proto_utils
 
-from components import component_keys as keys
-from components.evaluator_component import ModelGate
-from components.evaluator_component import executor as gate_executor
-from pipeline import run_local
 from tests.components.conftest import make_artifact
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs.evaluator_component import ModelGate
+from tfx_dynamic_inputs.evaluator_component import executor as gate_executor
+from tfx_dynamic_inputs.pipeline import run_local
 
 METRIC = "eer"
 

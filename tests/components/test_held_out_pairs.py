@@ -7,10 +7,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from components.inputs import ValidPairs
-from components.trainer_component import training_inputs
-from components.trainer_component.input_options import PairsInputOptions
 from tests.inputs import runs
+from tfx_dynamic_inputs.inputs import ValidPairs
+from tfx_dynamic_inputs.trainer_component import training_inputs
+from tfx_dynamic_inputs.trainer_component.input_options import PairsInputOptions
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

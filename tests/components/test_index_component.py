@@ -16,20 +16,20 @@ from tfx.components.util import examples_utils
 from tfx.proto import example_gen_pb2
 from tfx.types import channel, standard_artifacts
 
-from components import artifacts, layout
-from components import component_keys as keys
-from components.index_component import IndexExamples
-from components.index_component import executor as index_executor
-from components.inputs import GroupPairs, RecordStore, ValidPairs, open_pairs_run
-from components.inputs.class_balanced import record_parser
-from components.materialize.errors import MaterializeError
-from components.trainer_component import training_inputs
-from components.trainer_component.input_options import (
+from tests.components.conftest import make_artifact
+from tfx_dynamic_inputs import artifacts, layout
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs.index_component import IndexExamples
+from tfx_dynamic_inputs.index_component import executor as index_executor
+from tfx_dynamic_inputs.inputs import GroupPairs, RecordStore, ValidPairs, open_pairs_run
+from tfx_dynamic_inputs.inputs.class_balanced import record_parser
+from tfx_dynamic_inputs.materialize.errors import MaterializeError
+from tfx_dynamic_inputs.trainer_component import training_inputs
+from tfx_dynamic_inputs.trainer_component.input_options import (
     SCHEMA_SPEC,
     ClassBalancedInputOptions,
     PairsInputOptions,
 )
-from tests.components.conftest import make_artifact
 
 VECTOR = "vector"
 LABEL = "label"

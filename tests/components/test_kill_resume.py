@@ -26,13 +26,13 @@ import tensorflow as tf
 from tfx.types import artifact_utils, standard_artifacts
 from tfx.utils import path_utils
 
-from components import component_keys as keys
-from components.trainer_component import executor as trainer_executor
-from components.trainer_component import input_options, training_inputs
-from components.trainer_component.checkpoints import HISTORY_FILE, checkpoint_dir
 from tests.components import killable_trainer
 from tests.components.conftest import DIGIT_IMAGE_SIZE, make_artifact
 from tests.helpers.keras_callbacks import BatchesPerEpoch
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs.trainer_component import executor as trainer_executor
+from tfx_dynamic_inputs.trainer_component import input_options, training_inputs
+from tfx_dynamic_inputs.trainer_component.checkpoints import HISTORY_FILE, checkpoint_dir
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NUM_EPOCHS = 3

@@ -14,15 +14,6 @@ from tfx.components.statistics_gen import executor as statistics_executor
 from tfx.components.statistics_gen import stats_artifact_utils
 from tfx.types import artifact_utils, standard_artifacts, standard_component_specs
 
-from components import artifacts, layout
-from components import component_keys as keys
-from components.inputs import ValidPairs, class_balanced
-from components.inputs.record_store import RecordStore
-from components.inputs.run import StoreOptions, open_run
-from components.materialize import MaterializeError
-from components.materialize_component import MaterializeAudio, MaterializePairs
-from components.materialize_component import executor as materialize_executor
-from pipeline import config
 from tests.components.conftest import (
     DIGIT_IMAGE_SIZE,
     make_artifact,
@@ -31,6 +22,15 @@ from tests.components.conftest import (
     png_bytes,
 )
 from tests.materialize import readback
+from tfx_dynamic_inputs import artifacts, layout
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs.inputs import ValidPairs, class_balanced
+from tfx_dynamic_inputs.inputs.record_store import RecordStore
+from tfx_dynamic_inputs.inputs.run import StoreOptions, open_run
+from tfx_dynamic_inputs.materialize import MaterializeError
+from tfx_dynamic_inputs.materialize_component import MaterializeAudio, MaterializePairs
+from tfx_dynamic_inputs.materialize_component import executor as materialize_executor
+from tfx_dynamic_inputs.pipeline import config
 
 
 def _files_below(directory: str) -> list[str]:

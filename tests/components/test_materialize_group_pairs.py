@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from components import artifacts, layout
-from components import component_keys as keys
-from components.inputs import GroupPairs, open_pairs_run
-from components.materialize_component import MaterializePairs
 from tests.components.conftest import materialize
 from tests.materialize import generate, readback
+from tfx_dynamic_inputs import artifacts, layout
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs.inputs import GroupPairs, open_pairs_run
+from tfx_dynamic_inputs.materialize_component import MaterializePairs
 
 
 def test_the_component_takes_groups_instead_of_a_pair_list():

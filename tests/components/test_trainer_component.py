@@ -11,19 +11,19 @@ import tensorflow as tf
 from tensorflow_metadata.proto.v0 import anomalies_pb2
 from tfx.types import standard_artifacts
 
-from components import artifacts, layout
-from components import component_keys as keys
-from components.inputs import ValidPairs
-from components.trainer_component import (
+from tests.components import contract_trainer
+from tests.components.conftest import DIGIT_IMAGE_SIZE, make_artifact
+from tfx_dynamic_inputs import artifacts, layout
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs.inputs import ValidPairs
+from tfx_dynamic_inputs.trainer_component import (
     ClassBalancedInputOptions,
     ClassBalancedTrainer,
     PairsInputOptions,
     PairsTrainer,
     input_options,
 )
-from components.trainer_component import executor as trainer_executor
-from tests.components import contract_trainer
-from tests.components.conftest import DIGIT_IMAGE_SIZE, make_artifact
+from tfx_dynamic_inputs.trainer_component import executor as trainer_executor
 
 CONTRACT_MODULE = "tests.components.contract_trainer"
 N_CLASSES_PER_BATCH = 3

@@ -7,9 +7,9 @@ import os
 import numpy as np
 import pytest
 
-from components import layout
-from components.inputs import RecordStore
-from components.layout import filesystem
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.inputs import RecordStore
+from tfx_dynamic_inputs.layout import filesystem
 
 RECORDS = [bytes([i]) * (i * 7 % 23) for i in range(40)]
 

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from components.inputs import dynamic_pairs
+from tfx_dynamic_inputs.inputs import dynamic_pairs
 
 NUM_X, NUM_Y, GLOBAL_BATCH, SEED, EPOCHS = 37, 11, 8, 5, 2
 

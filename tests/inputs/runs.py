@@ -12,7 +12,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from components import layout
+from tfx_dynamic_inputs import layout
 
 
 def image_example(record_id: str, pixels: np.ndarray, label: int | None = None) -> bytes:

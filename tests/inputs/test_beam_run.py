@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components import layout
-from components.inputs import ImageSpec, StoreOptions, dynamic_pairs, open_run
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.inputs import ImageSpec, StoreOptions, dynamic_pairs, open_run
 
 # The Beam job writes the runs read here: the `[beam]` extra (skipped in the core venv).
 pytest.importorskip("apache_beam")
 Image = pytest.importorskip("PIL.Image")
-materialize = pytest.importorskip("components.materialize")
+materialize = pytest.importorskip("tfx_dynamic_inputs.materialize")
 
 
 def _write_png(path: str, pixels: np.ndarray) -> None:

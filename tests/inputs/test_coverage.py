@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components.inputs import PairCoverage, PairCoverageCallback, dynamic_pairs
+from tfx_dynamic_inputs.inputs import PairCoverage, PairCoverageCallback, dynamic_pairs
 
 HAS_TENSORBOARD = importlib.util.find_spec("tensorboard") is not None
 

@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components import layout, native
-from components.inputs import ValidPairs
-from components.inputs.labelled_sources import labelled_records
-from components.inputs.record_store import DamagedRecordError, RecordStore
 from tests.class_balanced.runs import write_audio_run
 from tests.inputs import runs
+from tfx_dynamic_inputs import layout, native
+from tfx_dynamic_inputs.inputs import ValidPairs
+from tfx_dynamic_inputs.inputs.labelled_sources import labelled_records
+from tfx_dynamic_inputs.inputs.record_store import DamagedRecordError, RecordStore
 
 NUM_RECORDS = 12
 DISK_READERS = ["native", "python"]
@@ -56,7 +56,7 @@ def _set_row(output_dir: str, index: int, column: int, value: int) -> tuple[int,
 
 def _open(output_dir: str, reader: str, **kwargs) -> RecordStore:
     if reader == "native" and native.read_records_op() is None:
-        pytest.skip("the native op is not built (python -m components.native)")
+        pytest.skip("the native op is not built (python -m tfx_dynamic_inputs.native)")
     return RecordStore.open(output_dir, "x", backend="disk", reader=reader, **kwargs)
 
 
@@ -120,7 +120,7 @@ def test_native_op_checks_bounds_before_allocating(tmp_path):
     and a row naming no shard fails naming the record and the index file."""
     op_module = native.read_records_op()
     if op_module is None:
-        pytest.skip("the native op is not built (python -m components.native)")
+        pytest.skip("the native op is not built (python -m tfx_dynamic_inputs.native)")
     output_dir, paths = _run(tmp_path)
     offsets_path = _index_file(output_dir, layout.OFFSETS_FILE)
     offsets = np.load(offsets_path)

@@ -1,7 +1,7 @@
 """The samplers under tf.data service.
 
 A dispatcher runs in this process and two workers in their own processes, started the way users
-start them (`python -m components.data_service_worker`), so the native reader must be loaded
+start them (`python -m tfx_dynamic_inputs.data_service_worker`), so the native reader must be loaded
 there. Both samplers run in both processing modes over runs read from disk by the native op and
 are compared with what the same sampler yields in this process; what cannot run on a worker
 fails when the dataset is built. Every process and every read is bounded in time.
@@ -21,8 +21,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components import data_service_worker, layout, native
-from components.inputs import (
+from tests.class_balanced.runs import write_audio_run
+from tests.helpers.keras_callbacks import BatchesPerEpoch
+from tests.helpers.paths import REPO_ROOT
+from tests.inputs import runs
+from tfx_dynamic_inputs import data_service_worker, layout, native
+from tfx_dynamic_inputs.inputs import (
     AudioFeatureConfig,
     ClassBalancedSampler,
     DynamicPairsSampler,
@@ -31,12 +35,8 @@ from components.inputs import (
     StoreOptions,
     ValidPairs,
 )
-from components.inputs.epoch_plan import epoch_dataset, epoch_range_dataset
-from components.inputs.epoch_state import EpochState
-from tests.class_balanced.runs import write_audio_run
-from tests.helpers.keras_callbacks import BatchesPerEpoch
-from tests.helpers.paths import REPO_ROOT
-from tests.inputs import runs
+from tfx_dynamic_inputs.inputs.epoch_plan import epoch_dataset, epoch_range_dataset
+from tfx_dynamic_inputs.inputs.epoch_state import EpochState
 
 WORKERS = 2
 MODES = ("distributed_epoch", "parallel_epochs")
@@ -67,7 +67,7 @@ def service(tmp_path_factory):
     for index in range(WORKERS):
         log_paths.append(logs / f"worker{index}.log")
         with open(log_paths[-1], "wb") as log:
-            command = [sys.executable, "-m", "components.data_service_worker"]
+            command = [sys.executable, "-m", "tfx_dynamic_inputs.data_service_worker"]
             processes.append(
                 subprocess.Popen(
                     [*command, "--dispatcher_address", address],
@@ -414,7 +414,7 @@ def test_what_cannot_run_on_a_worker_fails_when_the_dataset_is_built(pairs_run, 
 def test_worker_entrypoint_needs_the_native_op(monkeypatch, capsys):
     monkeypatch.setattr(native, "read_records_op", lambda: None)
     assert data_service_worker.main(["--dispatcher_address", "localhost:1"]) == 1
-    assert "python -m components.native" in capsys.readouterr().err
+    assert "python -m tfx_dynamic_inputs.native" in capsys.readouterr().err
     config = data_service_worker.worker_config("grpc://dispatcher:5050", 7, "node3")
     assert (config.dispatcher_address, config.port) == ("dispatcher:5050", 7)
     assert config.worker_address == "node3:%port%"

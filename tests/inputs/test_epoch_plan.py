@@ -8,14 +8,14 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components.inputs.epoch_plan import (
+from tfx_dynamic_inputs.inputs.epoch_plan import (
     epoch_dataset,
     epoch_seed,
     shuffle_within_rows,
     stateless_permutation,
 )
-from components.inputs.epoch_state import EpochState
-from components.inputs.worker_slices import worker_slice
+from tfx_dynamic_inputs.inputs.epoch_state import EpochState
+from tfx_dynamic_inputs.inputs.worker_slices import worker_slice
 
 FEW = settings(max_examples=15, deadline=None)
 

@@ -8,9 +8,9 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from components.inputs import PairCoverage, ValidPairs, dynamic_pairs
-from components.inputs.group_pairs import NO_Y_IN_GROUP, GroupPairs
-from components.inputs.pair_plan import PairPlanner
+from tfx_dynamic_inputs.inputs import PairCoverage, ValidPairs, dynamic_pairs
+from tfx_dynamic_inputs.inputs.group_pairs import NO_Y_IN_GROUP, GroupPairs
+from tfx_dynamic_inputs.inputs.pair_plan import PairPlanner
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

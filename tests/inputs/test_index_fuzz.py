@@ -22,14 +22,14 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from components import layout, native
-from components.inputs import ClassBalancedPlan, ValidPairs
-from components.inputs.class_plan import class_report
-from components.inputs.labelled_sources import labelled_records
-from components.inputs.record_store import DamagedRecordError, RecordStore
-from components.inputs.run import StoreOptions
 from tests.class_balanced.runs import write_audio_run
 from tests.inputs import runs
+from tfx_dynamic_inputs import layout, native
+from tfx_dynamic_inputs.inputs import ClassBalancedPlan, ValidPairs
+from tfx_dynamic_inputs.inputs.class_plan import class_report
+from tfx_dynamic_inputs.inputs.labelled_sources import labelled_records
+from tfx_dynamic_inputs.inputs.record_store import DamagedRecordError, RecordStore
+from tfx_dynamic_inputs.inputs.run import StoreOptions
 
 CLASS_SIZES = [3, 2, 4]
 NUM_X = sum(CLASS_SIZES)
@@ -216,7 +216,7 @@ def offset_rows(draw, pristine: str) -> np.ndarray:
 @given(data=st.data())
 def test_offset_values(pristine, frames, backend, reader, data):
     if reader == "native" and native.read_records_op() is None:
-        pytest.skip("the native op is not built (python -m components.native)")
+        pytest.skip("the native op is not built (python -m tfx_dynamic_inputs.native)")
     rows = data.draw(offset_rows(pristine), label="offsets")
     with damaged(pristine, {OFFSETS: npy_bytes(rows)}) as output_dir:
         options = dict(backend=backend, reader=reader)

@@ -10,9 +10,9 @@ import sys
 
 import numpy as np
 
-from components.inputs import ValidPairs
-from components.inputs.pair_plan import PairPlanner
 from tests.inputs import multiworker_worker as worker
+from tfx_dynamic_inputs.inputs import ValidPairs
+from tfx_dynamic_inputs.inputs.pair_plan import PairPlanner
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -1,4 +1,4 @@
-"""components.native: the build command and how a missing compiler is reported."""
+"""tfx_dynamic_inputs.native: the build command and how a missing compiler is reported."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from components import native
-from components.native.__main__ import main
 from tests.helpers.subprocesses import run_python
+from tfx_dynamic_inputs import native
+from tfx_dynamic_inputs.native.__main__ import main
 
 
 def test_library_path_names_the_source_version(tmp_path, monkeypatch):
@@ -65,7 +65,7 @@ def test_first_use_builds_for_the_installed_tensorflow(tmp_path):
     script = (
         "import logging, sys\n"
         "logging.basicConfig(level=logging.INFO, stream=sys.stdout)\n"
-        "from components import native\n"
+        "from tfx_dynamic_inputs import native\n"
         f"native.library_dir = lambda: {str(cache)!r}\n"
         "op_module = native.read_records_op()\n"
         "print('loaded', hasattr(op_module, 'read_records_by_index'))\n"

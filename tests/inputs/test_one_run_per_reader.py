@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components import layout, native
-from components.inputs import DynamicPairsSampler, RecordStore
-from components.inputs.class_balanced import ClassBalancedSampler
-from components.inputs.epoch_state import StateRunError
 from tests.class_balanced.runs import write_audio_run
 from tests.inputs import runs
+from tfx_dynamic_inputs import layout, native
+from tfx_dynamic_inputs.inputs import DynamicPairsSampler, RecordStore
+from tfx_dynamic_inputs.inputs.class_balanced import ClassBalancedSampler
+from tfx_dynamic_inputs.inputs.epoch_state import StateRunError
 
 NUM_X, NUM_Y = 12, 7
 STORES = [("memory", "auto"), ("disk", "python"), ("disk", "native")]
@@ -40,7 +40,7 @@ def _write_pairs_run(output_dir: str, seed: int) -> str:
 
 def _skip_without_native(reader: str) -> None:
     if reader == "native" and native.read_records_op() is None:
-        pytest.skip("the native op is not built (python -m components.native)")
+        pytest.skip("the native op is not built (python -m tfx_dynamic_inputs.native)")
 
 
 @pytest.mark.parametrize("backend, reader", STORES)

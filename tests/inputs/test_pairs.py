@@ -9,7 +9,8 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from components.inputs import (
+from tests.inputs import runs
+from tfx_dynamic_inputs.inputs import (
     ImageSpec,
     PairingState,
     StoreOptions,
@@ -18,9 +19,8 @@ from components.inputs import (
     open_pairs_run,
     open_run,
 )
-from components.inputs.pair_plan import PairPlanner
-from components.inputs.valid_pairs import EMPTY_VALID_LIST, X_OUT_OF_RANGE, Y_OUT_OF_RANGE
-from tests.inputs import runs
+from tfx_dynamic_inputs.inputs.pair_plan import PairPlanner
+from tfx_dynamic_inputs.inputs.valid_pairs import EMPTY_VALID_LIST, X_OUT_OF_RANGE, Y_OUT_OF_RANGE
 
 FEW = settings(max_examples=12, deadline=None)
 # Tests that build datasets per example: fewer examples, and no shrinking (slow on 2 cores).

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components import layout
-from components.inputs.parsing import ImageSpec, example_check, image_example_parser
-from components.inputs.record_store import DamagedRecordError, RecordStore
 from tests.inputs import runs
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.inputs.parsing import ImageSpec, example_check, image_example_parser
+from tfx_dynamic_inputs.inputs.record_store import DamagedRecordError, RecordStore
 
 
 def _encoded_example(pixels: np.ndarray, image_format: bytes) -> bytes:

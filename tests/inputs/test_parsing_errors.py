@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components import layout
-from components.inputs.parsing import ImageSpec, image_example_parser
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.inputs.parsing import ImageSpec, image_example_parser
 
 
 def _example(record_id: bytes, image: bytes, image_format: bytes, shape) -> bytes:

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components import layout, native
-from components.inputs.record_store import DamagedRecordError, RecordStore
-from components.layout import masked_crc32c
 from tests.inputs import runs
+from tfx_dynamic_inputs import layout, native
+from tfx_dynamic_inputs.inputs.record_store import DamagedRecordError, RecordStore
+from tfx_dynamic_inputs.layout import masked_crc32c
 
 # The memory backend, and the disk backend with each of its readers.
 STORES = ["memory", "disk-native", "disk-python"]

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from components.inputs import (
+from tests.class_balanced.runs import write_audio_run
+from tfx_dynamic_inputs.inputs import (
     AudioFeatureConfig,
     ClassBalancedSampler,
     DynamicPairsSampler,
@@ -15,9 +16,8 @@ from components.inputs import (
     class_balanced,
     dynamic_pairs,
 )
-from components.inputs.class_plan import ClassBalancedPlan, class_report
-from components.inputs.pair_plan import PairPlanner
-from tests.class_balanced.runs import write_audio_run
+from tfx_dynamic_inputs.inputs.class_plan import ClassBalancedPlan, class_report
+from tfx_dynamic_inputs.inputs.pair_plan import PairPlanner
 
 CROP = AudioFeatureConfig(mode="crop", crop_seconds=0.05, num_mel_bins=8)
 IMAGES = np.zeros([4, 2, 2, 3], np.uint8)

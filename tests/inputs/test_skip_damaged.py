@@ -8,11 +8,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components import layout
-from components.inputs import ClassBalancedSampler, DynamicPairsSampler, ImageSpec, StoreOptions
-from components.inputs.audio_features import AudioFeatureConfig
 from tests.class_balanced.runs import write_audio_run
 from tests.inputs import skipping
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.inputs import (
+    ClassBalancedSampler,
+    DynamicPairsSampler,
+    ImageSpec,
+    StoreOptions,
+)
+from tfx_dynamic_inputs.inputs.audio_features import AudioFeatureConfig
 
 EPOCHS = 3
 CROP = AudioFeatureConfig(mode="crop", crop_seconds=0.05, num_mel_bins=8)

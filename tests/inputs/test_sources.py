@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components import layout
-from components.inputs import record_store_from, tensor_parser
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.inputs import record_store_from, tensor_parser
 
 
 def _read(store, indices):

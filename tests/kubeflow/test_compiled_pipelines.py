@@ -15,11 +15,11 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 from tfx.types import standard_component_specs
 from tfx.utils import import_utils
 
-from components import component_keys as keys
-from components import layout
-from kubeflow import local_run, runner
-from pipeline import common, config
-from pipeline.sample_data import X_DIR, write_digit_domains
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.kubeflow import local_run, runner
+from tfx_dynamic_inputs.pipeline import common, config
+from tfx_dynamic_inputs.pipeline.sample_data import X_DIR, write_digit_domains
 
 pytestmark = pytest.mark.slow
 
@@ -198,9 +198,9 @@ def test_specs_parse_and_wire_the_tasks(compiled):
         assert (
             index_types
             <= {
-                "title: components.OffsetIndex",
-                "title: components.PairIndex",
-                "title: components.ClassIndex",
+                "title: tfx_dynamic_inputs.OffsetIndex",
+                "title: tfx_dynamic_inputs.PairIndex",
+                "title: tfx_dynamic_inputs.ClassIndex",
             }
             and len(index_types) == 2
         )

@@ -1,11 +1,12 @@
-"""The standard-TFX pipeline compiled to KFP v2 as `kubeflow.runner` compiles (its `run_config`
-and `compile_pipeline`), and every compiled task run through its container command's entrypoint,
-in order, in this process, against a local pipeline root: ImportExampleGen -> StatisticsGen ->
-SchemaGen -> Transform -> IndexExamples -> ClassBalancedTrainer -> ModelGate -> Pusher on
-`standard_data`'s examples.
+"""The standard-TFX pipeline compiled to KFP v2 as `tfx_dynamic_inputs.kubeflow.runner` compiles
+(its `run_config` and `compile_pipeline`), and every compiled task run through its container
+command's entrypoint, in order, in this process, against a local pipeline root: ImportExampleGen ->
+StatisticsGen -> SchemaGen -> Transform -> IndexExamples -> ClassBalancedTrainer -> ModelGate ->
+Pusher on `standard_data`'s examples.
 
 Not run: ImportExampleGen's pre-cache-check driver (span and version resolution, the input
-fingerprint), which `kubeflow.local_run` does not play; the spec test checks it is compiled.
+fingerprint), which `tfx_dynamic_inputs.kubeflow.local_run` does not play; the spec test checks it
+is compiled.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 from tfx.types import standard_component_specs
 from tfx.utils import import_utils
 
-from components import component_keys as keys
-from components.trainer_component.input_options import TRANSFORMED_SPEC
-from kubeflow import local_run, runner
-from pipeline import common, config, standard_pipeline
 from tests.pipeline import standard_data
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs.kubeflow import local_run, runner
+from tfx_dynamic_inputs.pipeline import common, config, standard_pipeline
+from tfx_dynamic_inputs.trainer_component.input_options import TRANSFORMED_SPEC
 
 pytestmark = pytest.mark.slow
 
@@ -45,9 +46,9 @@ DEPENDENCIES = {
     "Pusher": {"ClassBalancedTrainer", "ModelGate"},
 }
 EXECUTORS = {
-    "IndexExamples": "components.index_component.executor.Executor",
-    "ClassBalancedTrainer": "components.trainer_component.executor.ClassBalancedExecutor",
-    "ModelGate": "components.evaluator_component.executor.Executor",
+    "IndexExamples": "tfx_dynamic_inputs.index_component.executor.Executor",
+    "ClassBalancedTrainer": "tfx_dynamic_inputs.trainer_component.executor.ClassBalancedExecutor",
+    "ModelGate": "tfx_dynamic_inputs.evaluator_component.executor.Executor",
     "Transform": "tfx.components.transform.executor.Executor",
     "Pusher": "tfx.components.pusher.executor.Executor",
 }

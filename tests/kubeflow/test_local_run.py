@@ -11,8 +11,8 @@ import tensorflow as tf
 from tfx.orchestration import pipeline as tfx_pipeline
 from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 
-from kubeflow import local_run
 from tests.smoke.record_writer import RecordWriter
+from tfx_dynamic_inputs.kubeflow import local_run
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NUM_RECORDS = 23

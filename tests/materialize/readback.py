@@ -11,8 +11,8 @@ import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
 
-from components import layout
-from components.materialize import pictures
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.materialize import pictures
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUN_ID = b"<run id>"

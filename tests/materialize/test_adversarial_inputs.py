@@ -22,10 +22,11 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from PIL import Image
 
-from components import layout
-from components.inputs import audio_features as af
-from components.inputs.parsing import ImageSpec, image_example_parser
-from components.materialize import (
+from tests.materialize import generate, readback
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.inputs import audio_features as af
+from tfx_dynamic_inputs.inputs.parsing import ImageSpec, image_example_parser
+from tfx_dynamic_inputs.materialize import (
     AudioConfig,
     MaterializeError,
     PairsConfig,
@@ -36,8 +37,7 @@ from components.materialize import (
     run_audio,
     run_pairs,
 )
-from components.materialize.images import ImageStorage, image_example
-from tests.materialize import generate, readback
+from tfx_dynamic_inputs.materialize.images import ImageStorage, image_example
 
 SIZE = (4, 5)  # (height, width) of every generated image: raw storage keeps them unresized
 RNG = np.random.default_rng(11)

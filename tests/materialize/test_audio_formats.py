@@ -13,11 +13,11 @@ import struct
 import numpy as np
 import pytest
 
-from components import layout
-from components.materialize import __main__ as materialize_cli
-from components.materialize import audio, rejects, splits
-from components.materialize.verdict import decide
 from tests.materialize import generate, readback
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.materialize import __main__ as materialize_cli
+from tfx_dynamic_inputs.materialize import audio, rejects, splits
+from tfx_dynamic_inputs.materialize.verdict import decide
 
 SAMPLE_RATE = 16000
 RATES = (8000, 16000, 22050, 44100, 48000)

@@ -8,10 +8,10 @@ import os
 import numpy as np
 import pytest
 
-from components import layout
-from components.materialize import AudioConfig, MaterializeError, rejects, run_audio, splits
-from components.materialize import __main__ as materialize_cli
 from tests.materialize import generate, readback
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.materialize import AudioConfig, MaterializeError, rejects, run_audio, splits
+from tfx_dynamic_inputs.materialize import __main__ as materialize_cli
 
 SAMPLE_RATE = 16000
 

@@ -9,7 +9,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from components.materialize import beam_worker, common
+from tfx_dynamic_inputs.materialize import beam_worker, common
 
 TWO_PROCESSES = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
 
@@ -18,7 +18,7 @@ def _worker_facts(_):
     return (
         os.getpid(),
         sys.modules.get("google.cloud.bigquery", "not imported") is None,
-        "components.materialize.beam_worker" in sys.modules,
+        "tfx_dynamic_inputs.materialize.beam_worker" in sys.modules,
     )
 
 

@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from components.materialize import __main__ as materialize_cli
-from components.materialize import preflight
-from components.materialize.config import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
-from components.materialize.errors import MaterializeError
 from tests.materialize import generate
+from tfx_dynamic_inputs.materialize import __main__ as materialize_cli
+from tfx_dynamic_inputs.materialize import preflight
+from tfx_dynamic_inputs.materialize.config import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
+from tfx_dynamic_inputs.materialize.errors import MaterializeError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -78,7 +78,7 @@ def test_the_refusal_comes_before_tensorflow_or_beam_load(tmp_path):
     argv += ["--output_dir", str(tmp_path / "out")]
     code = (
         "import sys\n"
-        "from components.materialize.__main__ import main\n"
+        "from tfx_dynamic_inputs.materialize.__main__ import main\n"
         f"status = main({argv!r})\n"
         "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'tensorflow', 'apache_beam'})\n"
         "assert not heavy, heavy\n"

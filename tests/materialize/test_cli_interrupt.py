@@ -7,9 +7,9 @@ import signal
 
 import pytest
 
-from components.materialize import __main__ as cli
-from components.materialize import pairs_pipeline
 from tests.materialize import generate
+from tfx_dynamic_inputs.materialize import __main__ as cli
+from tfx_dynamic_inputs.materialize import pairs_pipeline
 
 SUMMARY = {
     "ok": True,

@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from components import layout
-from components.materialize import audio, images, rejects
 from tests.materialize import generate
 from tests.materialize.readback import parse
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.materialize import audio, images, rejects
 
 ENCODED = images.ImageStorage("encoded")
 

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components import layout
-from components.inputs import GroupPairs, ValidPairs, dynamic_pairs, open_pairs_run
-from components.materialize import PairsConfig, rejects, run_pairs
-from components.materialize import __main__ as materialize_cli
 from tests.materialize import generate, readback
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.inputs import GroupPairs, ValidPairs, dynamic_pairs, open_pairs_run
+from tfx_dynamic_inputs.materialize import PairsConfig, rejects, run_pairs
+from tfx_dynamic_inputs.materialize import __main__ as materialize_cli
 
 CONFLICT = object()  # the model's group of an image listed with two different groups
 

@@ -17,15 +17,18 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from components import layout
-from components.inputs import (
+from tests.class_balanced.runs import write_audio_run
+from tests.inputs import runs, skipping
+from tests.materialize import generate, readback
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.inputs import (
     AudioFeatureConfig,
     ClassBalancedSampler,
     DynamicPairsSampler,
     ImageSpec,
     StoreOptions,
 )
-from components.materialize import (
+from tfx_dynamic_inputs.materialize import (
     AudioConfig,
     MaterializeError,
     PairsConfig,
@@ -36,10 +39,7 @@ from components.materialize import (
     run_audio,
     run_pairs,
 )
-from components.materialize import __main__ as materialize_cli
-from tests.class_balanced.runs import write_audio_run
-from tests.inputs import runs, skipping
-from tests.materialize import generate, readback
+from tfx_dynamic_inputs.materialize import __main__ as materialize_cli
 
 RNG = np.random.default_rng(20)
 CROP = AudioFeatureConfig(mode="crop", crop_seconds=0.05, num_mel_bins=8)

@@ -1,4 +1,4 @@
-"""`components.layout` writers: TFRecord shards byte-identical to `tf.io.TFRecordWriter`'s,
+"""`tfx_dynamic_inputs.layout` writers: TFRecord shards byte-identical to `tf.io.TFRecordWriter`'s,
 written without TensorFlow."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components import layout
+from tfx_dynamic_inputs import layout
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -80,7 +80,7 @@ def test_writers_do_not_import_tensorflow(tmp_path):
         f"""
         import os, sys
         import numpy as np
-        from components import layout
+        from tfx_dynamic_inputs import layout
         out = {str(tmp_path)!r}
         path = os.path.join(layout.examples_dir(out, "x"), layout.shard_name(0, 1))
         offsets = layout.write_shard(path, [b"a", b"", b"bc"])

@@ -6,10 +6,10 @@ import apache_beam as beam
 import numpy as np
 import pytest
 
-from components.materialize import shards, spill, stages
-from components.materialize.errors import MaterializeError
-from components.materialize.id_index import IdIndex
-from components.materialize.verdict import Verdict
+from tfx_dynamic_inputs.materialize import shards, spill, stages
+from tfx_dynamic_inputs.materialize.errors import MaterializeError
+from tfx_dynamic_inputs.materialize.id_index import IdIndex
+from tfx_dynamic_inputs.materialize.verdict import Verdict
 
 # The writer refuses before it reads a frame, so the refs point nowhere.
 _UNREAD = spill.SpillRef("never-read.tfrecord", 0, 7)

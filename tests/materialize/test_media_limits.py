@@ -22,12 +22,12 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from components import layout
-from components.materialize import __main__ as materialize_cli
-from components.materialize import audio, config, images, rejects
-from components.materialize.config import AudioConfig, AudioLimits, PairsConfig, from_flat
-from components.materialize.errors import MaterializeError
 from tests.materialize import generate, readback
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.materialize import __main__ as materialize_cli
+from tfx_dynamic_inputs.materialize import audio, config, images, rejects
+from tfx_dynamic_inputs.materialize.config import AudioConfig, AudioLimits, PairsConfig, from_flat
+from tfx_dynamic_inputs.materialize.errors import MaterializeError
 
 RATE = 16000
 ENCODED = images.ImageStorage("encoded")

@@ -10,16 +10,16 @@ import sys
 import numpy as np
 import pytest
 
-from components import layout
-from components.materialize import (
+from tests.materialize import generate, readback
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.materialize import (
     MaterializeError,
     PairsConfig,
     ShardingConfig,
     rejects,
     run_pairs,
 )
-from components.materialize import __main__ as materialize_cli
-from tests.materialize import generate, readback
+from tfx_dynamic_inputs.materialize import __main__ as materialize_cli
 
 
 def expected_run(x_files, y_files, pairs):
@@ -224,7 +224,7 @@ def test_rerun_is_byte_identical_including_through_the_cli(tmp_path):
     command = [
         sys.executable,
         "-m",
-        "components.materialize",
+        "tfx_dynamic_inputs.materialize",
         "pairs",
         "--x_dir",
         str(tmp_path / "x"),

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components.materialize import manifest, pair_list, paths, rejects, splits
-from components.materialize.errors import MaterializeError
-from components.materialize.id_index import IdIndex
-from components.materialize.verdict import decide
+from tfx_dynamic_inputs.materialize import manifest, pair_list, paths, rejects, splits
+from tfx_dynamic_inputs.materialize.errors import MaterializeError
+from tfx_dynamic_inputs.materialize.id_index import IdIndex
+from tfx_dynamic_inputs.materialize.verdict import decide
 
 
 @pytest.mark.parametrize(

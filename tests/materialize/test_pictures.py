@@ -11,13 +11,13 @@ import sys
 import numpy as np
 import pytest
 
-from components.materialize import AudioConfig, PairsConfig, pictures, run_audio, run_pairs
-from components.models import charts
 from tests.helpers.paths import REPO_ROOT
 from tests.materialize.pair_inputs import write_pairs_inputs
 from tests.materialize.test_audio_job import write_corpus
 from tests.models.chart_checks import assert_readable, read_png
 from tests.models.events import read_summaries
+from tfx_dynamic_inputs.materialize import AudioConfig, PairsConfig, pictures, run_audio, run_pairs
+from tfx_dynamic_inputs.models import charts
 
 CHART_SHAPE = (charts.HEIGHT, charts.WIDTH, 3)
 
@@ -130,7 +130,7 @@ def test_tensorboard_hint_names_every_log_dir():
 def test_importing_the_pictures_does_not_import_tensorflow():
     # The job's modules may import it, and Beam workers must not import TensorFlow.
     script = (
-        "import sys, components.materialize.pictures; "
+        "import sys, tfx_dynamic_inputs.materialize.pictures; "
         "assert 'tensorflow' not in sys.modules, 'tensorflow imported'"
     )
     subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, check=True)

@@ -1,4 +1,4 @@
-"""Remote Beam workers get the project as a staged wheel (`components.materialize.staging`).
+"""Remote Beam workers get the project as a staged wheel (`tfx_dynamic_inputs.materialize.staging`).
 
 The slow tests run the jobs on Beam's portable runner: the Python job service and an EXTERNAL
 worker pool whose workers boot as in Beam's SDK container (`remote_worker_boot.py`), in an
@@ -34,11 +34,11 @@ from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from components import component_keys as keys
-from components.materialize import staging
 from tests.helpers.subprocesses import run_python
 from tests.materialize import generate, readback
 from tests.materialize.test_worker_imports import AUDIO_WORKER_MODULES, PAIRS_WORKER_MODULES
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs.materialize import staging
 
 BOOT_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "remote_worker_boot.py")
 TFX_EPHEMERAL = "--extra_package=/tmp/tmpab12/build/tfx/dist/tfx_ephemeral-1.16.0.tar.gz"
@@ -131,7 +131,7 @@ def test_the_wheel_requires_only_what_workers_import(wheel):
                 data = archive.read(path)
                 expected = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
                 assert (digest, int(size)) == (f"sha256={expected.decode()}", len(data)), path
-    assert "components/materialize/staging.py" in names
+    assert "tfx_dynamic_inputs/materialize/staging.py" in names
     header = wheel_metadata.partition("\n\n")[0].splitlines()
     requirements = [
         Requirement(line.split(":", 1)[1]) for line in header if "Requires-Dist" in line
@@ -162,7 +162,7 @@ def _third_party_imports(modules: tuple[str, ...]) -> set[str]:
             continue
         seen.add(module)
         for name in _module_level_imports(module):
-            if name.split(".")[0] != "components":
+            if name.split(".")[0] != "tfx_dynamic_inputs":
                 found.add(name.split(".")[0])
             elif _is_module(name):
                 pending.append(name)
@@ -191,7 +191,7 @@ def _module_level_imports(module: str) -> set[str]:
 def _is_module(name: str) -> bool:
     try:
         return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:  # an attribute: `from components.layout import RUN_ID_KEY`
+    except ModuleNotFoundError:  # an attribute: `from tfx_dynamic_inputs.layout import RUN_ID_KEY`
         return False
 
 
@@ -230,9 +230,20 @@ def test_unchanged_code_is_built_once_and_edits_rebuild(tmp_path):
             ignore=shutil.ignore_patterns("__pycache__", "*.so"),
         )
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    # The copy stands in for the installed project: its folders under the import names that the
+    # editable install maps onto the real ones (setup.py).
     script = (
-        "from components.materialize import staging; "
-        "print(staging.__file__); print(staging.project_wheel())"
+        "import importlib.util, os, sys\n"
+        "for name, folder in [('tfx_dynamic_inputs', 'components'),\n"
+        "                     ('tfx_dynamic_inputs.pipeline', 'pipeline'),\n"
+        "                     ('tfx_dynamic_inputs.kubeflow', 'kubeflow')]:\n"
+        "    folder = os.path.abspath(folder)\n"
+        "    spec = importlib.util.spec_from_file_location(\n"
+        "        name, os.path.join(folder, '__init__.py'), submodule_search_locations=[folder])\n"
+        "    sys.modules[name] = module = importlib.util.module_from_spec(spec)\n"
+        "    spec.loader.exec_module(module)\n"
+        "from tfx_dynamic_inputs.materialize import staging\n"
+        "print(staging.__file__); print(staging.project_wheel())\n"
     )
 
     def launch() -> tuple[str, float]:
@@ -248,7 +259,7 @@ def test_unchanged_code_is_built_once_and_edits_rebuild(tmp_path):
     edited, _ = launch()
     assert edited != first[0]
     with zipfile.ZipFile(edited) as archive:
-        assert b"EDITED = True" in archive.read("components/materialize/paths.py")
+        assert b"EDITED = True" in archive.read("tfx_dynamic_inputs/materialize/paths.py")
     assert os.path.exists(first[0])
 
 
@@ -363,7 +374,7 @@ def _staged_installs(cluster: _Cluster) -> set[str]:
         if glob.glob(
             os.path.join(cluster.worker_dir, name, "site", "tfx_dynamic_inputs-*.dist-info")
         )
-        and os.path.isdir(os.path.join(cluster.worker_dir, name, "site", "components"))
+        and os.path.isdir(os.path.join(cluster.worker_dir, name, "site", "tfx_dynamic_inputs"))
     }
 
 
@@ -387,14 +398,19 @@ def _small_pairs_inputs(directory) -> dict[str, str]:
 @pytest.mark.slow
 def test_cli_job_on_remote_workers_writes_what_the_direct_runner_writes(cluster, tmp_path):
     probe = subprocess.run(
-        [sys.executable, "-S", "-c", "import apache_beam, PIL, av, soxr; import components"],
+        [
+            sys.executable,
+            "-S",
+            "-c",
+            "import apache_beam, PIL, av, soxr; import tfx_dynamic_inputs",
+        ],
         cwd=cluster.cwd,
         env=cluster.env,
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert "No module named 'components'" in probe.stderr, probe.stderr[-2000:]
+    assert "No module named 'tfx_dynamic_inputs'" in probe.stderr, probe.stderr[-2000:]
 
     inputs = _small_pairs_inputs(tmp_path)
     flags = [f"--{key}={value}" for key, value in inputs.items()] + ["--max_shard_bytes=3000"]
@@ -405,7 +421,7 @@ def test_cli_job_on_remote_workers_writes_what_the_direct_runner_writes(cluster,
     for name, beam_args in (("direct", []), ("remote", remote_args)):
         output_dir = str(tmp_path / name)
         completed = subprocess.run(
-            [sys.executable, "-m", "components.materialize", "pairs", *flags]
+            [sys.executable, "-m", "tfx_dynamic_inputs.materialize", "pairs", *flags]
             + [f"--output_dir={output_dir}", *beam_args],
             cwd=readback.REPO_ROOT,
             env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")},
@@ -424,9 +440,9 @@ def test_cli_job_on_remote_workers_writes_what_the_direct_runner_writes(cluster,
 def test_tfx_executor_stages_the_wheel_for_remote_workers(cluster, wheel, tmp_path):
     """TFX's Beam executor takes the same path (`_make_beam_pipeline` ->
     `common.make_default_pipeline`), after TFX has added its own sdist to the arguments."""
-    from components.materialize_component import MaterializePairs
-    from components.materialize_component import executor as materialize_executor
     from tests.components.conftest import make_artifact, materialize, pairs_properties
+    from tfx_dynamic_inputs.materialize_component import MaterializePairs
+    from tfx_dynamic_inputs.materialize_component import executor as materialize_executor
 
     inputs = _small_pairs_inputs(tmp_path)
     domains = types.SimpleNamespace(

@@ -21,10 +21,12 @@ import numpy as np
 import pytest
 from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineState
 
-from components import layout
-from components.inputs import RecordStore, ValidPairs, open_pairs_run, record_store_from
-from components.inputs.labelled_sources import labelled_records
-from components.materialize import (
+from tests.class_balanced.runs import write_audio_run
+from tests.materialize import generate
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.inputs import RecordStore, ValidPairs, open_pairs_run, record_store_from
+from tfx_dynamic_inputs.inputs.labelled_sources import labelled_records
+from tfx_dynamic_inputs.materialize import (
     MaterializeError,
     PairsConfig,
     ShardingConfig,
@@ -33,9 +35,7 @@ from components.materialize import (
     spill,
     stages,
 )
-from components.materialize.stages import run as stage_run
-from tests.class_balanced.runs import write_audio_run
-from tests.materialize import generate
+from tfx_dynamic_inputs.materialize.stages import run as stage_run
 
 PAIRS_READERS = {
     "RecordStore.open": lambda run: RecordStore.open(run, layout.X_RECORD_SET),

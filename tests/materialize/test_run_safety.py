@@ -2,8 +2,8 @@
 through a link, never a folder of the user's, never its inputs (issue 20, items 1, 2 and the
 dangling `--output_dir` link of item 8).
 
-Every case runs the real CLI (`python -m components.materialize pairs`) on a folder set up as a
-user could have it, and checks both the one-line error and that nothing outside the run moved.
+Every case runs the real CLI (`python -m tfx_dynamic_inputs.materialize pairs`) on a folder set up
+as a user could have it, and checks both the one-line error and that nothing outside the run moved.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import sys
 import numpy as np
 import pytest
 
-from components import layout
-from components.materialize import __main__ as materialize_cli
-from components.materialize import claims, spill
 from tests.materialize import readback
 from tests.materialize.pair_inputs import write_pairs_inputs
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.materialize import __main__ as materialize_cli
+from tfx_dynamic_inputs.materialize import claims, spill
 
 
 def _tree(root: str) -> dict[str, bytes]:
@@ -231,7 +231,7 @@ def test_the_cli_refuses_a_bad_folder_before_importing_beam_or_tensorflow(inputs
         flags[flags.index("--output_dir") + 1] = os.path.join(inputs["x"], "out")
     script = (
         "import sys\n"
-        "from components.materialize import __main__ as cli\n"
+        "from tfx_dynamic_inputs.materialize import __main__ as cli\n"
         f"status = cli.main({flags!r})\n"
         "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'tensorflow', 'apache_beam'})\n"
         "print(status, heavy)\n"

@@ -11,9 +11,9 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components import layout
-from components.materialize import claims, run_dir, spill, stages
 from tests.materialize import readback
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.materialize import claims, run_dir, spill, stages
 
 
 @settings(max_examples=30, deadline=None)

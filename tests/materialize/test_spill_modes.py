@@ -14,8 +14,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
 from apache_beam.runners.portability.portable_runner import PortableRunner
 
-from components import layout
-from components.materialize import (
+from tests.materialize import generate, readback
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.materialize import (
     AudioConfig,
     MaterializeError,
     PairsConfig,
@@ -25,9 +26,8 @@ from components.materialize import (
     spill,
     stages,
 )
-from components.materialize import __main__ as materialize_cli
-from components.materialize.config import from_flat
-from tests.materialize import generate, readback
+from tfx_dynamic_inputs.materialize import __main__ as materialize_cli
+from tfx_dynamic_inputs.materialize.config import from_flat
 
 # (--spill, whether the run gets a --temp_location)
 MODES = [("auto", False), ("files", False), ("none", False), ("files", True)]
@@ -223,9 +223,9 @@ def test_a_stale_claim_takeover_removes_spill_files_below_the_temp_location(tmp_
 
 
 def test_the_components_hand_spill_to_the_job(tmp_path, created):
-    from components import component_keys as keys
-    from components.materialize_component import MaterializePairs
     from tests.components.conftest import materialize  # imports TFX: only here
+    from tfx_dynamic_inputs import component_keys as keys
+    from tfx_dynamic_inputs.materialize_component import MaterializePairs
 
     flags = _pairs_inputs(tmp_path)
     values = materialize_cli._parser().parse_args([*flags, "--output_dir", "unused"])

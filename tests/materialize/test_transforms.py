@@ -15,8 +15,9 @@ from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components import layout
-from components.materialize import (
+from tests.materialize import generate, readback
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.materialize import (
     claims,
     images,
     pair_index,
@@ -25,13 +26,12 @@ from components.materialize import (
     shards,
     spill,
 )
-from components.materialize.audio_pipeline import _Deduplicate
-from components.materialize.config import ShardingConfig
-from components.materialize.id_index import IdIndex
-from components.materialize.manifest import ManifestRow
-from components.materialize.pair_list import PairEntry
-from components.materialize.verdict import Verdict
-from tests.materialize import generate, readback
+from tfx_dynamic_inputs.materialize.audio_pipeline import _Deduplicate
+from tfx_dynamic_inputs.materialize.config import ShardingConfig
+from tfx_dynamic_inputs.materialize.id_index import IdIndex
+from tfx_dynamic_inputs.materialize.manifest import ManifestRow
+from tfx_dynamic_inputs.materialize.pair_list import PairEntry
+from tfx_dynamic_inputs.materialize.verdict import Verdict
 
 
 def _counter(result, name: str) -> int:

@@ -17,38 +17,38 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 # Every module whose functions or classes a job's DoFns, CombineFns and lambdas reference, so a
 # worker imports it when it unpickles them: what both jobs share, then each job's own.
 _SHARED_WORKER_MODULES = (
-    "components.examples",
-    "components.layout",
-    "components.materialize",
-    "components.materialize.common",
-    "components.materialize.config",
-    "components.materialize.errors",
-    "components.materialize.id_index",
-    "components.materialize.paths",
-    "components.materialize.pictures",
-    "components.materialize.rejects",
-    "components.materialize.run_dir",
-    "components.materialize.shards",
-    "components.materialize.spill",
-    "components.materialize.stages",
-    "components.materialize.stages.commit",
-    "components.materialize.stages.plan",
-    "components.materialize.stages.read",
-    "components.materialize.stages.run",
-    "components.materialize.stages.write",
-    "components.materialize.text_records",
-    "components.materialize.verdict",
-    "components.models",
-    "components.models.charts",
+    "tfx_dynamic_inputs.examples",
+    "tfx_dynamic_inputs.layout",
+    "tfx_dynamic_inputs.materialize",
+    "tfx_dynamic_inputs.materialize.common",
+    "tfx_dynamic_inputs.materialize.config",
+    "tfx_dynamic_inputs.materialize.errors",
+    "tfx_dynamic_inputs.materialize.id_index",
+    "tfx_dynamic_inputs.materialize.paths",
+    "tfx_dynamic_inputs.materialize.pictures",
+    "tfx_dynamic_inputs.materialize.rejects",
+    "tfx_dynamic_inputs.materialize.run_dir",
+    "tfx_dynamic_inputs.materialize.shards",
+    "tfx_dynamic_inputs.materialize.spill",
+    "tfx_dynamic_inputs.materialize.stages",
+    "tfx_dynamic_inputs.materialize.stages.commit",
+    "tfx_dynamic_inputs.materialize.stages.plan",
+    "tfx_dynamic_inputs.materialize.stages.read",
+    "tfx_dynamic_inputs.materialize.stages.run",
+    "tfx_dynamic_inputs.materialize.stages.write",
+    "tfx_dynamic_inputs.materialize.text_records",
+    "tfx_dynamic_inputs.materialize.verdict",
+    "tfx_dynamic_inputs.models",
+    "tfx_dynamic_inputs.models.charts",
 )
 PAIRS_WORKER_MODULES = tuple(
     sorted(
         _SHARED_WORKER_MODULES
         + (
-            "components.materialize.images",
-            "components.materialize.pair_index",
-            "components.materialize.pair_list",
-            "components.materialize.pairs_pipeline",
+            "tfx_dynamic_inputs.materialize.images",
+            "tfx_dynamic_inputs.materialize.pair_index",
+            "tfx_dynamic_inputs.materialize.pair_list",
+            "tfx_dynamic_inputs.materialize.pairs_pipeline",
         )
     )
 )
@@ -57,10 +57,10 @@ AUDIO_WORKER_MODULES = tuple(
     sorted(
         _SHARED_WORKER_MODULES
         + (
-            "components.materialize.audio",
-            "components.materialize.audio_pipeline",
-            "components.materialize.manifest",
-            "components.materialize.splits",
+            "tfx_dynamic_inputs.materialize.audio",
+            "tfx_dynamic_inputs.materialize.audio_pipeline",
+            "tfx_dynamic_inputs.materialize.manifest",
+            "tfx_dynamic_inputs.materialize.splits",
         )
     )
 )
@@ -76,7 +76,7 @@ def test_pairs_worker_code_does_not_import_tensorflow(tmp_path):
         import importlib, sys
         for name in {PAIRS_WORKER_MODULES!r}:
             importlib.import_module(name)
-        from components.materialize import images, pair_list, pairs_pipeline, paths, spill
+        from tfx_dynamic_inputs.materialize import images, pair_list, pairs_pipeline, paths, spill
         root = {str(tmp_path / "x")!r}
         listed = sorted(paths.list_files(root))
         batch = [(paths.relative_id(root, p), p) for p in listed + [root + "/missing.png"]]
@@ -117,8 +117,8 @@ def test_audio_worker_code_does_not_import_tensorflow(tmp_path):
         import importlib, sys
         for name in {AUDIO_WORKER_MODULES!r}:
             importlib.import_module(name)
-        from components.materialize import audio_pipeline, manifest, spill
-        from components.materialize.config import AudioLimits
+        from tfx_dynamic_inputs.materialize import audio_pipeline, manifest, spill
+        from tfx_dynamic_inputs.materialize.config import AudioLimits
         rows, rejected = [], []
         for row in audio_pipeline._rows_of_files({str(root)!r}):
             (rows if isinstance(row, manifest.ManifestRow) else rejected).append(row)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 from PIL import Image
 
-from components.models import charts
+from tfx_dynamic_inputs.models import charts
 
 
 def color_pixels(image: np.ndarray, color: tuple[int, int, int]) -> np.ndarray:

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.sample_data import write_digit_domains
 from tests.models import synthetic
+from tfx_dynamic_inputs.pipeline.sample_data import write_digit_domains
 
 
 @pytest.fixture(scope="session")

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components.models import cyclegan, cyclegan_networks
 from tests.models import synthetic
+from tfx_dynamic_inputs.models import cyclegan, cyclegan_networks
 
 
 @pytest.mark.parametrize("shape", [(32, 32, 1), (16, 24, 3)])

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components.models.verification import det_curve, equal_error_rate
+from tfx_dynamic_inputs.models.verification import det_curve, equal_error_rate
 
 
 def brute_force_points(scores, same_speaker) -> list[tuple[float, float]]:

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components.models import charts, cyclegan, translation_snapshots, verification
 from tests.models.chart_checks import assert_readable, bar_color, color_pixels, read_png
 from tests.models.events import read_summaries
+from tfx_dynamic_inputs.models import charts, cyclegan, translation_snapshots, verification
 
 CHART_SHAPE = (charts.HEIGHT, charts.WIDTH, 3)
 TITLES = {"x_title": "valid y per x record", "y_title": "x records"}

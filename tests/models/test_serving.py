@@ -15,15 +15,15 @@ import tensorflow_io  # noqa: F401  (registers the FLAC decoder the FLAC-enabled
 from PIL import Image
 from tensorflow.core.protobuf import saved_model_pb2
 
-from components.inputs import ImageSpec, image_example_parser
-from components.inputs.audio_config import AudioFeatureConfig, SpecAugment
-from components.materialize.audio import decode_audio, to_int16
-from components.materialize.images import ImageStorage
-from components.materialize.images import image_example as encoded_image_example
-from components.models import cyclegan, serving, speaker
-from components.trainer_component.training_inputs import class_balanced_eval_dataset
 from tests.class_balanced.runs import write_audio_run
 from tests.inputs.runs import image_example as raw_image_example
+from tfx_dynamic_inputs.inputs import ImageSpec, image_example_parser
+from tfx_dynamic_inputs.inputs.audio_config import AudioFeatureConfig, SpecAugment
+from tfx_dynamic_inputs.materialize.audio import decode_audio, to_int16
+from tfx_dynamic_inputs.materialize.images import ImageStorage
+from tfx_dynamic_inputs.materialize.images import image_example as encoded_image_example
+from tfx_dynamic_inputs.models import cyclegan, serving, speaker
+from tfx_dynamic_inputs.trainer_component.training_inputs import class_balanced_eval_dataset
 
 RATE = 16000
 N_MELS = 24

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components.models import speaker, verification
 from tests.models import synthetic
+from tfx_dynamic_inputs.models import speaker, verification
 
 N_C, N_P = 6, 4
 

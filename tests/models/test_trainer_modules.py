@@ -15,13 +15,17 @@ import pytest
 import soundfile
 import tensorflow as tf
 
-from components.inputs.coverage import PairCoverage, PairCoverageCallback
-from components.models import charts
-from components.models.cyclegan import LOSS_NAMES
-from components.models.translation_snapshots import TRANSLATIONS_DIR, X_CYCLE_TAG, Y_CYCLE_TAG
-from components.trainer_modules import cyclegan_trainer, speaker_trainer
 from tests.models import events, synthetic
 from tests.models.chart_checks import read_png
+from tfx_dynamic_inputs.inputs.coverage import PairCoverage, PairCoverageCallback
+from tfx_dynamic_inputs.models import charts
+from tfx_dynamic_inputs.models.cyclegan import LOSS_NAMES
+from tfx_dynamic_inputs.models.translation_snapshots import (
+    TRANSLATIONS_DIR,
+    X_CYCLE_TAG,
+    Y_CYCLE_TAG,
+)
+from tfx_dynamic_inputs.trainer_modules import cyclegan_trainer, speaker_trainer
 
 
 def make_fn_args(tmp_path, train_dataset, **overrides) -> types.SimpleNamespace:

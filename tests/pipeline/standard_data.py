@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from components import component_keys as keys
-from pipeline import standard_pipeline
 from tests.pipeline import standard_modules
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs.pipeline import standard_pipeline
 
 NUM_EXAMPLES = 300
 NUM_CLASSES = 4

@@ -1,5 +1,6 @@
-"""The settings of `python -m pipeline.run_local` (and the config file `kubeflow.runner` shares):
-a flag per config field, file then flags, one-line errors. Nothing here imports TFX."""
+"""The settings of `python -m tfx_dynamic_inputs.pipeline.run_local` (and the config file
+`tfx_dynamic_inputs.kubeflow.runner` shares): a flag per config field, file then flags, one-line
+errors. Nothing here imports TFX."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline import cli, config, run_local
+from tfx_dynamic_inputs.pipeline import cli, config, run_local
 
 # One value per field type: the flag's text and what the field must get.
 SAMPLES: dict[Any, tuple[list[str], Any]] = {
@@ -254,7 +255,8 @@ def test_the_command_prints_one_line_and_exits_2(tmp_path, argv, line):
     path.write_text("speaker:\n  n_clases_per_batch: 4\n")
     names = {"config": path, "missing": tmp_path / "missing"}
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline.run_local", "speaker"] + [a.format(**names) for a in argv],
+        [sys.executable, "-m", "tfx_dynamic_inputs.pipeline.run_local", "speaker"]
+        + [a.format(**names) for a in argv],
         capture_output=True,
         text=True,
         timeout=60,
@@ -289,8 +291,8 @@ def test_local_configs_use_the_bundled_data_without_data_flags(tmp_path):
 def test_cyclegan_pairs_by_group_from_the_command_line(tmp_path):
     """`--groups_from_subfolder true` pairs each x with any y of its folder (the bundled digits'
     classes): no pair list is read, and the materialize component gets the grouping."""
-    from components import component_keys as keys
-    from pipeline import cyclegan_pipeline
+    from tfx_dynamic_inputs import component_keys as keys
+    from tfx_dynamic_inputs.pipeline import cyclegan_pipeline
 
     args = cli.parse_local_args(
         ["cyclegan", "--work_dir", str(tmp_path), "--groups_from_subfolder", "true"]

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.fingerprint import input_fingerprint
+from tfx_dynamic_inputs.pipeline.fingerprint import input_fingerprint
 
 
 def _write(root, files: dict[str, bytes]) -> None:

@@ -2,9 +2,9 @@
 bundled sample data, their models blessed and pushed; then a second run with unchanged inputs,
 served from the cache up to the trainer, whose gate compares the model with itself.
 
-The speaker pipeline's first run is the command `python -m pipeline.run_local speaker` (config
-file + data flags, one listed file missing), whose printed report is checked against ML
-Metadata; a run whose Beam stage rejects too much ends with the Beam stage's own error.
+The speaker pipeline's first run is the command `python -m tfx_dynamic_inputs.pipeline.run_local
+speaker` (config file + data flags, one listed file missing), whose printed report is checked
+against ML Metadata; a run whose Beam stage rejects too much ends with the Beam stage's own error.
 """
 
 from __future__ import annotations
@@ -21,11 +21,18 @@ import tensorflow as tf
 import yaml
 from tfx.types import standard_component_specs
 
-from components import component_keys as keys
-from components import layout
-from components.materialize import pictures
-from pipeline import cli, common, config, cyclegan_pipeline, run_local, speaker_pipeline
-from pipeline.fingerprint import input_fingerprint
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.materialize import pictures
+from tfx_dynamic_inputs.pipeline import (
+    cli,
+    common,
+    config,
+    cyclegan_pipeline,
+    run_local,
+    speaker_pipeline,
+)
+from tfx_dynamic_inputs.pipeline.fingerprint import input_fingerprint
 
 # The nodes after the trainer, which run again on a second run (see the cache test).
 GATE_NODES = {common.BASELINE_RESOLVER_ID, "ModelGate", "Pusher"}
@@ -56,7 +63,7 @@ def _run_twice(module, pipeline_config, work_dir):
 
 def _run_local(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "pipeline.run_local", *argv],
+        [sys.executable, "-m", "tfx_dynamic_inputs.pipeline.run_local", *argv],
         capture_output=True,
         text=True,
         timeout=900,
@@ -75,7 +82,8 @@ def cyclegan_runs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def speaker_command(tmp_path_factory):
-    """`python -m pipeline.run_local speaker --config FILE --manifest M --audio_root R
+    """`python -m tfx_dynamic_inputs.pipeline.run_local speaker --config FILE --manifest M
+    --audio_root R
     --work_dir W` on the bundled corpus, with one more manifest row whose file is missing; the
     config file holds the test overrides. Returns the finished process, the SpeakerConfig it
     ran and its work dir."""

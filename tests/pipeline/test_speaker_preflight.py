@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from components.materialize.splits import held_out_speakers
-from pipeline import cli, config, speakers
+from tfx_dynamic_inputs.materialize.splits import held_out_speakers
+from tfx_dynamic_inputs.pipeline import cli, config, speakers
 
 
 def _bundled_speakers() -> list[str]:
@@ -25,7 +25,14 @@ def test_too_many_classes_per_batch_is_one_line_naming_the_split_within_2_s():
     n_c = len(names) - len(held) + 1
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline.run_local", "speaker", "--n_classes_per_batch", str(n_c)],
+        [
+            sys.executable,
+            "-m",
+            "tfx_dynamic_inputs.pipeline.run_local",
+            "speaker",
+            "--n_classes_per_batch",
+            str(n_c),
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -18,14 +18,6 @@ import tensorflow_transform as tft
 from tfx.types import standard_artifacts, standard_component_specs
 from tfx.utils import path_utils
 
-from components import artifacts, layout
-from components import component_keys as keys
-from components.index_component import executor as index_executor
-from components.inputs import RecordStore
-from components.trainer_component import training_inputs
-from components.trainer_component.input_options import ClassBalancedInputOptions
-from pipeline import common, run_local, standard_pipeline
-from pipeline.config import RunConfig
 from tests.components.conftest import make_artifact
 from tests.pipeline import standard_data, standard_modules
 from tests.pipeline.standard_data import (
@@ -34,6 +26,14 @@ from tests.pipeline.standard_data import (
     NUM_CLASSES,
     NUM_EXAMPLES,
 )
+from tfx_dynamic_inputs import artifacts, layout
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs.index_component import executor as index_executor
+from tfx_dynamic_inputs.inputs import RecordStore
+from tfx_dynamic_inputs.pipeline import common, run_local, standard_pipeline
+from tfx_dynamic_inputs.pipeline.config import RunConfig
+from tfx_dynamic_inputs.trainer_component import training_inputs
+from tfx_dynamic_inputs.trainer_component.input_options import ClassBalancedInputOptions
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,5 @@
-"""Tests of `pipeline.sample_data.write_digit_domains`: real PNG files on disk."""
+"""Tests of `tfx_dynamic_inputs.pipeline.sample_data.write_digit_domains`: real PNG files on
+disk."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipeline import sample_data
-from pipeline.sample_data import write_digit_domains
 from tests.materialize.readback import run_files
+from tfx_dynamic_inputs.pipeline import sample_data
+from tfx_dynamic_inputs.pipeline.sample_data import write_digit_domains
 
 
 def read_pairs(path: str) -> list[dict]:

@@ -15,7 +15,7 @@ from tfx.dsl.components.base import base_beam_component, base_beam_executor, exe
 from tfx.types import artifact_utils, standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 
-from components import execution
+from tfx_dynamic_inputs import execution
 
 SPLIT = "train"
 NUM_RECORDS_KEY = "num_records"

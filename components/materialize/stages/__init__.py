@@ -1,5 +1,5 @@
 """The stages every Beam job of the project is composed of: the materialize jobs (pairs, audio)
-and the IndexExamples job (`components.index_component.indexing`). Data walks one way:
+and the IndexExamples job (`tfx_dynamic_inputs.index_component.indexing`). Data walks one way:
 
     run_job:  claim the folder  ->  [the pipeline]  ->  release; a failure recorded
     pipeline: ReadSpread -> CollectIdTables / CollectRejectedIds        (read, screen)
@@ -15,29 +15,29 @@ and `normalize_id`.
 One module per stage: `read` (read and screen), `plan` (plan ids, assign shards), `write`
 (shards and indexes), `commit` (verdict and summary), `run` (claim and commit around the
 pipeline); `job` holds `Job`, the base of each job's transform (the pipeline's root in, the
-summary out). A job outside this package uses these names and `components.layout` only; the
-other modules of `components.materialize` are its internals.
+summary out). A job outside this package uses these names and `tfx_dynamic_inputs.layout` only; the
+other modules of `tfx_dynamic_inputs.materialize` are its internals.
 
 Why here and not a package of its own: the stages are made of the materialize package's
 shard, spill, claim and pairing code, which holds the run's safety rules; beside it, they name
 that code without a second copy or a dependency cycle.
 """
 
-from components.materialize.common import REJECTED
-from components.materialize.config import PAIRS_FORMATS, ShardingConfig
-from components.materialize.errors import MaterializeError
-from components.materialize.paths import normalize_id
-from components.materialize.rejects import (
+from tfx_dynamic_inputs.materialize.common import REJECTED
+from tfx_dynamic_inputs.materialize.config import PAIRS_FORMATS, ShardingConfig
+from tfx_dynamic_inputs.materialize.errors import MaterializeError
+from tfx_dynamic_inputs.materialize.paths import normalize_id
+from tfx_dynamic_inputs.materialize.rejects import (
     DUPLICATE_ID,
     MISSING_LABEL,
     NO_VALID_PAIRS,
     Reject,
     RejectedInput,
 )
-from components.materialize.spill import Payload, SpillingDoFn, resolve_spill_root
-from components.materialize.stages.commit import Commit, Judge, Judgement, sharding_summary
-from components.materialize.stages.job import Job
-from components.materialize.stages.plan import (
+from tfx_dynamic_inputs.materialize.spill import Payload, SpillingDoFn, resolve_spill_root
+from tfx_dynamic_inputs.materialize.stages.commit import Commit, Judge, Judgement, sharding_summary
+from tfx_dynamic_inputs.materialize.stages.job import Job
+from tfx_dynamic_inputs.materialize.stages.plan import (
     AssignToShards,
     CollectGroupTables,
     Pairing,
@@ -45,9 +45,13 @@ from components.materialize.stages.plan import (
     PlanByPairList,
     PlanRecordSets,
 )
-from components.materialize.stages.read import CollectIdTables, CollectRejectedIds, ReadSpread
-from components.materialize.stages.run import run_job, run_materialize
-from components.materialize.stages.write import WritePairing, WriteShards
+from tfx_dynamic_inputs.materialize.stages.read import (
+    CollectIdTables,
+    CollectRejectedIds,
+    ReadSpread,
+)
+from tfx_dynamic_inputs.materialize.stages.run import run_job, run_materialize
+from tfx_dynamic_inputs.materialize.stages.write import WritePairing, WriteShards
 
 __all__ = [
     "DUPLICATE_ID",

@@ -13,11 +13,11 @@ from typing import NamedTuple
 
 import apache_beam as beam
 
-from components import layout
-from components.materialize import claims, rejects
-from components.materialize.config import ShardingConfig
-from components.materialize.shards import ShardPlan
-from components.materialize.verdict import Verdict, decide
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.materialize import claims, rejects
+from tfx_dynamic_inputs.materialize.config import ShardingConfig
+from tfx_dynamic_inputs.materialize.shards import ShardPlan
+from tfx_dynamic_inputs.materialize.verdict import Verdict, decide
 
 
 class Judgement(NamedTuple):

@@ -17,9 +17,16 @@ from typing import NamedTuple
 import apache_beam as beam
 import numpy as np
 
-from components.materialize import common, group_pairing, pair_index, pair_list, rejects, shards
-from components.materialize.config import ShardingConfig
-from components.materialize.shards import IdTable, ShardPlan
+from tfx_dynamic_inputs.materialize import (
+    common,
+    group_pairing,
+    pair_index,
+    pair_list,
+    rejects,
+    shards,
+)
+from tfx_dynamic_inputs.materialize.config import ShardingConfig
+from tfx_dynamic_inputs.materialize.shards import IdTable, ShardPlan
 
 REJECTED = common.REJECTED
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from components.materialize import common, shards, spill
+from tfx_dynamic_inputs.materialize import common, shards, spill
 
 REJECTED = common.REJECTED
 

@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterable
 import apache_beam as beam
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
-from components import layout
-from components.materialize import claims, common, pictures, preflight, run_dir, spill
-from components.materialize.config import AudioConfig, PairsConfig
-from components.materialize.errors import MaterializeError
-from components.materialize.shards import LOST_RECORDS
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.materialize import claims, common, pictures, preflight, run_dir, spill
+from tfx_dynamic_inputs.materialize.config import AudioConfig, PairsConfig
+from tfx_dynamic_inputs.materialize.errors import MaterializeError
+from tfx_dynamic_inputs.materialize.shards import LOST_RECORDS
 
 # How long an interrupted launcher waits for its cancelled job to stop, and how often it looks.
 CANCEL_TIMEOUT_S = 60.0

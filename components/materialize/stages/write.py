@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from components.materialize import group_pairing, pair_index, shards
-from components.materialize.stages.plan import Pairing
+from tfx_dynamic_inputs.materialize import group_pairing, pair_index, shards
+from tfx_dynamic_inputs.materialize.stages.plan import Pairing
 
 
 @beam.ptransform_fn
