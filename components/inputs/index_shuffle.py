@@ -1,0 +1,141 @@
+"""Keyed bijective permutations computed elementwise: any position of any permutation in O(1).
+
+`permuted_positions(positions, size, seed)` is where each of `positions` goes in the random
+permutation of `[0, size)` that `seed` picks, one element at a time, so a batch of an epoch's order
+costs O(batch) time and memory and nothing of size N is ever built. `size` and the key may differ
+per element (`tweak`), so one call also draws an independent permutation for every row of a ragged
+index, such as each x's own order of its valid partners.
+
+The permutation is a Feistel network over the `bits`-bit numbers, `2**bits` the next power of two
+at or above `size`, with cycle walking: a number at or past `size` is permuted again until it falls
+inside, which keeps the map a bijection of `[0, size)` and costs at most a factor 2 of domain. A
+number is split into its high `bits - bits // 2` and low `bits // 2` bits, and the rounds take
+turns xoring one part with a keyed hash of the other (an unbalanced Feistel network: each round is
+its own inverse, so the whole is a bijection for any split, odd `bits` included). The hash is
+SplitMix64's finalizer over the part, the round number and a 64-bit key drawn from the stateless
+seed (`epoch_plan.epoch_seed`, itself a hash of the sampler seed, epoch and salt) and the tweak.
+
+Why not TensorFlow's own `tf.random.experimental.index_shuffle` (the same construction, as a C++
+op): in TF 2.16 it is not a bijection when `size - 1` is an even power of two from 2**16 on (65,537,
+262,145, 1,048,577 and 4,194,305 records each give duplicate positions), and its key keeps only the
+low 32 bits of each seed word, so seeds differing in their high bits give the same permutation.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+# Rounds of the network (alternate updates of the two parts). Where each of 100 positions lands
+# over 4,000 seeds (chi-square, 100 bins): with 3 rounds 10% of the positions have p < 0.01, with
+# 4 and 6 the 1% of a uniform distribution; 6 leaves a margin at 1.5 times the cost of 4.
+ROUNDS = 6
+_GOLDEN = 0x9E3779B97F4A7C15
+_MIX_1 = 0xBF58476D1CE4E5B9
+_MIX_2 = 0x94D049BB133111EB
+
+
+def _u64(value: int | tf.Tensor) -> tf.Tensor:
+    if isinstance(value, int):
+        return tf.constant(value, tf.uint64)
+    return tf.bitcast(tf.cast(value, tf.int64), tf.uint64)
+
+
+def _shift_right(value: tf.Tensor, bits: int) -> tf.Tensor:
+    return tf.bitwise.right_shift(value, tf.constant(bits, tf.uint64))
+
+
+def _mix(value: tf.Tensor) -> tf.Tensor:
+    """SplitMix64's finalizer: a bijective avalanche of a uint64."""
+    value = tf.bitwise.bitwise_xor(value, _shift_right(value, 30)) * _u64(_MIX_1)
+    value = tf.bitwise.bitwise_xor(value, _shift_right(value, 27)) * _u64(_MIX_2)
+    return tf.bitwise.bitwise_xor(value, _shift_right(value, 31))
+
+
+def _element_key(seed: tf.Tensor, tweak: tf.Tensor | None) -> tf.Tensor:
+    """uint64 key of each element's permutation: a scalar, or [n] with a tweak."""
+    seed = _u64(tf.convert_to_tensor(seed, tf.int64))
+    key = _mix(tf.bitwise.bitwise_xor(_mix(seed[0] + _u64(_GOLDEN)), seed[1]))
+    if tweak is None:
+        return key
+    return _mix(tf.bitwise.bitwise_xor(key, _mix(_u64(tweak) + _u64(_GOLDEN))))
+
+
+def _bit_width(size: tf.Tensor) -> tf.Tensor:
+    """uint64: the bits of the largest position, `size - 1` (0 for a size of 1)."""
+    rest = size - 1
+    width = tf.zeros_like(rest)
+    for step in (32, 16, 8, 4, 2, 1):  # binary search of the highest set bit
+        shifted = tf.bitwise.right_shift(rest, step)
+        wide = shifted > 0
+        width = tf.where(wide, width + step, width)
+        rest = tf.where(wide, shifted, rest)
+    return tf.cast(width + tf.cast(rest > 0, tf.int64), tf.uint64)
+
+
+def _feistel(value: tf.Tensor, key: tf.Tensor, bits: tf.Tensor) -> tf.Tensor:
+    """One pass of the network over uint64 `value` (< 2**bits) with each element's `key`."""
+    low_bits = _shift_right(bits, 1)
+    one = _u64(1)
+    low_mask = tf.bitwise.left_shift(one, low_bits) - one
+    high_mask = tf.bitwise.left_shift(one, bits - low_bits) - one
+    high = tf.bitwise.right_shift(value, low_bits)
+    low = tf.bitwise.bitwise_and(value, low_mask)
+    for round_number in range(ROUNDS):
+        round_key = key + _u64((round_number + 1) * _GOLDEN % (1 << 64))
+        if round_number % 2 == 0:
+            hashed = _mix(tf.bitwise.bitwise_xor(low, round_key))
+            high = tf.bitwise.bitwise_xor(high, tf.bitwise.bitwise_and(hashed, high_mask))
+        else:
+            hashed = _mix(tf.bitwise.bitwise_xor(high, round_key))
+            low = tf.bitwise.bitwise_xor(low, tf.bitwise.bitwise_and(hashed, low_mask))
+    return tf.bitwise.bitwise_or(tf.bitwise.left_shift(high, low_bits), low)
+
+
+def permuted_positions(
+    positions: tf.Tensor, size: tf.Tensor, seed: tf.Tensor, tweak: tf.Tensor | None = None
+) -> tf.Tensor:
+    """Where each of `positions` lands in the keyed random permutation of `[0, size)`.
+
+    For a fixed key (`seed`, and the element's `tweak`) and `size` the map is a bijection of
+    `[0, size)`; each element costs O(1) (a few passes of cycle walking on average, at most
+    about log2 of the batch in the worst element).
+
+    Args:
+      positions: int64 [n], each in `[0, size)` (others give unspecified values).
+      size: int64, a scalar or [n] (each element's own permutation size, >= 1).
+      seed: int64 [2], a stateless seed (`epoch_plan.epoch_seed`).
+      tweak: int64 [n], a further key word per element (e.g. the record number of the x whose
+        partners are ordered), or None for one permutation.
+
+    Returns:
+      int64 [n].
+
+    Example:
+
+        order = permuted_positions(tf.range(5, dtype=tf.int64), 5, epoch_seed(0, 3))
+        sorted(order.numpy().tolist()) == [0, 1, 2, 3, 4]  # epoch 3's order of 5 records
+    """
+    positions = tf.convert_to_tensor(positions, tf.int64)
+    size = tf.broadcast_to(tf.convert_to_tensor(size, tf.int64), tf.shape(positions))
+    key = tf.broadcast_to(_element_key(seed, tweak), tf.shape(positions))
+    bits = _bit_width(size)
+    limit = _u64(size)
+    walked = _feistel(_u64(positions), key, bits)
+    # Cycle walking on the elements still outside their range only: about half of them at
+    # worst after the first pass, and geometrically fewer after each further one.
+    pending = tf.where(walked >= limit)[:, 0]
+
+    def walk(values: tf.Tensor, pending: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        again = _feistel(
+            tf.gather(values, pending), tf.gather(key, pending), tf.gather(bits, pending)
+        )
+        values = tf.tensor_scatter_nd_update(values, pending[:, None], again)
+        return values, tf.boolean_mask(pending, again >= tf.gather(limit, pending))
+
+    walked, _ = tf.while_loop(
+        lambda values, pending: tf.size(pending) > 0,
+        walk,
+        [walked, pending],
+        shape_invariants=[walked.shape, tf.TensorShape([None])],
+    )
+    return tf.bitcast(walked, tf.int64)
