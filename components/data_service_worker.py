@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        native.load_read_records_op()
+        native.load_op_library()
     except native.NativeBuildError as error:
         if not args.without_native_ops:
             print(f"error: {error}", file=sys.stderr)

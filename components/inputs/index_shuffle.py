@@ -15,6 +15,10 @@ its own inverse, so the whole is a bijection for any split, odd `bits` included)
 SplitMix64's finalizer over the part, the round number and a 64-bit key drawn from the stateless
 seed (`epoch_plan.epoch_seed`, itself a hash of the sampler seed, epoch and salt) and the tweak.
 
+It runs as the native `PermutePositions` op (`tfx_dynamic_inputs.native`, C++ over the intra-op
+threads) where the native library is built, and else as the same computation in TensorFlow ops,
+bit for bit equal (tests/inputs/test_index_shuffle.py) and about 30 times slower (bench/).
+
 Why not TensorFlow's own `tf.random.experimental.index_shuffle` (the same construction, as a C++
 op): in TF 2.16 it is not a bijection when `size - 1` is an even power of two from 2**16 on (65,537,
 262,145, 1,048,577 and 4,194,305 records each give duplicate positions), and its key keeps only the
@@ -24,6 +28,8 @@ low 32 bits of each seed word, so seeds differing in their high bits give the sa
 from __future__ import annotations
 
 import tensorflow as tf
+
+from tfx_dynamic_inputs import native
 
 # Rounds of the network (alternate updates of the two parts). Where each of 100 positions lands
 # over 4,000 seeds (chi-square, 100 bins): with 3 rounds 10% of the positions have p < 0.01, with
@@ -91,33 +97,68 @@ def _feistel(value: tf.Tensor, key: tf.Tensor, bits: tf.Tensor) -> tf.Tensor:
     return tf.bitwise.bitwise_or(tf.bitwise.left_shift(high, low_bits), low)
 
 
+IMPLEMENTATIONS = ("auto", "native", "tensorflow")
+
+
 def permuted_positions(
-    positions: tf.Tensor, size: tf.Tensor, seed: tf.Tensor, tweak: tf.Tensor | None = None
+    positions: tf.Tensor,
+    size: tf.Tensor,
+    seed: tf.Tensor,
+    tweak: tf.Tensor | None = None,
+    implementation: str = "auto",
 ) -> tf.Tensor:
     """Where each of `positions` lands in the keyed random permutation of `[0, size)`.
 
     For a fixed key (`seed`, and the element's `tweak`) and `size` the map is a bijection of
-    `[0, size)`; each element costs O(1) (a few passes of cycle walking on average, at most
-    about log2 of the batch in the worst element).
+    `[0, size)`; each element costs O(1) (two passes of the network on average).
 
     Args:
-      positions: int64 [n], each in `[0, size)` (others give unspecified values).
+      positions: int64 [n], each in `[0, size)`.
       size: int64, a scalar or [n] (each element's own permutation size, >= 1).
       seed: int64 [2], a stateless seed (`epoch_plan.epoch_seed`).
       tweak: int64 [n], a further key word per element (e.g. the record number of the x whose
         partners are ordered), or None for one permutation.
+      implementation: ``"native"``, the `PermutePositions` op (`tfx_dynamic_inputs.native`);
+        ``"tensorflow"``, the same computation in TensorFlow ops (slower, no build needed);
+        ``"auto"``, the op when the native library is built, else TensorFlow ops. Both give the
+        same values.
 
     Returns:
       int64 [n].
+
+    Raises:
+      ValueError: an unknown `implementation`, or ``"native"`` without the native library.
+      tf.errors.InvalidArgumentError: when run, a position outside `[0, size)`.
 
     Example:
 
         order = permuted_positions(tf.range(5, dtype=tf.int64), 5, epoch_seed(0, 3))
         sorted(order.numpy().tolist()) == [0, 1, 2, 3, 4]  # epoch 3's order of 5 records
     """
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
     positions = tf.convert_to_tensor(positions, tf.int64)
     size = tf.broadcast_to(tf.convert_to_tensor(size, tf.int64), tf.shape(positions))
     key = tf.broadcast_to(_element_key(seed, tweak), tf.shape(positions))
+    op_module = None if implementation == "tensorflow" else native.op_library()
+    if op_module is not None:
+        return op_module.permute_positions(
+            positions, size, tf.bitcast(key, tf.int64), rounds=ROUNDS
+        )
+    if implementation == "native":
+        raise ValueError(
+            "implementation='native' needs the native library: python -m tfx_dynamic_inputs.native"
+        )
+    in_range = tf.debugging.Assert(
+        tf.reduce_all((positions >= 0) & (positions < size)),
+        ["permuted_positions: a position is outside [0, size)"],
+    )
+    with tf.control_dependencies([in_range]):
+        return _walked_positions(positions, size, key)
+
+
+def _walked_positions(positions: tf.Tensor, size: tf.Tensor, key: tf.Tensor) -> tf.Tensor:
+    """The TensorFlow-ops form: one pass of the network, then cycle walking."""
     bits = _bit_width(size)
     limit = _u64(size)
     walked = _feistel(_u64(positions), key, bits)

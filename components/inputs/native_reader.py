@@ -50,7 +50,7 @@ def open_native_reader(
     if reader == "python":
         return None, "the store was opened with reader='python'"
     problem = None
-    op_module = native.read_records_op()
+    op_module = native.op_library()
     if op_module is None:
         problem = "the native op is not built (python -m tfx_dynamic_inputs.native)"
     elif payload_check is not None:

@@ -1,10 +1,14 @@
 """Native TensorFlow ops of the project, built from source against the installed TensorFlow.
 
-One op today, `ReadRecordsByIndex` (`read_records_op.cc`): the disk backend of
-`tfx_dynamic_inputs.inputs.record_store.RecordStore` reads a batch of records by record number in
-C++ (one `pread` per record into the output strings, frame and CRC32C checks, reads spread over the
-intra-op threads), where the Python reader pays a `os.pread` call, slices and a `tf.numpy_function`
-conversion per record.
+Two ops, in one library:
+
+* `ReadRecordsByIndex` (`read_records_op.cc`): the disk backend of
+  `tfx_dynamic_inputs.inputs.record_store.RecordStore` reads a batch of records by record number
+  in C++ (one `pread` per record into the output strings, frame and CRC32C checks, reads spread
+  over the intra-op threads), where the Python reader pays a `os.pread` call, slices and a
+  `tf.numpy_function` conversion per record;
+* `PermutePositions` (`index_shuffle_op.cc`): the keyed elementwise permutation of
+  `tfx_dynamic_inputs.inputs.index_shuffle`, bit for bit what its TensorFlow-ops form computes.
 
 The library is built for whatever TensorFlow is installed (2.16 to 2.21 are tested), with the
 C++ compiler and TensorFlow's own compile and link flags: by `make setup`
@@ -13,10 +17,10 @@ it (about 10 s, once). It goes beside the source, or, where the installed packag
 writable, into `$TFX_DYNAMIC_INPUTS_CACHE/native` (default `~/.cache/tfx-dynamic-inputs/native`).
 Its file name carries a hash of the source, the TensorFlow version and the flags, so a stale
 build is never loaded. Without a compiler, or when the build fails, nothing else fails:
-`read_records_op()` logs one warning line and returns None, and the record store keeps its
+`op_library()` logs one warning line and returns None, and the record store keeps its
 Python reader. `TFX_DYNAMIC_INPUTS_NATIVE_BUILD=0` turns the build at first use off.
 A process that runs graphs built elsewhere (a tf.data service worker,
-`tfx_dynamic_inputs.data_service_worker`) registers the op with `load_read_records_op()` first.
+`tfx_dynamic_inputs.data_service_worker`) registers the op with `load_op_library()` first.
 """
 
 from __future__ import annotations
@@ -31,11 +35,15 @@ import tempfile
 from types import ModuleType
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE = os.path.join(_HERE, "read_records_op.cc")
+# Compiled into one library; its name hashes them all.
+SOURCES = (
+    os.path.join(_HERE, "read_records_op.cc"),
+    os.path.join(_HERE, "index_shuffle_op.cc"),
+)
 COMPILER_ENV = "CXX"
 CACHE_ENV = "TFX_DYNAMIC_INPUTS_CACHE"
 BUILD_AT_FIRST_USE_ENV = "TFX_DYNAMIC_INPUTS_NATIVE_BUILD"
-_LIBRARY_PREFIX = "_read_records_op_"
+_LIBRARY_PREFIX = "_native_ops_"
 
 _log = logging.getLogger(__name__)
 
@@ -56,13 +64,14 @@ def library_path() -> str:
     Imports TensorFlow (for its version and build flags).
 
     Returns:
-        `<library_dir()>/_read_records_op_<hash>.so`, the hash (12 hex digits of a SHA-256)
-        taken over the source, the TensorFlow version and the compile and link flags.
+        `<library_dir()>/_native_ops_tf<version>_<hash>.so`, the hash (12 hex digits of a SHA-256)
+        taken over the sources, the TensorFlow version and the compile and link flags.
     """
     compile_flags, link_flags, tf_version = _build_flags()
     digest = hashlib.sha256()
-    with open(SOURCE, "rb") as f:
-        digest.update(f.read())
+    for source in SOURCES:
+        with open(source, "rb") as f:
+            digest.update(f.read())
     digest.update(" ".join([tf_version, *compile_flags, *link_flags]).encode())
     return os.path.join(
         library_dir(), f"{_LIBRARY_PREFIX}{_tf_tag(tf_version)}_{digest.hexdigest()[:12]}.so"
@@ -125,14 +134,15 @@ def build(force: bool = False) -> str:
     cxx = compiler()
     if cxx is None:
         raise NativeBuildError(
-            f"no C++ compiler found (set ${COMPILER_ENV} or install g++) to build {SOURCE}"
+            f"no C++ compiler found (set ${COMPILER_ENV} or install g++) to build "
+            f"{' '.join(SOURCES)}"
         )
     compile_flags, link_flags, _ = _build_flags()
     folder = os.path.dirname(target)
     os.makedirs(folder, exist_ok=True)
     fd, scratch = tempfile.mkstemp(suffix=".so", dir=folder)
     os.close(fd)
-    command = [cxx, "-shared", "-fPIC", "-O2", SOURCE, "-o", scratch, *compile_flags, *link_flags]
+    command = [cxx, "-shared", "-fPIC", "-O2", *SOURCES, "-o", scratch, *compile_flags, *link_flags]
     try:
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
@@ -154,17 +164,18 @@ def build(force: bool = False) -> str:
 
 
 @functools.cache
-def read_records_op() -> ModuleType | None:
+def op_library() -> ModuleType | None:
     """The op library loaded into this process, looked up once: later calls return the same.
 
     Not built yet for this TensorFlow, it is built now (`build`), unless
     `TFX_DYNAMIC_INPUTS_NATIVE_BUILD=0`; a build that cannot be made is one warning line.
 
     Returns:
-        The op module (its `read_records_by_index` op), or None when it is not built.
+        The op module (its `read_records_by_index` and `permute_positions` ops), or None when
+        it is not built.
 
     Example:
-        op_module = read_records_op()
+        op_module = op_library()
         reader = op_module.read_records_by_index if op_module is not None else None
     """
     import tensorflow as tf
@@ -187,23 +198,24 @@ def read_records_op() -> ModuleType | None:
     return tf.load_op_library(path)
 
 
-def load_read_records_op() -> ModuleType:
-    """Loads the op library into this process, registering `ReadRecordsByIndex`.
+def load_op_library() -> ModuleType:
+    """Loads the op library into this process, registering its ops (`ReadRecordsByIndex`,
+    `PermutePositions`).
 
     For processes that run graphs built elsewhere (tf.data service workers): a graph naming an op
     that the process has not registered fails with "Op type not registered".
 
     Returns:
-        The op module, as `read_records_op()` returns it.
+        The op module, as `op_library()` returns it.
 
     Raises:
         NativeBuildError: the library is not built for this source and TensorFlow (the message
             says how to build it).
 
     Example:
-        load_read_records_op()  # before starting a tf.data service worker
+        load_op_library()  # before starting a tf.data service worker
     """
-    op_module = read_records_op()
+    op_module = op_library()
     if op_module is None:
         raise NativeBuildError(
             f"the native op is not built for this source and TensorFlow {_build_flags()[2]} "

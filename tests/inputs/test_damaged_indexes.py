@@ -55,7 +55,7 @@ def _set_row(output_dir: str, index: int, column: int, value: int) -> tuple[int,
 
 
 def _open(output_dir: str, reader: str, **kwargs) -> RecordStore:
-    if reader == "native" and native.read_records_op() is None:
+    if reader == "native" and native.op_library() is None:
         pytest.skip("the native op is not built (python -m tfx_dynamic_inputs.native)")
     return RecordStore.open(output_dir, "x", backend="disk", reader=reader, **kwargs)
 
@@ -118,7 +118,7 @@ def test_frame_outside_its_shard_fails_the_memory_backend_at_open(tmp_path):
 def test_native_op_checks_bounds_before_allocating(tmp_path):
     """The op itself, without the checks of RecordStore.open: a 64 GiB length is a damaged frame,
     and a row naming no shard fails naming the record and the index file."""
-    op_module = native.read_records_op()
+    op_module = native.op_library()
     if op_module is None:
         pytest.skip("the native op is not built (python -m tfx_dynamic_inputs.native)")
     output_dir, paths = _run(tmp_path)

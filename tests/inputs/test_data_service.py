@@ -412,7 +412,7 @@ def test_what_cannot_run_on_a_worker_fails_when_the_dataset_is_built(pairs_run, 
 
 
 def test_worker_entrypoint_needs_the_native_op(monkeypatch, capsys):
-    monkeypatch.setattr(native, "read_records_op", lambda: None)
+    monkeypatch.setattr(native, "op_library", lambda: None)
     assert data_service_worker.main(["--dispatcher_address", "localhost:1"]) == 1
     assert "python -m tfx_dynamic_inputs.native" in capsys.readouterr().err
     config = data_service_worker.worker_config("grpc://dispatcher:5050", 7, "node3")

@@ -215,7 +215,7 @@ def offset_rows(draw, pristine: str) -> np.ndarray:
 @fuzz_settings(300)
 @given(data=st.data())
 def test_offset_values(pristine, frames, backend, reader, data):
-    if reader == "native" and native.read_records_op() is None:
+    if reader == "native" and native.op_library() is None:
         pytest.skip("the native op is not built (python -m tfx_dynamic_inputs.native)")
     rows = data.draw(offset_rows(pristine), label="offsets")
     with damaged(pristine, {OFFSETS: npy_bytes(rows)}) as output_dir:

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
+from tfx_dynamic_inputs import native
 from tfx_dynamic_inputs.inputs import index_shuffle
 from tfx_dynamic_inputs.inputs.epoch_plan import epoch_seed
 from tfx_dynamic_inputs.inputs.index_shuffle import permuted_positions
@@ -32,9 +33,13 @@ def _permutation(size: int, seed: int, epoch: int = 0, traced=_TRACED) -> np.nda
     return traced(tf.constant(size, tf.int64), epoch_seed(seed, epoch)).numpy()
 
 
+@pytest.mark.parametrize("implementation", ["tensorflow", "auto"])
 @pytest.mark.parametrize("size", SIZES)
-def test_a_bijection_of_every_size_including_1_2_and_primes(size):
-    assert sorted(_permutation(size, seed=size)) == list(range(size))
+def test_a_bijection_of_every_size_including_1_2_and_primes(size, implementation):
+    order = permuted_positions(
+        tf.range(size, dtype=tf.int64), size, epoch_seed(size, 0), implementation=implementation
+    )
+    assert sorted(order.numpy()) == list(range(size))
 
 
 @settings(max_examples=40, deadline=None)
@@ -119,6 +124,45 @@ def test_shuffle_quality_matches_a_true_permutation(monkeypatch):
     two_rounds = _traced()
     weak = np.stack([_permutation(size, seed, traced=two_rounds) for seed in range(seeds)])
     assert _quality_failures(weak), "2 rounds should be visibly non-random"
+
+
+NATIVE = native.op_library() is not None
+needs_native = pytest.mark.skipif(not NATIVE, reason="the native library is not built here")
+
+
+@needs_native
+@settings(max_examples=30, deadline=None)
+@given(
+    sizes=st.lists(st.one_of(st.integers(1, 70), st.integers(1, 2**62)), min_size=1, max_size=50),
+    seed=st.integers(-(2**63), 2**63 - 1),
+    epoch=st.integers(0, 2**40),
+    data=st.data(),
+)
+def test_the_native_op_and_the_tensorflow_ops_give_the_same_positions(sizes, seed, epoch, data):
+    positions = [data.draw(st.integers(0, size - 1)) for size in sizes]
+    tweak = data.draw(
+        st.lists(st.integers(-(2**63), 2**63 - 1), min_size=len(sizes), max_size=len(sizes))
+    )
+    results = {
+        implementation: permuted_positions(
+            positions, sizes, epoch_seed(seed, epoch), tweak, implementation=implementation
+        ).numpy()
+        for implementation in ("native", "tensorflow")
+    }
+    assert np.array_equal(results["native"], results["tensorflow"])
+
+
+@pytest.mark.parametrize(
+    "implementation", ["tensorflow", pytest.param("native", marks=needs_native)]
+)
+def test_a_position_outside_the_permutation_is_an_error(implementation):
+    for positions, size in (([0, 5], 5), ([-1], 5), ([0], 0)):
+        with pytest.raises(
+            tf.errors.InvalidArgumentError, match=r"outside \[0, size|outside \[0, "
+        ):
+            permuted_positions(positions, size, epoch_seed(0, 0), implementation=implementation)
+    with pytest.raises(ValueError, match="implementation must be one of"):
+        permuted_positions([0], 1, epoch_seed(0, 0), implementation="cuda")
 
 
 def test_a_batch_costs_its_own_size_at_a_billion_records():

@@ -12,13 +12,16 @@ from tfx_dynamic_inputs import native
 from tfx_dynamic_inputs.native.__main__ import main
 
 
-def test_library_path_names_the_source_version(tmp_path, monkeypatch):
+@pytest.mark.parametrize("edited", range(len(native.SOURCES)))
+def test_library_path_names_the_sources_version(tmp_path, monkeypatch, edited):
     built = native.library_path()
-    assert os.path.dirname(built) == os.path.dirname(native.SOURCE)
-    changed = tmp_path / "read_records_op.cc"
-    with open(native.SOURCE, "rb") as f:
+    assert os.path.dirname(built) == os.path.dirname(native.SOURCES[0])
+    sources = list(native.SOURCES)
+    changed = tmp_path / os.path.basename(sources[edited])
+    with open(sources[edited], "rb") as f:
         changed.write_bytes(f.read() + b"\n// edited\n")
-    monkeypatch.setattr(native, "SOURCE", str(changed))
+    sources[edited] = str(changed)
+    monkeypatch.setattr(native, "SOURCES", tuple(sources))
     assert native.library_path() != built
 
 
@@ -36,19 +39,19 @@ def test_compiler_follows_cxx(monkeypatch, tmp_path):
 def test_missing_compiler_is_a_warning_unless_required(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv(native.COMPILER_ENV, raising=False)
-    before = sorted(os.listdir(os.path.dirname(native.SOURCE)))
+    before = sorted(os.listdir(os.path.dirname(native.SOURCES[0])))
     assert main(["--force"]) == 0
     assert "warning: native ops not built: no C++ compiler found" in capsys.readouterr().out
     assert main(["--force", "--required"]) == 1
     assert "error: native ops not built" in capsys.readouterr().out
     # A failed rebuild leaves an existing build alone.
-    assert sorted(os.listdir(os.path.dirname(native.SOURCE))) == before
+    assert sorted(os.listdir(os.path.dirname(native.SOURCES[0]))) == before
 
 
 def test_failed_compilation_reports_the_compiler_output(monkeypatch, tmp_path):
-    broken = tmp_path / "read_records_op.cc"
+    broken = tmp_path / "index_shuffle_op.cc"
     broken.write_text("this is not C++\n")
-    monkeypatch.setattr(native, "SOURCE", str(broken))
+    monkeypatch.setattr(native, "SOURCES", (native.SOURCES[0], str(broken)))
     if native.compiler() is None:
         pytest.skip("no C++ compiler")
     with pytest.raises(native.NativeBuildError, match="failed"):
@@ -67,8 +70,9 @@ def test_first_use_builds_for_the_installed_tensorflow(tmp_path):
         "logging.basicConfig(level=logging.INFO, stream=sys.stdout)\n"
         "from tfx_dynamic_inputs import native\n"
         f"native.library_dir = lambda: {str(cache)!r}\n"
-        "op_module = native.read_records_op()\n"
-        "print('loaded', hasattr(op_module, 'read_records_by_index'))\n"
+        "op_module = native.op_library()\n"
+        "print('loaded', all(hasattr(op_module, op) for op in "
+        "('read_records_by_index', 'permute_positions')))\n"
         "print('path', native.library_path())\n"
     )
     env = {k: v for k, v in os.environ.items() if k != native.BUILD_AT_FIRST_USE_ENV}
@@ -87,14 +91,14 @@ def test_first_use_without_a_compiler_is_one_warning_and_the_python_reader(
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv(native.COMPILER_ENV, raising=False)
     with caplog.at_level(logging.WARNING, logger=native.__name__):
-        assert native.read_records_op.__wrapped__() is None
+        assert native.op_library.__wrapped__() is None
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "\n" not in warnings[0].getMessage()
     assert "no C++ compiler found" in warnings[0].getMessage()
     assert "reads in Python" in warnings[0].getMessage()
     monkeypatch.setenv(native.BUILD_AT_FIRST_USE_ENV, "0")
     caplog.clear()
-    assert native.read_records_op.__wrapped__() is None
+    assert native.op_library.__wrapped__() is None
     assert not caplog.records
 
 

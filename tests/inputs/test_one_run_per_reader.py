@@ -39,7 +39,7 @@ def _write_pairs_run(output_dir: str, seed: int) -> str:
 
 
 def _skip_without_native(reader: str) -> None:
-    if reader == "native" and native.read_records_op() is None:
+    if reader == "native" and native.op_library() is None:
         pytest.skip("the native op is not built (python -m tfx_dynamic_inputs.native)")
 
 

@@ -217,7 +217,7 @@ def test_native_reader_is_the_default_where_a_compiler_is(run_dir):
     # `make setup` builds it; without this check a broken build would silently fall back.
     if native.compiler() is None:
         pytest.skip("no C++ compiler on this machine: the disk backend reads in Python")
-    assert native.read_records_op() is not None
+    assert native.op_library() is not None
     output_dir, _ = run_dir
     assert RecordStore.open(output_dir, "x", backend="disk").disk_reader == "native"
 
