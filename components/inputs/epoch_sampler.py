@@ -120,8 +120,8 @@ class EpochSampler:
 
         Raises:
           data_service.ServiceUnsupportedError: now, not on a worker, when something cannot run
-            there (the Python disk reader, on_damaged="skip", Python in a parse function,
-            least_sampled over an edge list, a graph over `max_graph_bytes`).
+            there (the Python disk reader, on_damaged="skip", Python in a parse function, a
+            graph over `max_graph_bytes`).
           epoch_state.StateRunError: `state` follows another run than `run_key`.
           ValueError: `start_epoch` below 0, `num_epochs` below 1, `max_graph_bytes` out of
             range, or a parsed batch that has an ``epoch`` key.

@@ -6,10 +6,13 @@ The valid pairs are a CSR index over the x records (`ValidPairs`: `row_splits` i
 randomness seeded by `(seed, epoch)`:
 
 * `uniform`: each x takes a uniformly random entry of its row (of its group);
-* `least_sampled`: each x takes the entry with the lowest historical count (ties broken at
-  random); the counts (int64 [num_pairs]) live in a checkpointable `PairingState`. If every x has
-  at most D valid partners, every valid pair has been planned after D epochs. Group pairs use a
-  stateless schedule instead (`group_pairs`).
+* `least_sampled`: each x takes one of its least-planned pairs: an x with d valid partners walks
+  them in a fresh random order every d epochs (epoch `e` is step `e % d` of round `e // d`, the
+  order a keyed permutation of the row, `index_shuffle`, keyed by x and the round). So within a
+  row the planned counts never differ by more than one, ties go at random, and if every x has at
+  most D valid partners every valid pair has been planned after D epochs. The schedule is a pure
+  function of `(seed, epoch)`: no counts to keep, any epoch can be planned alone (a resume, a
+  tf.data service worker). Group pairs walk their group's fixed random order (`group_pairs`).
 
 The x order is reshuffled every epoch and cut into global batches (`worker_slices.round_batches`).
 """
@@ -29,6 +32,7 @@ from tfx_dynamic_inputs.inputs.epoch_plan import (
 )
 from tfx_dynamic_inputs.inputs.epoch_state import EpochState
 from tfx_dynamic_inputs.inputs.group_pairs import GroupPairs
+from tfx_dynamic_inputs.inputs.index_shuffle import permuted_positions
 from tfx_dynamic_inputs.inputs.valid_pairs import ValidPairs
 from tfx_dynamic_inputs.inputs.variables import index_variable
 from tfx_dynamic_inputs.inputs.worker_slices import round_batches
@@ -38,13 +42,8 @@ REMAINDERS = ("wrap", "drop")
 
 
 class PairingState(EpochState):
-    """Checkpointable state of a dynamic-pairs dataset.
-
-    `epoch` (see `EpochState`); for `least_sampled`, also `pair_counts` (int64 [num_pairs]: how
-    often each valid pair was planned), `last_choice` (int64 [num_planned]: the pair each planned
-    x took in the last planned epoch) and `planned_epoch` (that epoch), which let a resumed run
-    re-plan the epoch in progress exactly. With `GroupPairs`, `least_sampled` is a stateless
-    schedule and the state holds only the epoch.
+    """Checkpointable state of a dynamic-pairs dataset: the `epoch` (see `EpochState`); plans
+    of both strategies are pure functions of `(seed, epoch)`, so nothing else is kept.
 
     Args:
       valid_pairs: the pairs the state is for (its pair and planned-x counts must match the
@@ -60,7 +59,7 @@ class PairingState(EpochState):
     Example:
 
         state = PairingState(ValidPairs.build([[0, 1], [1]]), "least_sampled")
-        tf.train.Checkpoint(sampler=state)  # counts and epoch are saved together
+        tf.train.Checkpoint(sampler=state)  # the epoch to resume at
     """
 
     def __init__(
@@ -76,17 +75,6 @@ class PairingState(EpochState):
         self.strategy = strategy
         self.num_pairs = valid_pairs.num_pairs
         self.num_planned = len(valid_pairs.planned_x)
-        # Group pairs follow a stateless schedule: nothing to count.
-        if strategy == "least_sampled" and isinstance(valid_pairs, ValidPairs):
-            self.pair_counts = tf.Variable(
-                tf.zeros([self.num_pairs], tf.int64), trainable=False, name="pair_counts"
-            )
-            self.last_choice = tf.Variable(
-                tf.fill([self.num_planned], tf.constant(-1, tf.int64)),
-                trainable=False,
-                name="last_choice",
-            )
-            self.planned_epoch = tf.Variable(-1, dtype=tf.int64, trainable=False)
 
 
 class PairPlanner:
@@ -101,8 +89,7 @@ class PairPlanner:
         (`worker_slices.round_batches`).
       remainder: the last, partial batch: ``"wrap"`` completes it with the start of the
         epoch's order (rounding up), ``"drop"`` leaves it out (rounding down).
-      state: the `PairingState` to plan from (for `least_sampled`, its counts); None makes a
-        new one.
+      state: the `PairingState` of the dataset (its epoch); None makes a new one.
 
     Raises:
       ValueError: an unknown `strategy` or `remainder`, `batch_size` below 1, a seed out of
@@ -176,18 +163,9 @@ class PairPlanner:
             return
         self._row_splits = index_variable(valid_pairs.row_splits, name="row_splits")
         self._values = index_variable(valid_pairs.values, name="values")
-        if strategy == "least_sampled":
-            degrees = np.diff(valid_pairs.row_splits)
-            row_dtype = np.int32 if valid_pairs.num_x < 2**31 else np.int64
-            self._row_ids = index_variable(
-                np.repeat(np.arange(valid_pairs.num_x, dtype=row_dtype), degrees), name="row_ids"
-            )
 
     def plan(self, epoch) -> dict[str, tf.Tensor]:
-        """The global plan of one epoch.
-
-        With `least_sampled` over a `ValidPairs`, it also updates the state's counts, so epochs
-        must be planned in order (re-planning the last one, a resume, is allowed).
+        """The global plan of one epoch, a pure function of `(seed, epoch)`.
 
         Args:
           epoch: int64 scalar, a Python int or a tensor.
@@ -195,10 +173,6 @@ class PairPlanner:
         Returns:
           ``x_index`` and ``y_index``: int64 [num_batches, batch_size], the record numbers of
           each pair.
-
-        Raises:
-          tf.errors.InvalidArgumentError: when run, a `least_sampled` epoch before the last
-            one planned.
         """
         epoch = tf.convert_to_tensor(epoch, tf.int64)
         # Choices are made in x order, where every read of the index is sequential; one shuffle
@@ -206,16 +180,17 @@ class PairPlanner:
         # more than the shuffle at 10M x.
         if isinstance(self.valid_pairs, GroupPairs):
             chosen_y = self._group_choices(epoch)
-        elif self.strategy == "uniform":
+        else:
             starts = self._row_splits[:-1]
             degrees = self._row_splits[1:] - starts
             if not self._all_x_planned:
                 starts = tf.gather(starts, self._planned_x)
                 degrees = tf.gather(degrees, self._planned_x)
-            offsets = uniform_offsets(degrees, epoch_seed(self.seed, epoch, SALT_CHOICE))
+            if self.strategy == "uniform":
+                offsets = uniform_offsets(degrees, epoch_seed(self.seed, epoch, SALT_CHOICE))
+            else:
+                offsets = self._least_sampled_offsets(epoch, degrees)
             chosen_y = tf.gather(self._values, starts + offsets)
-        else:
-            chosen_y = tf.gather(self._values, self._least_sampled_positions(epoch))
         pairs = tf.stack([self._planned_x, chosen_y], axis=1)
         pairs = tf.random.experimental.stateless_shuffle(
             pairs, seed=epoch_seed(self.seed, epoch, SALT_ORDER)
@@ -261,60 +236,21 @@ class PairPlanner:
             return tf.concat([ordered, ordered[: total - num_planned]], axis=0)
         return tf.gather(ordered, tf.math.floormod(tf.range(total, dtype=tf.int64), num_planned))
 
-    def _least_sampled_positions(self, epoch: tf.Tensor) -> tf.Tensor:
-        """int64 [num_planned]: the chosen pair (position in values) of each planned x.
+    def _least_sampled_offsets(self, epoch: tf.Tensor, degrees: tf.Tensor) -> tf.Tensor:
+        """int64 [num_planned]: the offset in its row of the pair each planned x takes.
 
-        Updates the counts. Re-planning the last planned epoch (a resume) first takes back that
-        epoch's choices, so it yields the same plan and leaves the counts as they were.
+        Step `epoch % d` of round `epoch // d` of a walk over the row in the round's random order
+        (the module docstring); the key of the order is the x and the round.
         """
-        state = self.state
-        in_order = tf.debugging.Assert(
-            epoch >= state.planned_epoch.value(),
-            ["least_sampled plans must be computed in epoch order"],
+        rounds = epoch // degrees
+        # Unique per (x, round) while rounds * num_x stays in int64 (10M x: 9e11 rounds).
+        tweak = self._planned_x + rounds * self.valid_pairs.num_x
+        return permuted_positions(
+            tf.math.floormod(epoch, degrees),
+            degrees,
+            epoch_seed(self.seed, -1, SALT_TIE_BREAK),
+            tweak,
         )
-        with tf.control_dependencies([in_order]):
-            replay = tf.equal(epoch, state.planned_epoch.value())
-
-        ones = tf.ones([state.num_planned], tf.int64)
-
-        def take_back():
-            sub = tf.raw_ops.ResourceScatterNdSub(
-                ref=state.pair_counts.handle,
-                indices=state.last_choice.value()[:, None],
-                updates=ones,
-            )
-            with tf.control_dependencies([sub]):
-                return tf.identity(True)
-
-        taken_back = tf.cond(replay, take_back, lambda: tf.identity(False))
-        with tf.control_dependencies([taken_back]):
-            counts = state.pair_counts.value()
-        nnz = tf.shape(counts, out_type=tf.int64)[0]
-        tie_break = tf.random.stateless_uniform(
-            [nnz],
-            epoch_seed(self.seed, epoch, SALT_TIE_BREAK),
-            minval=0,
-            maxval=1 << 31,
-            dtype=tf.int64,
-        )
-        # Lowest count first, then a random key: one segment min picks a random least-used pair.
-        keys = tf.bitwise.bitwise_or(tf.bitwise.left_shift(counts, 31), tie_break)
-        row_min = tf.math.segment_min(keys, self._row_ids)
-        is_min = tf.equal(keys, tf.gather(row_min, self._row_ids))
-        positions = tf.math.segment_min(
-            tf.where(is_min, tf.range(nnz, dtype=tf.int64), nnz), self._row_ids
-        )
-        chosen = tf.gather(positions, self._planned_x)
-        with tf.control_dependencies([chosen]):
-            updates = [
-                tf.raw_ops.ResourceScatterNdAdd(
-                    ref=state.pair_counts.handle, indices=chosen[:, None], updates=ones
-                ),
-                state.last_choice.assign(chosen, read_value=False),
-                state.planned_epoch.assign(epoch, read_value=False),
-            ]
-        with tf.control_dependencies(updates):
-            return tf.identity(chosen)
 
 
 def uniform_offsets(sizes: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:

@@ -73,10 +73,10 @@ def dynamic_pairs(
       batch_size: pairs per element (per worker / replica). With `input_context`, pass
         `input_context.get_per_replica_batch_size(global_batch_size)`.
       strategy: "uniform" or "least_sampled".
-      seed: plans are a pure function of `(seed, epoch)` (and the counts, for least_sampled).
+      seed: plans are a pure function of `(seed, epoch)`, for both strategies.
       input_context: this worker's slice of the global plan (or pass `worker_index` and
         `num_workers`).
-      state: a `PairingState` to checkpoint (epoch, and counts for least_sampled); resume by
+      state: a `PairingState` to checkpoint (the epoch); resume by
         restoring it and passing `initial_step` (batches of this worker already consumed in the
         epoch in progress).
       image: decode image Examples (the layout's features) to this fixed shape / dtype.
@@ -256,19 +256,6 @@ class DynamicPairsSampler(EpochSampler):
 
     def _stores(self) -> list[RecordStore]:
         return [self.x_store, self.y_store]
-
-    def _service_problems(self) -> list[str]:
-        problems = super()._service_problems()
-        if self.planner.strategy == "least_sampled" and isinstance(self.valid_pairs, ValidPairs):
-            # Each worker would count in its own copy of the counts, never seen by the client's
-            # checkpoint or by the other workers.
-            problems.append(
-                "strategy='least_sampled' over a valid-pair list plans from per-pair counts kept "
-                "in this process, which tf.data service workers cannot share or report back; use "
-                "strategy='uniform', or group pairs (ValidPairs.from_groups), whose least_sampled "
-                "is a stateless schedule"
-            )
-        return problems
 
     def _load_batch(
         self, row: dict[str, tf.Tensor], *, for_service: bool = False

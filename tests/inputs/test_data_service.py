@@ -238,17 +238,24 @@ def test_same_seed_same_epochs_and_another_seed_others(service, pairs_run):
     assert run(6) != first
 
 
-def test_in_memory_records_and_group_least_sampled_from_a_later_epoch(service):
-    """Arrays become in-memory stores shipped inside the graph; the group schedule of
-    least_sampled is stateless, so it runs on the workers; start_epoch picks up the range."""
+@pytest.mark.parametrize("pairing", ["groups", "edge_list"])
+def test_in_memory_records_and_least_sampled_from_a_later_epoch(service, pairing):
+    """Arrays become in-memory stores shipped inside the graph; least_sampled is a stateless
+    schedule, over groups and over an edge list alike, so it runs on the workers; start_epoch
+    picks up the range."""
     rng = np.random.default_rng(0)
     x = rng.random([NUM_X, 3]).astype(np.float32)
     y = rng.random([NUM_Y, 2]).astype(np.float32)
     x_groups, y_groups = rng.integers(0, 3, NUM_X), np.arange(NUM_Y) % 3
 
     def sampler() -> DynamicPairsSampler:
-        groups = ValidPairs.from_groups(x_groups, y_groups)
-        return DynamicPairsSampler(x, y, groups, batch_size=BATCH, strategy="least_sampled", seed=2)
+        if pairing == "groups":
+            pairs = ValidPairs.from_groups(x_groups, y_groups)
+        else:
+            pairs = [
+                np.flatnonzero(y_groups == g)[: 1 + i % 4].tolist() for i, g in enumerate(x_groups)
+            ]
+        return DynamicPairsSampler(x, y, pairs, batch_size=BATCH, strategy="least_sampled", seed=2)
 
     remote = sampler()
     assert remote.x_store.backend == "memory"
@@ -383,7 +390,6 @@ def test_what_cannot_run_on_a_worker_fails_when_the_dataset_is_built(pairs_run, 
 
     fails("Python reader.*reader='python'", pairs_sampler(run_dir, 0, reader="python"))
     fails("on_damaged='skip'", pairs_sampler(run_dir, 0, on_damaged="skip"))
-    fails("least_sampled", pairs_sampler(run_dir, 0, strategy="least_sampled"))
     fails(
         "in-memory records \\(\\d+ bytes\\)",
         pairs_sampler(run_dir, 0, backend="memory"),
