@@ -89,6 +89,21 @@ class GatedConfig(Protocol):
         ...
 
 
+def gate_arguments(config: GatedConfig, run: RunConfig) -> dict[str, Any]:
+    """`gate_and_push`'s rule and serving folder from a pipeline config and a run.
+
+    Returns:
+      `metric`, `direction`, `threshold`, `tolerance` and `serving_dir`, by name.
+    """
+    return {
+        "metric": config.blessing_metric,
+        "direction": config.blessing_direction,
+        "threshold": config.blessing_threshold,
+        "tolerance": config.blessing_tolerance,
+        "serving_dir": serving_dir(config, run),
+    }
+
+
 def serving_dir(config: GatedConfig, run: RunConfig) -> str:
     """Where Pusher pushes the blessed models of `config`'s pipeline (one folder per version).
 
@@ -103,26 +118,42 @@ def serving_dir(config: GatedConfig, run: RunConfig) -> str:
 
 
 def gate_and_push(
-    config: GatedConfig, run: RunConfig, model: tfx.types.BaseChannel
+    model: tfx.types.BaseChannel,
+    *,
+    metric: str,
+    serving_dir: str,
+    direction: str = keys.LOWER_IS_BETTER,
+    threshold: float | None = None,
+    tolerance: float = 0.0,
 ) -> list[base_node.BaseNode]:
     """The latest-blessed-model resolver, ModelGate and Pusher that end a pipeline training
     `model`.
 
-    ModelGate blesses the model by the held-out `config.blessing_metric` the trainer recorded,
-    against the latest blessed model of this pipeline (the resolver's, none on a first run);
-    Pusher copies a blessed model to `serving_dir(config, run)/<version>`.
+    ModelGate blesses the model by the held-out `metric` the trainer recorded, against the latest
+    blessed model of this pipeline (the resolver's, none on a first run); Pusher copies a blessed
+    model to `serving_dir/<version>`. The rule's arguments and defaults are ModelGate's.
 
     Args:
-      config: the gate's rule and the pipeline's name and serving folder.
-      run: the run's settings.
       model: the trainer's `model` channel.
+      metric: the trainer metric ModelGate compares (e.g. ``"val_cycle_loss"``).
+      serving_dir: where Pusher pushes (`serving_dir(config, run)` for a pipeline config).
+      direction: ``"lower_is_better"`` or ``"higher_is_better"``.
+      threshold: the value a model must reach to be blessed; None for no bound.
+      tolerance: how much worse than the latest blessed model's metric a candidate's may be.
 
     Returns:
       The resolver, ModelGate and Pusher, in that order.
 
+    Raises:
+      ValueError: a bad rule (ModelGate's checks: direction, a negative tolerance).
+
     Example:
 
-        components = [..., trainer, *gate_and_push(config, run, trainer.outputs["model"])]
+        components = [
+            ...,
+            trainer,
+            *gate_and_push(trainer.outputs["model"], metric="val_loss", serving_dir="serving"),
+        ]
     """
     baseline = tfx.dsl.Resolver(
         strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
@@ -132,16 +163,16 @@ def gate_and_push(
     gate = ModelGate(
         model=model,
         baseline_model=baseline.outputs[keys.MODEL_KEY],
-        metric=config.blessing_metric,
-        direction=config.blessing_direction,
-        threshold=config.blessing_threshold,
-        tolerance=config.blessing_tolerance,
+        metric=metric,
+        direction=direction,
+        threshold=threshold,
+        tolerance=tolerance,
     )
     pusher = tfx.components.Pusher(
         model=model,
         model_blessing=gate.outputs[keys.BLESSING_KEY],
         push_destination=tfx.proto.PushDestination(
-            filesystem=tfx.proto.PushDestination.Filesystem(base_directory=serving_dir(config, run))
+            filesystem=tfx.proto.PushDestination.Filesystem(base_directory=serving_dir)
         ),
     )
     return [baseline, gate, pusher]
@@ -234,6 +265,6 @@ def training_pipeline(
             schema_gen,
             example_validator,
             trained,
-            *gate_and_push(config, run, trained.outputs[keys.MODEL_KEY]),
+            *gate_and_push(trained.outputs[keys.MODEL_KEY], **gate_arguments(config, run)),
         ],
     )

@@ -149,7 +149,9 @@ def standard_components(config: StandardConfig, run: RunConfig) -> StandardCompo
         transform,
         index_examples,
         trainer,
-        *common.gate_and_push(config, run, trainer.outputs[keys.MODEL_KEY]),
+        *common.gate_and_push(
+            trainer.outputs[keys.MODEL_KEY], **common.gate_arguments(config, run)
+        ),
     )
 
 
