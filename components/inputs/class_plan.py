@@ -42,6 +42,7 @@ import tensorflow as tf
 
 from tfx_dynamic_inputs.inputs import epoch_plan
 from tfx_dynamic_inputs.inputs.arguments import int_argument, seed_argument
+from tfx_dynamic_inputs.inputs.index_shuffle import permuted_positions
 from tfx_dynamic_inputs.inputs.variables import index_variable
 from tfx_dynamic_inputs.inputs.worker_slices import round_batches
 
@@ -55,12 +56,6 @@ _SALT_FILL_OFFSET = 12
 _SALT_WITHIN_CLASS = 13
 _SALT_BATCH_ORDER = 14
 _SALT_BATCH_SEEDS = 15
-
-
-# What the stateless RNG takes as a seed (`epoch_plan.epoch_seed`: an int64 element).
-# Longest within-class permutation prefix drawn by the partial Fisher-Yates shuffle; longer
-# prefixes (large n_p) shuffle every class in full instead.
-_MAX_PREFIX = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -272,17 +267,11 @@ class ClassBalancedPlan:
         self._num_usable = num_usable
         self._num_items = int(active.sum())
         self._num_fill_batches = len(fill_batch)
-        # Each batch holds a class at most once, so a class appears at most
-        # max_chunks + (batches completed with fillers) times per epoch.
-        max_appearances = int(chunks.max()) + len(fill_batch)
-        self._prefix = min(max_appearances * n_p, int(usable_sizes.max()))
-        self._full_shuffle = epoch_mode == "samples" or self._prefix > _MAX_PREFIX
 
         # Variables, not constants: tf.data captures a variable by handle but copies a constant
         # into the dataset graph for every iterator, that is every epoch.
         const = lambda a: index_variable(np.asarray(a, np.int64), tf.int64)
         row_splits = np.concatenate([[0], np.cumsum(report.class_sizes)])
-        self._row_splits = const(row_splits)
         self._usable = const(usable)
         self._usable_sizes = const(usable_sizes)
         self._usable_starts = const(row_splits[usable])
@@ -350,7 +339,7 @@ class ClassBalancedPlan:
         sample_class = tf.repeat(batch_classes, n_p)
         sizes = tf.gather(self._usable_sizes, sample_class)
         within = (tf.repeat(batch_appearances, n_p) * n_p + self._sample_offsets) % sizes
-        position = self._permuted_positions(sample_class, within, stream(_SALT_WITHIN_CLASS))
+        position = self._permuted_positions(sample_class, sizes, within, stream(_SALT_WITHIN_CLASS))
         label = tf.gather(self._usable, sample_class)
 
         batch_order = epoch_plan.stateless_permutation(self.num_batches, stream(_SALT_BATCH_ORDER))
@@ -416,61 +405,13 @@ class ClassBalancedPlan:
         return fill_class, fill_batch, fill_slot, fill_appearance
 
     def _permuted_positions(
-        self, sample_class: tf.Tensor, within: tf.Tensor, seed: tf.Tensor
+        self, sample_class: tf.Tensor, sizes: tf.Tensor, within: tf.Tensor, seed: tf.Tensor
     ) -> tf.Tensor:
-        """CSR positions of permutation entries `within` (< class size) of each sample's class."""
+        """CSR positions of permutation entries `within` (< class size) of each sample's class:
+        the epoch's keyed permutation of the class (`index_shuffle`, keyed by the class), computed
+        for the sampled entries only, whatever the class sizes."""
         starts = tf.gather(self._usable_starts, sample_class)
-        if self._full_shuffle:
-            shuffled = epoch_plan.shuffle_within_rows(self._row_splits, seed)
-            return tf.gather(shuffled, starts + within)
-        prefixes = permutation_prefixes(self._usable_sizes, self._prefix, seed)
-        return starts + tf.gather_nd(prefixes, tf.stack([sample_class, within], axis=1))
-
-
-def permutation_prefixes(sizes, length: int, seed) -> tf.Tensor:
-    """The first `length` entries of a uniform random permutation of each row's `0..size-1`.
-
-    A partial Fisher-Yates shuffle, vectorized over rows: step `j` swaps entry `j` with a
-    uniform entry `t_j` of `[j, size)`. Only the entries `0..length-1` and the targets `t_j` are
-    ever touched, so the shuffle runs on a dense `[R, 2 * length]` array of those entries: the
-    cost is `O(R * length**2)`, independent of the class sizes (a full shuffle of 1M records is
-    a 1M-key sort; this draws only what an epoch of the classes mode uses).
-
-    Args:
-      sizes: int64 [R], the size of each row (>= 1).
-      length: the prefix length (a Python int).
-      seed: int64 [2] stateless seed.
-
-    Returns:
-      int64 [R, length]: entries `j < min(length, sizes[r])` of row `r` are the first entries
-      of its permutation; the rest are unspecified.
-    """
-    sizes = tf.convert_to_tensor(sizes, tf.int64)
-    rows = tf.shape(sizes, out_type=tf.int64)[0]
-    step = tf.range(length, dtype=tf.int64)[tf.newaxis, :]
-    remaining = sizes[:, tf.newaxis] - step
-    draws = tf.random.stateless_uniform(tf.shape(remaining), seed=seed, dtype=tf.float64)
-    offset = tf.cast(draws * tf.cast(tf.maximum(remaining, 1), tf.float64), tf.int64)
-    # Steps past the end of a small row swap an entry with itself.
-    targets = step + tf.clip_by_value(offset, 0, tf.maximum(remaining - 1, 0))
-    # Dense slot of each target: entries below `length` are their own slot; a target at or
-    # beyond it gets slot `length + i`, i the first step that targets the same entry.
-    first_same = tf.argmax(
-        tf.cast(tf.equal(targets[:, :, tf.newaxis], targets[:, tf.newaxis, :]), tf.int32),
-        axis=2,
-        output_type=tf.int64,
-    )
-    slots = tf.where(targets < length, targets, length + first_same)
-    entries = tf.concat([tf.broadcast_to(step, [rows, length]), targets], axis=1)
-    slot_ids = tf.range(2 * length, dtype=tf.int64)[tf.newaxis, :]
-    prefix = []
-    for j in range(length):
-        slot = slots[:, j]
-        prefix.append(tf.gather(entries, slot, batch_dims=1))
-        # Entry j is never read again (later targets are > j), so only the target slot changes.
-        moved = tf.equal(slot_ids, slot[:, tf.newaxis])
-        entries = tf.where(moved, entries[:, j : j + 1], entries)
-    return tf.stack(prefix, axis=1)
+        return starts + permuted_positions(within, sizes, seed, tweak=sample_class)
 
 
 def batch_layout(n_classes_per_batch: int, n_samples_per_class: int) -> np.ndarray:

@@ -16,9 +16,10 @@ value at registration) cannot see; `epoch_range_dataset` is the form for the ser
 epochs in one iteration, every batch computed from its batch number, so that the service can split
 the batch numbers across its workers (`EpochSampler.distributed_dataset`).
 
-Plans draw their randomness from `epoch_seed` streams (`stateless_permutation`,
-`shuffle_within_rows`). The state a plan may depend on is `epoch_state.EpochState`; how batches
-split over workers is `worker_slices`; the count of samples left out as damaged, `skip_log`.
+Plans draw their randomness from `epoch_seed` streams (`stateless_permutation`, and the keyed
+elementwise permutations of `index_shuffle`). The state a plan may depend on is
+`epoch_state.EpochState`; how batches split over workers is `worker_slices`; the count of
+samples left out as damaged, `skip_log`.
 """
 
 from __future__ import annotations
@@ -70,31 +71,6 @@ def stateless_permutation(n, seed) -> tf.Tensor:
       int64 [n].
     """
     return tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64), seed=seed)
-
-
-def shuffle_within_rows(row_splits, seed) -> tf.Tensor:
-    """Positions of the CSR `values`, randomly permuted inside each row.
-
-    Built by one sort on the key `(row, random)`, so it is vectorized over all rows.
-
-    Args:
-      row_splits: int64 [R + 1], the CSR row splits (`nnz = row_splits[-1]` < 2**31).
-      seed: int64 [2] stateless seed.
-
-    Returns:
-      int64 [nnz]: element `j`, for `j` in row `r` (`row_splits[r] <= j < row_splits[r + 1]`),
-      is again a position in row `r`; each row's positions are a uniform random permutation.
-    """
-    row_splits = tf.convert_to_tensor(row_splits, tf.int64)
-    nnz = row_splits[-1]
-    row_ids = tf.ragged.row_splits_to_segment_ids(row_splits, out_type=tf.int64)
-    # 31 random bits below the row id keep the key inside int64 for up to 2**32 rows.
-    random_bits = tf.random.stateless_uniform(
-        [nnz], seed=seed, minval=0, maxval=1 << 31, dtype=tf.int64
-    )
-    keys = tf.bitwise.bitwise_or(tf.bitwise.left_shift(row_ids, 31), random_bits)
-    # tf.argsort returns int32 positions, which bounds nnz by 2**31 here.
-    return tf.cast(tf.argsort(keys, stable=True), tf.int64)
 
 
 def epoch_dataset(

@@ -1,10 +1,11 @@
 // PermutePositions: where each position lands in the keyed random permutation of [0, size), one
 // element at a time (`tfx_dynamic_inputs.inputs.index_shuffle`, whose TensorFlow-ops form this
-// computes bit for bit, about 30 times faster). Each element has its own size and 64-bit key:
+// computes bit for bit, several times faster). Each element has its own size and 64-bit key:
 // an unbalanced Feistel network over the `bits`-bit numbers (2**bits the next power of two at
 // or above the size), the high `bits - bits / 2` and low `bits / 2` bits taking turns to be
-// xored with SplitMix64's finalizer of the other part and the round key, then cycle walking
-// until the value falls inside [0, size).
+// xored with SplitMix64's finalizer of the other part and the round key (`rounds` rounds, or
+// `small_rounds` where bits <= small_bits), then cycle walking until the value falls inside
+// [0, size).
 #include <cstdint>
 
 #include "tensorflow/core/framework/op.h"
@@ -53,7 +54,10 @@ class PermutePositionsOp : public OpKernel {
  public:
   explicit PermutePositionsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("rounds", &rounds_));
-    OP_REQUIRES(ctx, rounds_ >= 1, errors::InvalidArgument("rounds must be >= 1"));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("small_rounds", &small_rounds_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("small_bits", &small_bits_));
+    OP_REQUIRES(ctx, rounds_ >= 1 && small_rounds_ >= 1,
+                errors::InvalidArgument("rounds and small_rounds must be >= 1"));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -77,12 +81,13 @@ class PermutePositionsOp : public OpKernel {
     Tensor* output = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, positions.shape(), &output));
     auto permuted = output->flat<int64_t>();
-    const int rounds = rounds_;
     auto work = [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const uint64_t limit = static_cast<uint64_t>(size(i));
         const uint64_t element_key = static_cast<uint64_t>(key(i));
         const int bits = BitWidth(limit - 1);
+        // Parts a few bits wide mix slowly: small permutations take more rounds.
+        const int rounds = bits <= small_bits_ ? small_rounds_ : rounds_;
         uint64_t value = static_cast<uint64_t>(position(i));
         do {
           value = Feistel(value, element_key, bits, rounds);
@@ -92,11 +97,13 @@ class PermutePositionsOp : public OpKernel {
     };
     auto* threads = ctx->device()->tensorflow_cpu_worker_threads();
     // About 10 ns a round and two passes on average per element.
-    tensorflow::Shard(threads->num_threads, threads->workers, n, 20 * rounds, work);
+    tensorflow::Shard(threads->num_threads, threads->workers, n, 20 * rounds_, work);
   }
 
  private:
   int rounds_;
+  int small_rounds_;
+  int small_bits_;
 };
 
 }  // namespace
@@ -107,6 +114,8 @@ REGISTER_OP("PermutePositions")
     .Input("keys: int64")
     .Output("permuted: int64")
     .Attr("rounds: int")
+    .Attr("small_rounds: int")
+    .Attr("small_bits: int")
     .SetShapeFn([](::tensorflow::shape_inference::InferenceContext* c) {
       c->set_output(0, c->input(0));
       return ::tensorflow::OkStatus();

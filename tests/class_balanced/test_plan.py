@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -14,7 +13,6 @@ from tfx_dynamic_inputs.inputs.class_plan import (
     ClassBalancedPlan,
     batch_layout,
     class_report,
-    permutation_prefixes,
 )
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -241,31 +239,3 @@ def test_bad_row_splits():
         class_report(np.array([0, 3, 2]), 2)
     with pytest.raises(ValueError, match="starting at 0"):
         class_report(np.array([1, 3]), 2)
-
-
-def test_permutation_prefixes_are_uniform():
-    """Every ordering of a 4-element class is about equally likely."""
-    sizes = np.full(3000, 4)
-    counts: dict[tuple, int] = {}
-    for seed in range(4):
-        rows = permutation_prefixes(sizes, 4, np.array([seed, 11])).numpy()
-        for row in map(tuple, rows):
-            counts[row] = counts.get(row, 0) + 1
-    assert set(counts) == set(itertools.permutations(range(4)))
-    expected = 12000 / 24
-    chi2 = sum((c - expected) ** 2 / expected for c in counts.values())
-    assert chi2 < 60, chi2  # 23 degrees of freedom: p < 1e-4 above 55
-
-
-@SETTINGS
-@given(
-    sizes=st.lists(st.integers(0, 40), min_size=1, max_size=30),
-    length=st.integers(1, 12),
-    seed=st.integers(0, 2**31 - 1),
-)
-def test_permutation_prefixes_are_distinct_and_in_range(sizes, length, seed):
-    rows = permutation_prefixes(np.array(sizes), length, np.array([seed, 0])).numpy()
-    for size, row in zip(sizes, rows, strict=True):
-        prefix = row[: min(size, length)]
-        assert len(set(prefix.tolist())) == len(prefix)
-        assert ((prefix >= 0) & (prefix < size)).all()

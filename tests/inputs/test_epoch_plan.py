@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from tfx_dynamic_inputs.inputs.epoch_plan import (
     epoch_dataset,
     epoch_seed,
-    shuffle_within_rows,
     stateless_permutation,
 )
 from tfx_dynamic_inputs.inputs.epoch_state import EpochState
@@ -45,29 +44,6 @@ def test_permutations_differ_between_epochs():
     a = stateless_permutation(100, epoch_seed(0, 0)).numpy()
     b = stateless_permutation(100, epoch_seed(0, 1)).numpy()
     assert a.tolist() != b.tolist()
-
-
-@FEW
-@given(
-    degrees=st.lists(st.integers(0, 6), min_size=1, max_size=40),
-    seed=st.integers(0, 2**31),
-)
-def test_shuffle_within_rows_permutes_each_row(degrees, seed):
-    row_splits = np.concatenate([[0], np.cumsum(degrees)]).astype(np.int64)
-    positions = shuffle_within_rows(row_splits, epoch_seed(seed, 0)).numpy()
-    assert len(positions) == row_splits[-1]
-    for row in range(len(degrees)):
-        start, stop = row_splits[row], row_splits[row + 1]
-        assert sorted(positions[start:stop].tolist()) == list(range(start, stop))
-
-
-def test_shuffle_within_rows_is_uniform_enough():
-    # One row of 4: each position lands in each slot about 1/4 of the time over many seeds.
-    counts = np.zeros([4, 4])
-    for seed in range(400):
-        positions = shuffle_within_rows([0, 4], epoch_seed(seed, 0)).numpy()
-        counts[np.arange(4), positions] += 1
-    assert counts.min() > 60 and counts.max() < 140
 
 
 def test_worker_slice_from_context_or_arguments():
