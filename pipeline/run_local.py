@@ -14,7 +14,8 @@ pipeline root and sqlite ML Metadata live under `--work_dir` (default `out/local
 with unchanged inputs is served from the cache. At the end it prints each node (ran / cached /
 failed / not run), every output URI, the Beam stage's rejects by reason and the trainer's metrics; a
 failed run then ends with `error: <the failed component's own error>` and exit status 1. A bad flag
-or config key ends with one `error:` line and exit status 2.
+or config key ends with one `error:` line and exit status 2; Ctrl-C, with one line naming the
+nodes done and status 130 (`interrupted_line`).
 
 `run(pipeline)` executes a pipeline in this process; `execute` also catches its failure and
 reads back the run. `latest_run(metadata_path, name)` reads back from ML Metadata what the
@@ -27,12 +28,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import threading
 import traceback
 from typing import TYPE_CHECKING, Any
 
 from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
+from tfx_dynamic_inputs.interrupts import EXIT_INTERRUPTED, watching_interrupts
 from tfx_dynamic_inputs.materialize.errors import MaterializeError
 from tfx_dynamic_inputs.pipeline import cli, config, speakers
 from tfx_dynamic_inputs.pipeline.sample_data import write_digit_domains
@@ -111,7 +114,11 @@ def run(pipeline: tfx.dsl.Pipeline) -> None:
     tfx.orchestration.LocalDagRunner().run(pipeline)
 
 
-def execute(pipeline: tfx.dsl.Pipeline, metadata_path: str) -> RunOutcome:
+def execute(
+    pipeline: tfx.dsl.Pipeline,
+    metadata_path: str,
+    interrupted: threading.Event | None = None,
+) -> RunOutcome:
     """Runs `pipeline` like `run`, but a failed run is an outcome with its error, not a raise.
 
     A MaterializeError is the Beam stage's verdict, written for the user: its message is the
@@ -121,12 +128,15 @@ def execute(pipeline: tfx.dsl.Pipeline, metadata_path: str) -> RunOutcome:
     Args:
         pipeline: the TFX pipeline.
         metadata_path: its sqlite ML Metadata file, read for the results.
+        interrupted: set by a SIGINT handler (`interrupts.watching_interrupts`): a failure
+            once it is set is the interrupt, whatever error a runner made of it.
 
     Returns:
         The `RunOutcome`.
 
     Raises:
         LookupError: when the run succeeded but ML Metadata holds no run of the pipeline.
+        KeyboardInterrupt: the run was interrupted.
 
     Example:
         outcome = execute(pipeline, run_settings.metadata_path); print(outcome.error)
@@ -135,6 +145,8 @@ def execute(pipeline: tfx.dsl.Pipeline, metadata_path: str) -> RunOutcome:
     try:
         run(pipeline)
     except Exception as failure:
+        if interrupted is not None and interrupted.is_set():
+            raise KeyboardInterrupt from failure
         cause = root_cause(failure)
         if isinstance(cause, MaterializeError):
             error = str(cause)
@@ -149,6 +161,37 @@ def execute(pipeline: tfx.dsl.Pipeline, metadata_path: str) -> RunOutcome:
             raise
         results = {}  # it failed before any node ran
     return RunOutcome([component.id for component in pipeline.components], results, error)
+
+
+def interrupted_line(
+    command: str, pipeline: tfx.dsl.Pipeline, run_settings: config.RunConfig
+) -> str:
+    """What `run_local` says when interrupted: the nodes the newest run recorded as done, and
+    that the same command resumes from them (ML Metadata's cache).
+
+    Args:
+        command: the subcommand (``"speaker"`` or ``"cyclegan"``).
+        pipeline: the pipeline that was running.
+        run_settings: its run settings (where ML Metadata is, whether the cache is on).
+
+    Returns:
+        One line.
+    """
+    name = pipeline.pipeline_info.pipeline_name
+    try:
+        results = latest_run(run_settings.metadata_path, name)
+    except (LookupError, RuntimeError):  # no run recorded yet, or a store left unreadable
+        results = {}
+    done = [node for node in results if results[node].state in ("COMPLETE", "CACHED")]
+    resumes = (
+        "the same command resumes from them (ML Metadata's cache)"
+        if run_settings.enable_cache
+        else "the cache is off (--enable_cache false): the same command starts again"
+    )
+    return (
+        f"run_local {command}: interrupted; done in the newest run: "
+        f"{', '.join(done) if done else 'no node'}; {resumes}"
+    )
 
 
 def root_cause(error: BaseException) -> BaseException:
@@ -225,6 +268,8 @@ def latest_run(metadata_path: str, pipeline_name: str) -> dict[str, NodeResult]:
     Example:
         latest_run(run_settings.metadata_path, config.pipeline_name)["ClassBalancedTrainer"].state
     """
+    if not os.path.isfile(metadata_path):  # the read-only store would fail to open it
+        raise LookupError(f"no run of pipeline {pipeline_name!r}: {metadata_path} does not exist")
     connection = metadata_store_pb2.ConnectionConfig()
     connection.sqlite.filename_uri = metadata_path
     connection.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
@@ -341,7 +386,8 @@ def check_inputs(pipeline_config: config.CycleGanConfig | config.SpeakerConfig) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Runs the pipeline `argv` asks for; 0 when it succeeded, 1 when it failed.
+    """Runs the pipeline `argv` asks for; 0 when it succeeded, 1 when it failed, 130 when it
+    was interrupted.
 
     Args:
         argv: the arguments without the program name; None reads `sys.argv`.
@@ -368,7 +414,12 @@ def main(argv: list[str] | None = None) -> int:
 
     factory = cyclegan_pipeline if args.pipeline == "cyclegan" else speaker_pipeline
     pipeline = factory.create_pipeline(pipeline_config, run_settings)
-    outcome = execute(pipeline, run_settings.metadata_path)
+    with watching_interrupts() as interrupted:
+        try:
+            outcome = execute(pipeline, run_settings.metadata_path, interrupted)
+        except KeyboardInterrupt:
+            print(interrupted_line(args.pipeline, pipeline, run_settings), file=sys.stderr)
+            return EXIT_INTERRUPTED
     title = f"{pipeline_config.pipeline_name} ({args.run[cli.WORK_DIR]})"
     print(report.describe(title, pipeline_config, outcome.node_ids, outcome.results))
     print(f"ML Metadata: {run_settings.metadata_path}", flush=True)

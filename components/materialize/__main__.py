@@ -13,10 +13,9 @@ import argparse
 import difflib
 import importlib
 import logging
-import signal
 import sys
-import threading
 
+from tfx_dynamic_inputs.interrupts import EXIT_INTERRUPTED, watching_interrupts
 from tfx_dynamic_inputs.materialize import preflight
 from tfx_dynamic_inputs.materialize.config import (
     GROUPS_FORMATS,
@@ -253,26 +252,22 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     run = getattr(importlib.import_module(module), job)
-    interrupted = threading.Event()
-    previous_handler = signal.signal(signal.SIGINT, _raising_interrupt(interrupted))
-    try:
-        summary = run(config)
-    except KeyboardInterrupt:
-        # run_job has cancelled the Beam job and cleaned up (or said what it left) already.
-        print(_interrupted_line(args.job, args.output_dir), file=sys.stderr)
-        return 130
-    except Exception as error:
-        if interrupted.is_set():
-            # A DirectRunner worker got the interrupt and Beam re-raised it as its own error
-            # ("RuntimeError: KeyboardInterrupt [while running ...]").
+    with watching_interrupts() as interrupted:
+        try:
+            summary = run(config)
+        except KeyboardInterrupt:
+            # run_job has cancelled the Beam job and cleaned up (or said what it left) already.
             print(_interrupted_line(args.job, args.output_dir), file=sys.stderr)
-            return 130
-        if isinstance(error, MaterializeError):
-            print(f"materialize {args.job}: error: {error}", file=sys.stderr)
-            return 1
-        raise
-    finally:
-        signal.signal(signal.SIGINT, previous_handler)
+            return EXIT_INTERRUPTED
+        except Exception as error:
+            if interrupted.is_set():
+                # A DirectRunner worker got the interrupt and Beam re-raised it as its own error.
+                print(_interrupted_line(args.job, args.output_dir), file=sys.stderr)
+                return EXIT_INTERRUPTED
+            if isinstance(error, MaterializeError):
+                print(f"materialize {args.job}: error: {error}", file=sys.stderr)
+                return 1
+            raise
     if interrupted.is_set():
         # The interrupt came as the run was committed: it is complete, but say it stopped.
         print(
@@ -280,19 +275,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{_one_line(summary)} -> {args.output_dir}",
             file=sys.stderr,
         )
-        return 130
+        return EXIT_INTERRUPTED
     print(f"{_one_line(summary)} -> {args.output_dir}")
     return 0
-
-
-def _raising_interrupt(interrupted: threading.Event):
-    """A SIGINT handler that remembers the interrupt, then raises it as Python's does."""
-
-    def handler(signum, frame):
-        interrupted.set()
-        raise KeyboardInterrupt
-
-    return handler
 
 
 def _interrupted_line(job: str, output_dir: str) -> str:
