@@ -5,10 +5,9 @@
    * baseline: the step as the TensorFlow CycleGAN tutorial writes it: each generator and
      discriminator called once per input (6 generator and 4 discriminator calls), instance
      norm with a learned scale and offset, convolutions with biases;
-   * ours: `tfx_dynamic_inputs.models.cyclegan.CycleGAN`: inputs of the same network stacked along
-   the
-     batch axis (4 and 2 calls), affine-free instance norm after bias-free convolutions (as in
-     the reference PyTorch implementation).
+   * ours: `tfx_dynamic_inputs.models.cyclegan.CycleGAN`: inputs of the same network stacked
+     along the batch axis (4 and 2 calls), affine-free instance norm after bias-free
+     convolutions (as in the reference PyTorch implementation).
    Reported: the first step (trace + graph optimization + run; CPU seconds, since the machine
    may be shared) and the steady-state images/s (wall), medians of `--repeats`.
 2. **EER scoring** of all pairs of N utterances (N(N-1)/2 trials; 4,000 utterances = 8M trials):

@@ -63,10 +63,9 @@ def dynamic_pairs(
     """A dataset of pair batches, re-paired on every iteration (one iteration = one epoch).
 
     Args:
-      x, y: `RecordStore`s, or anything `tfx_dynamic_inputs.inputs.sources.record_store_from` takes
-      (a
-        `tf.data.Dataset`, arrays / tensors or a dict / tuple of them). Or `x` alone a pairs
-        run (a `Run` from `open_run`, or its folder), whose stores and valid pairs are used.
+      x, y: `RecordStore`s, or anything `tfx_dynamic_inputs.inputs.sources.record_store_from`
+        takes (a `tf.data.Dataset`, arrays / tensors or a dict / tuple of them). Or `x` alone a
+        pairs run (a `Run` from `open_run`, or its folder), whose stores and valid pairs are used.
       valid_pairs: for each x record, the y record numbers it may be paired with (see
         `ValidPairs.build`: ragged tensor, `(row_splits, values)` or list of lists), or a
         `GroupPairs` (`ValidPairs.from_groups`: x pairs with any y of its group).

@@ -3,9 +3,10 @@
 The jobs' DoFns live in `tfx_dynamic_inputs.materialize`, so every SDK worker must import this
 project. Local runs have it already (the DirectRunner's workers, a LOOPBACK environment). Remote
 workers (Dataflow, Flink, Spark, a portable runner's DOCKER, PROCESS or EXTERNAL environment) have
-only what the launch stages, and Beam's `--setup_file` wants a setup.py, which this project does not
-have. `with_project_staged` therefore builds a wheel of the project with its PEP 517 backend
-and adds it as `--extra_package`, unless the arguments ship the code already:
+only what the launch stages, and Beam's `--setup_file` would build an sdist that requires the
+project's whole dependency list (below). `with_project_staged` therefore builds a wheel of the
+project with its PEP 517 backend and adds it as `--extra_package`, unless the arguments ship the
+code already:
 
 - `--sdk_container_image` / `--worker_harness_container_image`: an image that has the project
   (the `beam-sdk` target of kubeflow/Dockerfile);

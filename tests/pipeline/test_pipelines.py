@@ -83,10 +83,9 @@ def cyclegan_runs(tmp_path_factory):
 @pytest.fixture(scope="module")
 def speaker_command(tmp_path_factory):
     """`python -m tfx_dynamic_inputs.pipeline.run_local speaker --config FILE --manifest M
-    --audio_root R
-    --work_dir W` on the bundled corpus, with one more manifest row whose file is missing; the
-    config file holds the test overrides. Returns the finished process, the SpeakerConfig it
-    ran and its work dir."""
+    --audio_root R --work_dir W` on the bundled corpus, with one more manifest row whose file is
+    missing; the config file holds the test overrides. Returns the finished process, the
+    SpeakerConfig it ran and its work dir."""
     work_dir = tmp_path_factory.mktemp("speaker")
     manifest = work_dir / "manifest.csv"
     with open(config.SPEAKER_MANIFEST) as f:
