@@ -1,19 +1,20 @@
 """What a local pipeline run prints at its end (`tfx_dynamic_inputs.pipeline.run_local` and
 `tfx_dynamic_inputs.pipeline.demo`).
 
-`describe` gives, for one run read back from ML Metadata: each node and whether it ran, was
-served from the cache, failed or never started; the URI of every output; the inputs the Beam
-stage rejected, by reason (the materialize component's offset index artifact carries the counts
-of its `summary.json` as custom properties, so cached runs report them too); the trainer's
-metrics; and whether the model gate blessed the model (its metric against the latest blessed
-model's, and why) and where Pusher pushed it.
+`describe` gives, for one run read back from ML Metadata (`describe_run` reads the newest run of
+any pipeline, the standard one or a user's own, from its ML Metadata file): each node and
+whether it ran, was served from the cache, failed or never started; the URI of every output;
+the inputs the Beam stage rejected, by reason (the materialize component's offset index artifact
+carries the counts of its `summary.json` as custom properties, so cached runs report them too);
+the trainer's metrics; and whether the model gate blessed the model (its metric against the
+latest blessed model's, and why) and where Pusher pushed it.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tfx.components.evaluator.constants import (
     ARTIFACT_PROPERTY_BLESSING_MESSAGE_KEY as BLESSING_MESSAGE_PROPERTY,
@@ -22,10 +23,8 @@ from tfx.types import standard_component_specs
 
 from tfx_dynamic_inputs import artifacts, layout
 from tfx_dynamic_inputs import component_keys as keys
-from tfx_dynamic_inputs.pipeline import config
-
-if TYPE_CHECKING:
-    from tfx_dynamic_inputs.pipeline.run_local import NodeResult, OutputArtifact
+from tfx_dynamic_inputs.pipeline import config, run_local
+from tfx_dynamic_inputs.pipeline.run_local import NodeResult, OutputArtifact
 
 STATES = {"COMPLETE": "ran", "CACHED": "cached", "FAILED": "failed"}
 NOT_RUN = "not run"
@@ -209,13 +208,16 @@ _HEADLINES: dict[type, Callable[[Any, Mapping[str, float]], list[str]]] = {
 
 
 def metrics(
-    pipeline_config: config.CycleGanConfig | config.SpeakerConfig, values: Mapping[str, float]
+    pipeline_config: config.CycleGanConfig | config.SpeakerConfig | None,
+    values: Mapping[str, float],
 ) -> list[str]:
     """The headline of the pipeline's own trainer module, or every metric by name where the
-    trainer (a custom `trainer_module`) did not report the headline's metrics.
+    trainer (a custom `trainer_module`) did not report the headline's metrics, or for another
+    pipeline.
 
     Args:
-        pipeline_config: the pipeline's config (its type picks the headline).
+        pipeline_config: the pipeline's config (its type picks the headline); None for a
+            pipeline of neither demo.
         values: the trainer's metrics (`trainer_metrics`).
 
     Returns:
@@ -227,9 +229,31 @@ def metrics(
         return ["trainer metrics", *(f"  {k:<24} {v:.6g}" for k, v in sorted(values.items()))]
 
 
+def describe_run(metadata_path: str, pipeline_name: str) -> str:
+    """The report (`describe`) of the newest run of `pipeline_name` recorded at `metadata_path`,
+    nodes in the order they ran: for any pipeline run with LocalDagRunner, e.g.
+    `standard_pipeline`'s or a user's own.
+
+    Args:
+        metadata_path: the run's sqlite ML Metadata file.
+        pipeline_name: the pipeline's name.
+
+    Returns:
+        The report, lines joined with newlines.
+
+    Raises:
+        LookupError: no run of the pipeline is recorded there.
+
+    Example:
+        print(describe_run("out/standard/metadata.sqlite", "standard"))
+    """
+    results = run_local.latest_run(metadata_path, pipeline_name)
+    return describe(f"{pipeline_name} ({metadata_path})", None, list(results), results)
+
+
 def describe(
     title: str,
-    pipeline_config: config.CycleGanConfig | config.SpeakerConfig,
+    pipeline_config: config.CycleGanConfig | config.SpeakerConfig | None,
     node_ids: Sequence[str],
     results: Mapping[str, NodeResult],
 ) -> str:
@@ -238,7 +262,8 @@ def describe(
 
     Args:
         title: the report's first line, e.g. the pipeline name and work dir.
-        pipeline_config: the pipeline's config.
+        pipeline_config: the pipeline's config (it picks the metrics' headline); None for a
+            pipeline of neither demo: every metric by name.
         node_ids: the pipeline's nodes, in order.
         results: node id -> `NodeResult` of the run.
 

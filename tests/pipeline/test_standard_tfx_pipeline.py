@@ -30,7 +30,7 @@ from tfx_dynamic_inputs import artifacts, layout
 from tfx_dynamic_inputs import component_keys as keys
 from tfx_dynamic_inputs.index_component import executor as index_executor
 from tfx_dynamic_inputs.inputs import RecordStore
-from tfx_dynamic_inputs.pipeline import common, run_local, standard_pipeline
+from tfx_dynamic_inputs.pipeline import common, report, run_local, standard_pipeline
 from tfx_dynamic_inputs.pipeline.config import RunConfig
 from tfx_dynamic_inputs.trainer_component import training_inputs
 from tfx_dynamic_inputs.trainer_component.input_options import ClassBalancedInputOptions
@@ -147,6 +147,21 @@ def test_the_gate_blessed_the_model_by_its_held_out_accuracy_and_pusher_pushed_i
     assert common.serving_dir(config, run) == os.path.join(
         run.pipeline_root, "serving", config.pipeline_name
     )
+
+
+def test_the_end_of_run_report_is_read_from_ml_metadata(standard_run):
+    config, run = standard_run.config, standard_run.run
+    text = report.describe_run(run.metadata_path, config.pipeline_name)
+    lines = text.splitlines()
+    assert lines[0] == f"== {config.pipeline_name} ({run.metadata_path})"
+    for node in (*NODES, TRAINER, "ModelGate", "Pusher"):
+        assert f"  {node} [ran]" in lines, node
+    assert "== model gate and push" in lines
+    [blessing] = standard_run.results["ModelGate"].outputs[keys.BLESSING_KEY]
+    assert any(blessing.properties["blessing_message"] in line for line in lines)
+    assert any(standard_data.BLESSING_METRIC in line for line in lines)
+    with pytest.raises(LookupError, match="no run of pipeline 'elsewhere'"):
+        report.describe_run(run.metadata_path, "elsewhere")
 
 
 @pytest.mark.parametrize("copy", ["trained", "pushed"])
