@@ -17,7 +17,7 @@ seed (`epoch_plan.epoch_seed`, itself a hash of the sampler seed, epoch and salt
 
 It runs as the native `PermutePositions` op (`tfx_dynamic_inputs.native`, C++ over the intra-op
 threads) where the native library is built, and else as the same computation in TensorFlow ops,
-bit for bit equal (tests/inputs/test_index_shuffle.py) and about 30 times slower (bench/).
+bit for bit equal (tests/inputs/test_index_shuffle.py) and about 6 times slower (bench/).
 
 Why not TensorFlow's own `tf.random.experimental.index_shuffle` (the same construction, as a C++
 op): in TF 2.16 it is not a bijection when `size - 1` is an even power of two from 2**16 on (65,537,

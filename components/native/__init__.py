@@ -184,14 +184,14 @@ def op_library() -> ModuleType | None:
     if not os.path.exists(path):
         if os.environ.get(BUILD_AT_FIRST_USE_ENV, "1") == "0":
             return None
-        _log.info("building the native record reader for TensorFlow %s (once)", tf.__version__)
+        _log.info("building the native ops for TensorFlow %s (once)", tf.__version__)
         try:
             path = build()
         except NativeBuildError as error:
             reason = str(error).splitlines()[0]
             _log.warning(
-                "native record reader not built (%s): the disk backend reads in Python; "
-                "`python -m tfx_dynamic_inputs.native` says why",
+                "native ops not built (%s): the disk backend reads in Python and permutations "
+                "run as TensorFlow ops; `python -m tfx_dynamic_inputs.native` says why",
                 reason[:200],
             )
             return None

@@ -78,7 +78,7 @@ def test_first_use_builds_for_the_installed_tensorflow(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != native.BUILD_AT_FIRST_USE_ENV}
     done = run_python(script, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "building the native record reader for TensorFlow" in done.stdout
+    assert "building the native ops for TensorFlow" in done.stdout
     assert "loaded True" in done.stdout
     [built] = [line[len("path ") :] for line in done.stdout.splitlines() if line[:5] == "path "]
     assert os.listdir(cache) == [os.path.basename(built)]
