@@ -6,23 +6,26 @@ costs O(batch) time and memory and nothing of size N is ever built. `size` and t
 per element (`tweak`), so one call also draws an independent permutation for every row of a ragged
 index, such as each x's own order of its valid partners.
 
-The permutation is a Feistel network over the `bits`-bit numbers, `2**bits` the next power of two
-at or above `size`, with cycle walking: a number at or past `size` is permuted again until it falls
-inside, which keeps the map a bijection of `[0, size)` and costs at most a factor 2 of domain. A
-number is split into its high `bits - bits // 2` and low `bits // 2` bits, and the rounds take
-turns xoring one part with a keyed hash of the other (an unbalanced Feistel network: each round is
-its own inverse, so the whole is a bijection for any split, odd `bits` included). The hash is
-SplitMix64's finalizer over the part, the round number and a 64-bit key drawn from the stateless
-seed (`epoch_plan.epoch_seed`, itself a hash of the sampler seed, epoch and salt) and the tweak.
+Up to `RANK_MAX_SIZE` records a position's place is the rank of its keyed hash among those of
+the whole `[0, size)`, ties by position. Above, the permutation is a Feistel network over the
+`bits`-bit numbers, `2**bits` the next power of two at or above `size`, with cycle walking: a
+number at or past `size` is permuted again until it falls inside, which keeps the map a
+bijection of `[0, size)` and costs at most a factor 2 of domain. A number is split into its high
+`bits - bits // 2` and low `bits // 2` bits, and the rounds take turns xoring one part with a
+keyed hash of the other (an unbalanced Feistel network: each round is its own inverse, so the
+whole is a bijection for any split, odd `bits` included). The hash is SplitMix64's finalizer
+over the part, the round number and a 64-bit key drawn from the stateless seed
+(`epoch_plan.epoch_seed`, itself a hash of the sampler seed, epoch and salt) and the tweak.
 
 It runs as the native `PermutePositions` op (`tfx_dynamic_inputs.native`, C++ over the intra-op
 threads) where the native library is built, and else as the same computation in TensorFlow ops,
 bit for bit equal (tests/inputs/test_index_shuffle.py) and about 6 times slower (bench/).
 
 Why not TensorFlow's own `tf.random.experimental.index_shuffle` (the same construction, as a C++
-op): in TF 2.16 it is not a bijection when `size - 1` is an even power of two from 2**16 on (65,537,
-262,145, 1,048,577 and 4,194,305 records each give duplicate positions), and its key keeps only the
-low 32 bits of each seed word, so seeds differing in their high bits give the same permutation.
+op): in TF 2.16 and 2.21 it is not a bijection when `size - 1` is an even power of two from 2**16
+on (65,537, 262,145, 1,048,577 and 4,194,305 records each give duplicate positions), and its key
+keeps only the low 32 bits of each seed word, so seeds differing in their high bits give the
+same permutation.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ from tfx_dynamic_inputs import native
 ROUNDS = 6
 SMALL_ROUNDS = 24
 SMALL_BITS = 6  # sizes up to 2**6 records take SMALL_ROUNDS
+# Up to this size a position's place is the rank of its keyed hash among the size's (`size`
+# hashes an element, against about 36 for 24 rounds and their cycle walking).
+RANK_MAX_SIZE = 16
 _GOLDEN = 0x9E3779B97F4A7C15
 _MIX_1 = 0xBF58476D1CE4E5B9
 _MIX_2 = 0x94D049BB133111EB
@@ -61,13 +67,12 @@ def _mix(value: tf.Tensor) -> tf.Tensor:
     return tf.bitwise.bitwise_xor(value, _shift_right(value, 31))
 
 
-def _element_key(seed: tf.Tensor, tweak: tf.Tensor | None) -> tf.Tensor:
-    """uint64 key of each element's permutation: a scalar, or [n] with a tweak."""
-    seed = _u64(tf.convert_to_tensor(seed, tf.int64))
-    key = _mix(tf.bitwise.bitwise_xor(_mix(seed[0] + _u64(_GOLDEN)), seed[1]))
-    if tweak is None:
-        return key
-    return _mix(tf.bitwise.bitwise_xor(key, _mix(_u64(tweak) + _u64(_GOLDEN))))
+def _element_key(seed: tf.Tensor, tweak: tf.Tensor) -> tf.Tensor:
+    """uint64 key of each element's permutation (the shape of `tweak`, int64 [] or [n]); the
+    native op derives the same in C++."""
+    seed = _u64(seed)
+    base = _mix(tf.bitwise.bitwise_xor(_mix(seed[0] + _u64(_GOLDEN)), seed[1]))
+    return _mix(tf.bitwise.bitwise_xor(base, _mix(_u64(tweak) + _u64(_GOLDEN))))
 
 
 def _bit_width(size: tf.Tensor) -> tf.Tensor:
@@ -153,17 +158,21 @@ def permuted_positions(
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
     positions = tf.convert_to_tensor(positions, tf.int64)
-    size = tf.broadcast_to(tf.convert_to_tensor(size, tf.int64), tf.shape(positions))
-    key = tf.broadcast_to(_element_key(seed, tweak), tf.shape(positions))
+    size = tf.convert_to_tensor(size, tf.int64)
+    seed = tf.convert_to_tensor(seed, tf.int64)
+    tweak = tf.zeros([], tf.int64) if tweak is None else tf.convert_to_tensor(tweak, tf.int64)
     op_module = None if implementation == "tensorflow" else native.op_library()
     if op_module is not None:
+        # Sizes and tweaks as given (a scalar is not broadcast to n); the op derives the keys.
         return op_module.permute_positions(
             positions,
             size,
-            tf.bitcast(key, tf.int64),
+            tweak,
+            seed,
             rounds=ROUNDS,
             small_rounds=SMALL_ROUNDS,
             small_bits=SMALL_BITS,
+            rank_max_size=RANK_MAX_SIZE,
         )
     if implementation == "native":
         raise ValueError(
@@ -173,12 +182,33 @@ def permuted_positions(
         tf.reduce_all((positions >= 0) & (positions < size)),
         ["permuted_positions: a position is outside [0, size)"],
     )
+    shape = tf.shape(positions)
+    key = tf.broadcast_to(_element_key(seed, tweak), shape)
     with tf.control_dependencies([in_range]):
-        return _walked_positions(positions, size, key)
+        return _walked_positions(positions, tf.broadcast_to(size, shape), key)
+
+
+def _ranked_positions(positions: tf.Tensor, size: tf.Tensor, key: tf.Tensor) -> tf.Tensor:
+    """uint64: the rank of each position's keyed hash among those of `[0, size)`, ties by
+    position (meaningful where `size <= RANK_MAX_SIZE`)."""
+    position = _u64(positions)
+
+    def hashed(value: tf.Tensor) -> tf.Tensor:
+        return _mix(key + (value + _u64(1)) * _u64(_GOLDEN))
+
+    own = hashed(position)
+    rank = tf.zeros_like(position)
+    for other in range(RANK_MAX_SIZE):
+        theirs = hashed(tf.fill(tf.shape(position), _u64(other)))
+        before = (theirs < own) | ((theirs == own) & (_u64(other) < position))
+        rank += tf.cast(before & (other < size), tf.uint64)
+    return rank
 
 
 def _walked_positions(positions: tf.Tensor, size: tf.Tensor, key: tf.Tensor) -> tf.Tensor:
-    """The TensorFlow-ops form: one pass of the network, then cycle walking."""
+    """The TensorFlow-ops form: ranks of hashes up to `RANK_MAX_SIZE`, else one pass of the
+    network, then cycle walking."""
+    ranked = _ranked_positions(positions, size, key)
     bits = _bit_width(size)
     limit = _u64(size)
     walked = _feistel(_u64(positions), key, bits)
@@ -199,4 +229,4 @@ def _walked_positions(positions: tf.Tensor, size: tf.Tensor, key: tf.Tensor) -> 
         [walked, pending],
         shape_invariants=[walked.shape, tf.TensorShape([None])],
     )
-    return tf.bitcast(walked, tf.int64)
+    return tf.bitcast(tf.where(size <= RANK_MAX_SIZE, ranked, walked), tf.int64)

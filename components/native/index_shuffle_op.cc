@@ -1,11 +1,12 @@
 // PermutePositions: where each position lands in the keyed random permutation of [0, size), one
 // element at a time (`tfx_dynamic_inputs.inputs.index_shuffle`, whose TensorFlow-ops form this
-// computes bit for bit, several times faster). Each element has its own size and 64-bit key:
+// computes bit for bit, several times faster). Each element has its own size and 64-bit key (from
+// the stateless seed and the element's tweak; a scalar size or tweak is every element's):
 // an unbalanced Feistel network over the `bits`-bit numbers (2**bits the next power of two at
 // or above the size), the high `bits - bits / 2` and low `bits / 2` bits taking turns to be
 // xored with SplitMix64's finalizer of the other part and the round key (`rounds` rounds, or
 // `small_rounds` where bits <= small_bits), then cycle walking until the value falls inside
-// [0, size).
+// [0, size). Sizes up to `rank_max_size` take the rank of the position's keyed hash instead.
 #include <cstdint>
 
 #include "tensorflow/core/framework/op.h"
@@ -50,12 +51,25 @@ inline uint64_t Feistel(uint64_t value, uint64_t key, int bits, int rounds) {
   return (high << low_bits) | low;
 }
 
+// The rank of `position`'s keyed hash among those of [0, size), ties by position: a uniform
+// permutation for any size, at `size` hashes an element (cheaper than the rounds below 17).
+inline uint64_t RankOfHash(uint64_t position, uint64_t size, uint64_t key) {
+  const uint64_t own = Mix(key + (position + 1) * kGolden);
+  uint64_t rank = 0;
+  for (uint64_t other = 0; other < size; ++other) {
+    const uint64_t hashed = Mix(key + (other + 1) * kGolden);
+    rank += hashed < own || (hashed == own && other < position);
+  }
+  return rank;
+}
+
 class PermutePositionsOp : public OpKernel {
  public:
   explicit PermutePositionsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("rounds", &rounds_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("small_rounds", &small_rounds_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("small_bits", &small_bits_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("rank_max_size", &rank_max_size_));
     OP_REQUIRES(ctx, rounds_ >= 1 && small_rounds_ >= 1,
                 errors::InvalidArgument("rounds and small_rounds must be >= 1"));
   }
@@ -63,32 +77,53 @@ class PermutePositionsOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     const Tensor& positions = ctx->input(0);
     const Tensor& sizes = ctx->input(1);
-    const Tensor& keys = ctx->input(2);
+    const Tensor& tweaks = ctx->input(2);
+    const Tensor& seed = ctx->input(3);
     OP_REQUIRES(ctx, positions.dims() == 1,
                 errors::InvalidArgument("positions must be a vector, got shape ",
                                         positions.shape().DebugString()));
-    OP_REQUIRES(ctx, sizes.shape() == positions.shape() && keys.shape() == positions.shape(),
-                errors::InvalidArgument("sizes and keys must have the shape of positions"));
+    for (const Tensor* t : {&sizes, &tweaks}) {
+      OP_REQUIRES(ctx, t->dims() == 0 || t->shape() == positions.shape(),
+                  errors::InvalidArgument("sizes and tweaks must be scalars or have the shape "
+                                          "of positions"));
+    }
+    OP_REQUIRES(ctx, seed.dims() == 1 && seed.dim_size(0) == 2,
+                errors::InvalidArgument("seed must have shape [2]"));
     const auto position = positions.flat<int64_t>();
-    const auto size = sizes.flat<int64_t>();
-    const auto key = keys.flat<int64_t>();
+    const auto size_values = sizes.flat<int64_t>();
+    const auto tweak_values = tweaks.flat<int64_t>();
+    const bool one_size = sizes.dims() == 0;
+    const bool one_tweak = tweaks.dims() == 0;
+    auto size = [&](int64_t i) { return size_values(one_size ? 0 : i); };
     const int64_t n = position.size();
     for (int64_t i = 0; i < n; ++i) {
       OP_REQUIRES(ctx, size(i) >= 1 && position(i) >= 0 && position(i) < size(i),
                   errors::InvalidArgument("position ", position(i), " at ", i,
                                           " is outside [0, ", size(i), ")"));
     }
+    const auto seed_words = seed.flat<int64_t>();
+    // As index_shuffle._element_key: the seed's two words, then each element's tweak.
+    const uint64_t base = Mix(Mix(static_cast<uint64_t>(seed_words(0)) + kGolden) ^
+                              static_cast<uint64_t>(seed_words(1)));
+    auto key = [&](int64_t i) {
+      const uint64_t tweak = static_cast<uint64_t>(tweak_values(one_tweak ? 0 : i));
+      return Mix(base ^ Mix(tweak + kGolden));
+    };
     Tensor* output = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, positions.shape(), &output));
     auto permuted = output->flat<int64_t>();
     auto work = [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const uint64_t limit = static_cast<uint64_t>(size(i));
-        const uint64_t element_key = static_cast<uint64_t>(key(i));
+        const uint64_t element_key = key(i);
         const int bits = BitWidth(limit - 1);
         // Parts a few bits wide mix slowly: small permutations take more rounds.
         const int rounds = bits <= small_bits_ ? small_rounds_ : rounds_;
         uint64_t value = static_cast<uint64_t>(position(i));
+        if (limit <= static_cast<uint64_t>(rank_max_size_)) {
+          permuted(i) = static_cast<int64_t>(RankOfHash(value, limit, element_key));
+          continue;
+        }
         do {
           value = Feistel(value, element_key, bits, rounds);
         } while (value >= limit);
@@ -104,6 +139,7 @@ class PermutePositionsOp : public OpKernel {
   int rounds_;
   int small_rounds_;
   int small_bits_;
+  int rank_max_size_;
 };
 
 }  // namespace
@@ -111,11 +147,13 @@ class PermutePositionsOp : public OpKernel {
 REGISTER_OP("PermutePositions")
     .Input("positions: int64")
     .Input("sizes: int64")
-    .Input("keys: int64")
+    .Input("tweaks: int64")
+    .Input("seed: int64")
     .Output("permuted: int64")
     .Attr("rounds: int")
     .Attr("small_rounds: int")
     .Attr("small_bits: int")
+    .Attr("rank_max_size: int")
     .SetShapeFn([](::tensorflow::shape_inference::InferenceContext* c) {
       c->set_output(0, c->input(0));
       return ::tensorflow::OkStatus();
