@@ -28,6 +28,7 @@ not compiled here: build it with `run_config(kubeflow_config)` and compile it wi
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 from collections.abc import Mapping
@@ -55,6 +56,7 @@ def compile_pipeline(
     image: str,
     filename: str | None = None,
     trainer_retries: int = config.KubeflowConfig.trainer_retries,
+    resources: Mapping[str, config.TaskResources] | None = None,
 ) -> str:
     """Compiles `pipeline` to `<output_dir>/<filename or pipeline name>.json` (and the KFP
     package beside it, `kfp_package_path`).
@@ -71,12 +73,15 @@ def compile_pipeline(
       image: the container image every task runs in.
       filename: the PipelineJob file's name (default `<pipeline name>.json`).
       trainer_retries: retries of a failed trainer pod.
+      resources: node id -> the requests and limits of its pod (`KubeflowConfig.resources`),
+        written into the task's container spec; None or empty for the cluster's defaults.
 
     Returns:
       The path of the PipelineJob JSON.
 
     Raises:
-      ValueError: `trainer_retries` is negative.
+      ValueError: `trainer_retries` is negative, or `resources` names a node that is not a
+        container task of the pipeline.
 
     Example:
 
@@ -97,11 +102,11 @@ def compile_pipeline(
     runner.run(pipeline)
     with open(path) as f:
         job = json.load(f)
-    if trainer_retries:
-        for task in trainer_tasks(job):
-            task["retryPolicy"] = {"maxRetryCount": trainer_retries}
-        with open(path, "w") as f:
-            json.dump(job, f, sort_keys=True)
+    for task in trainer_tasks(job) if trainer_retries else ():
+        task["retryPolicy"] = {"maxRetryCount": trainer_retries}
+    set_resources(job, resources or {})
+    with open(path, "w") as f:
+        json.dump(job, f, sort_keys=True)
     write_kfp_package(job, kfp_package_path(path))
     return path
 
@@ -133,6 +138,47 @@ def write_kfp_package(job: dict[str, Any], path: str) -> None:
     """
     with open(path, "w") as f:
         yaml.safe_dump(job["pipelineSpec"], f, sort_keys=True)
+
+
+def set_resources(job: dict[str, Any], resources: Mapping[str, config.TaskResources]) -> None:
+    """Writes each node's requests and limits into its task's container spec in `job` (KFP's
+    `PipelineContainerSpec.resources`: cores, GB, an accelerator type and count).
+
+    Args:
+      job: the compiled PipelineJob, as JSON (changed in place).
+      resources: node id -> its `TaskResources`.
+
+    Raises:
+      ValueError: a node id that is not a container task of `job` (resolvers run none).
+    """
+    spec = job["pipelineSpec"]
+    executors = spec["deploymentSpec"]["executors"]
+    labels = {
+        name: spec["components"][task["componentRef"]["name"]]["executorLabel"]
+        for name, task in spec["root"]["dag"]["tasks"].items()
+    }
+    containers = {name: label for name, label in labels.items() if "container" in executors[label]}
+    for node, wanted in resources.items():
+        if node not in containers:
+            close = difflib.get_close_matches(node, list(containers), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(
+                f"resources: {node!r} is not a container task of {spec['pipelineInfo']['name']}"
+                f"{hint}; tasks: {', '.join(sorted(containers))}"
+            )
+        amounts = {
+            "cpuRequest": wanted.cpu_request,
+            "cpuLimit": wanted.cpu_limit,
+            "memoryRequest": wanted.memory_request,
+            "memoryLimit": wanted.memory_limit,
+        }
+        container_resources: dict[str, Any] = {k: v for k, v in amounts.items() if v is not None}
+        if wanted.accelerator_type is not None:
+            container_resources["accelerator"] = {
+                "type": wanted.accelerator_type,
+                "count": str(wanted.accelerator_count),
+            }
+        executors[containers[node]]["container"]["resources"] = container_resources
 
 
 def trainer_tasks(job: dict[str, Any]) -> list[dict[str, Any]]:
@@ -231,19 +277,32 @@ def compile_all(
 
     Returns:
       The PipelineJob paths, CycleGAN's first.
+
+    Raises:
+      cli.ConfigError: `kubeflow_config.resources` names a node of neither pipeline.
     """
     run = run_config(kubeflow_config)
+    pipelines = [
+        cyclegan_pipeline.create_pipeline(cyclegan, run),
+        speaker_pipeline.create_pipeline(speaker, run),
+    ]
+    # One `resources` for both: each pipeline takes its own nodes'; a name in neither is an error.
+    node_ids = [{component.id for component in p.components} for p in pipelines]
+    unknown = sorted(set(kubeflow_config.resources) - set().union(*node_ids))
+    if unknown:
+        raise cli.ConfigError(
+            f"resources: {unknown[0]!r} is a node of neither pipeline; nodes: "
+            f"{', '.join(sorted(set().union(*node_ids)))}"
+        )
     return [
         compile_pipeline(
-            module.create_pipeline(pipeline_config, run),
+            pipeline,
             kubeflow_config.output_dir,
             kubeflow_config.image,
             trainer_retries=kubeflow_config.trainer_retries,
+            resources={k: v for k, v in kubeflow_config.resources.items() if k in ids},
         )
-        for module, pipeline_config in (
-            (cyclegan_pipeline, cyclegan),
-            (speaker_pipeline, speaker),
-        )
+        for pipeline, ids in zip(pipelines, node_ids, strict=True)
     ]
 
 
@@ -322,12 +381,18 @@ def main(argv: list[str] | None = None) -> None:
       argv: the command-line arguments (None: `sys.argv[1:]`), as `parse_args` reads them.
 
     Raises:
-      SystemExit: a bad flag or config file (`parse_args`).
+      SystemExit: a bad flag or config file (`parse_args`), or `resources` naming a node of
+        neither pipeline: one line, status 2.
 
     Example:
       main(["--image", "REGISTRY/tfx-dynamic-inputs:TAG", "--output-dir", "out/kubeflow"])
     """
-    for path in compile_all(*parse_args(argv)):
+    configs = parse_args(argv)
+    try:
+        paths = compile_all(*configs)
+    except cli.ConfigError as error:
+        cli.fail(error)
+    for path in paths:
         print(f"wrote {path}")
 
 

@@ -202,7 +202,12 @@ def _type_name(tp: Any) -> str:
     if origin is tuple and typing.get_args(tp) == (str, ...):
         return "a list of strings"
     if origin in (dict, Mapping):
+        values = typing.get_args(tp)[1:]
+        if values and dataclasses.is_dataclass(values[0]):
+            return f"a mapping of names to {_type_name(values[0])}"
         return "a mapping (a JSON object)"
+    if dataclasses.is_dataclass(tp):
+        return f"a mapping of {tp.__name__} fields"
     if tp in _SCALARS:
         return _SCALARS[tp]
     raise TypeError(f"config fields of type {tp!r} have no flag parser")
@@ -250,15 +255,20 @@ def convert(tp: Any, value: Any, where: str) -> Any:
         if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
             return tuple(value)
         raise bad
-    if origin in (dict, Mapping):
+    if origin in (dict, Mapping) or dataclasses.is_dataclass(tp):
         if isinstance(value, str):
             try:
                 value = json.loads(value)
             except ValueError:
                 raise bad from None
-        if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-            return dict(value)
-        raise bad
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise bad
+        if dataclasses.is_dataclass(tp):
+            return _dataclass_value(tp, value, where)
+        item_type = (typing.get_args(tp)[1:] or (Any,))[0]
+        if dataclasses.is_dataclass(item_type):
+            return {k: _dataclass_value(item_type, v, f"{where} {k!r}") for k, v in value.items()}
+        return dict(value)
     if tp is str:
         if isinstance(value, str):
             return value
@@ -278,6 +288,25 @@ def convert(tp: Any, value: Any, where: str) -> Any:
         return tp(value)
     except ValueError:
         raise bad from None
+
+
+def _dataclass_value(cls: type, value: Any, where: str) -> Any:
+    """The dataclass `cls` from the mapping `value`, each field converted; its own checks'
+    ValueError, an unknown key (with "did you mean") or a bad value is a ConfigError."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a mapping of {cls.__name__} fields, got {value!r}")
+    hints = typing.get_type_hints(cls)
+    fields = [f.name for f in dataclasses.fields(cls)]
+    for key in value:
+        if key not in fields:
+            raise ConfigError(
+                f"{where}: {key!r} is not a field of {cls.__name__}{_did_you_mean(key, fields)}"
+            )
+    converted = {k: convert(hints[k], v, f"{where} {k!r}") for k, v in value.items()}
+    try:
+        return cls(**converted)
+    except ValueError as error:  # the dataclass's own checks
+        raise ConfigError(f"{where}: {error}") from None
 
 
 def check_section(name: str, values: Any) -> dict[str, Any]:

@@ -256,6 +256,54 @@ class RunConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class TaskResources:
+    """The Kubernetes requests and limits of one compiled task's pod (KFP's container resources).
+
+    Args:
+      cpu_request: CPU cores the pod is scheduled with; None leaves the cluster's default.
+      cpu_limit: CPU cores the pod may use at most; None for no limit.
+      memory_request: memory the pod is scheduled with, in GB; None leaves the default.
+      memory_limit: memory the pod may use at most, in GB (the pod is killed beyond); None for none.
+      accelerator_type: the accelerator the pod needs, as the cluster names it (e.g.
+        ``"nvidia-tesla-t4"``); None for none.
+      accelerator_count: how many of `accelerator_type` (>= 1 with a type, else 0).
+
+    Raises:
+      ValueError: a negative amount, a request above its limit, or a count without a type (or
+        a type without a count).
+
+    Example:
+
+        TaskResources(cpu_request=2, memory_limit=16, accelerator_type="nvidia-tesla-t4",
+                      accelerator_count=1)
+    """
+
+    cpu_request: float | None = None
+    cpu_limit: float | None = None
+    memory_request: float | None = None
+    memory_limit: float | None = None
+    accelerator_type: str | None = None
+    accelerator_count: int = 0
+
+    def __post_init__(self):
+        for name in ("cpu_request", "cpu_limit", "memory_request", "memory_limit"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"TaskResources.{name} must be > 0 or None, got {value}")
+        for kind in ("cpu", "memory"):
+            request, limit = getattr(self, f"{kind}_request"), getattr(self, f"{kind}_limit")
+            if request is not None and limit is not None and request > limit:
+                raise ValueError(
+                    f"TaskResources.{kind}_request ({request}) is above {kind}_limit ({limit})"
+                )
+        if (self.accelerator_type is None) != (self.accelerator_count == 0):
+            raise ValueError(
+                "TaskResources: accelerator_type and accelerator_count >= 1 go together, got "
+                f"{self.accelerator_type!r} x {self.accelerator_count}"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
 class KubeflowConfig:
     """What `python -m tfx_dynamic_inputs.kubeflow.runner` compiles into the KFP v2 specs.
 
@@ -274,6 +322,9 @@ class KubeflowConfig:
     # KFP retries of a failed trainer pod (preempted nodes); a retry resumes from the trainer's
     # checkpoints.
     trainer_retries: int = 3
+    # Node id (e.g. "PairsTrainer", "MaterializeAudio") -> its pod's requests and limits; a task
+    # not named keeps the cluster's defaults.
+    resources: Mapping[str, TaskResources] = dataclasses.field(default_factory=dict)
 
 
 # Smaller training for the test suite: same data, same components, fewer epochs.

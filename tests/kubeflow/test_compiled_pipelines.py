@@ -10,6 +10,7 @@ import shutil
 
 import pytest
 import tensorflow as tf
+import yaml
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 from tfx.types import standard_component_specs
@@ -32,6 +33,18 @@ SPEAKER_TASKS = ["MaterializeAudio", "ClassBalancedTrainer"]
 BLESSING_RESOLVER = f"{common.BASELINE_RESOLVER_ID}-model-blessing-resolver"
 MODEL_RESOLVER = f"{common.BASELINE_RESOLVER_ID}-model-resolver"
 RESOLVERS = [BLESSING_RESOLVER, MODEL_RESOLVER]
+# Pod requests and limits for some tasks of each pipeline (the others keep the cluster's).
+RESOURCES = {
+    "PairsTrainer": config.TaskResources(
+        cpu_request=1,
+        cpu_limit=2,
+        memory_limit=4,
+        accelerator_type="nvidia-tesla-t4",
+        accelerator_count=1,
+    ),
+    "MaterializeAudio": config.TaskResources(memory_request=2.5),
+    "ClassBalancedTrainer": config.TaskResources(cpu_limit=4),
+}
 NUM_SPEAKERS = 10
 UTTERANCES_PER_SPEAKER = 5
 
@@ -56,6 +69,16 @@ def _copy_speaker_subset(target: str) -> None:
         writer = csv.DictWriter(f, fieldnames=["path", "speaker"])
         writer.writeheader()
         writer.writerows({"path": r["path"], "speaker": r["speaker"]} for r in kept)
+
+
+def _json(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+def _yaml(path: str) -> dict:
+    with open(path) as f:
+        return yaml.safe_load(f)
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +114,7 @@ def compiled(tmp_path_factory):
         image="tfx-dynamic-inputs:test",
         output_dir=str(root / "specs"),
         pipeline_root="gs://unused-bucket/root",
+        resources=RESOURCES,
     )
     paths = runner.compile_all(kubeflow_config, cyclegan, speaker)
     names = (cyclegan.pipeline_name, speaker.pipeline_name)
@@ -133,6 +157,86 @@ def test_the_runner_takes_the_config_file_and_its_flags_win(tmp_path):
         5,
     )
     assert cyclegan.x_dir == os.path.join("gs://b/data", runner.DIGITS_DIR, X_DIR)
+
+
+def test_compiled_tasks_carry_their_resources(compiled):
+    specs, _ = compiled
+    seen = set()
+    for path in specs.values():
+        for job in (_json(path), {"pipelineSpec": _yaml(runner.kfp_package_path(path))}):
+            spec = job["pipelineSpec"]
+            # The container spec's own proto takes them (its field names and types).
+            deployment = json_format.ParseDict(
+                spec["deploymentSpec"], pipeline_spec_pb2.PipelineDeploymentConfig()
+            )
+            for name, task in spec["root"]["dag"]["tasks"].items():
+                label = spec["components"][task["componentRef"]["name"]]["executorLabel"]
+                executor = deployment.executors[label]
+                if not executor.HasField("container"):
+                    continue
+                got = executor.container.resources
+                wanted = RESOURCES.get(name, config.TaskResources())
+                assert (got.cpu_request, got.cpu_limit, got.memory_request, got.memory_limit) == (
+                    wanted.cpu_request or 0,
+                    wanted.cpu_limit or 0,
+                    wanted.memory_request or 0,
+                    wanted.memory_limit or 0,
+                ), name
+                assert (got.accelerator.type or None, got.accelerator.count) == (
+                    wanted.accelerator_type,
+                    wanted.accelerator_count,
+                ), name
+                seen.add(name)
+    assert set(RESOURCES) <= seen
+
+
+def test_resources_for_a_task_that_is_not_there_fail_naming_the_tasks(compiled):
+    specs, _ = compiled
+    job = _json(next(iter(specs.values())))
+    with pytest.raises(ValueError, match=r"'PairTrainer' is not a container task .*did you mean"):
+        runner.set_resources(job, {"PairTrainer": config.TaskResources(cpu_limit=1)})
+    with pytest.raises(ValueError, match="is not a container task"):
+        runner.set_resources(job, {MODEL_RESOLVER: config.TaskResources(cpu_limit=1)})
+
+
+def test_the_config_file_sets_resources_checked_by_field(tmp_path, capsys):
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        "kubeflow: {resources: {PairsTrainer: {cpu_limit: 2, memory_limit: 8,"
+        " accelerator_type: nvidia-tesla-t4, accelerator_count: 1}}}\n"
+    )
+    kubeflow_config, _, _ = runner.parse_args(["--config", str(path)])
+    assert kubeflow_config.resources == {
+        "PairsTrainer": config.TaskResources(
+            cpu_limit=2, memory_limit=8, accelerator_type="nvidia-tesla-t4", accelerator_count=1
+        )
+    }
+    for body, message in (
+        (
+            "{PairsTrainer: {memory_limt: 8}}",
+            "'memory_limt' is not a field of TaskResources (did you mean memory_limit?)",
+        ),
+        ("{PairsTrainer: {cpu_request: 4, cpu_limit: 2}}", "cpu_request (4.0) is above cpu_limit"),
+        ("{PairsTrainer: {cpu_limit: lots}}", "'cpu_limit': expected a float, got 'lots'"),
+    ):
+        path.write_text(f"kubeflow: {{resources: {body}}}\n")
+        with pytest.raises(SystemExit) as exited:
+            runner.parse_args(["--config", str(path)])
+        assert exited.value.code == 2
+        [line] = capsys.readouterr().err.splitlines()
+        assert message in line, line
+
+
+def test_resources_for_a_node_of_neither_pipeline_stop_the_runner_with_one_line(tmp_path, capsys):
+    path = tmp_path / "run.yaml"
+    path.write_text("kubeflow: {resources: {PairTrainer: {cpu_limit: 2}}}\n")
+    with pytest.raises(SystemExit) as exited:
+        runner.main(["--config", str(path), "--output-dir", str(tmp_path / "specs")])
+    assert exited.value.code == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: resources: 'PairTrainer' is a node of neither pipeline; nodes: ")
+    assert "PairsTrainer" in line
+    assert not (tmp_path / "specs").exists()
 
 
 def test_a_bad_config_key_stops_the_runner_with_one_line(tmp_path, capsys):
