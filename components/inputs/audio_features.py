@@ -17,9 +17,10 @@ model inputs, all with batched core-TF ops (no per-element Python, no per-elemen
 3. Optional per-utterance mean normalization over the valid frames of each record.
 4. Optional SpecAugment frequency and time masks (`SpecAugment`).
 
-Randomness (crop offsets, masks) comes from a stateless seed, so a batch's features are a pure
-function of its records and its seed; the samplers derive that seed from (seed, epoch, batch), so
-resuming reproduces the same features.
+Randomness (crop offsets, masks) comes from a stateless seed and each record's position in its
+global batch (`index_shuffle.keyed_uniform`), so a sample's features are a pure function of its
+record, the seed and its position; the samplers derive the seed from (seed, epoch, global batch),
+so resuming, on any replica count that keeps the global batch, reproduces the same features.
 
 The configuration (`AudioFeatureConfig`, `SpecAugment`) is in `audio_config`.
 """
@@ -30,6 +31,7 @@ import tensorflow as tf
 
 from tfx_dynamic_inputs import layout
 from tfx_dynamic_inputs.inputs.audio_config import AudioFeatureConfig, SpecAugment, num_frames
+from tfx_dynamic_inputs.inputs.index_shuffle import keyed_uniform
 
 # Sub-streams of a batch's seed.
 _SALT_CROP = 0
@@ -87,7 +89,11 @@ def decode_padded(audio: tf.Tensor, num_samples: tf.Tensor) -> tf.Tensor:
 
 
 def random_crop(
-    audio: tf.Tensor, num_samples: tf.Tensor, crop_samples: int, seed: tf.Tensor
+    audio: tf.Tensor,
+    num_samples: tf.Tensor,
+    crop_samples: int,
+    seed: tf.Tensor,
+    positions: tf.Tensor | None = None,
 ) -> tf.Tensor:
     """Decodes a uniformly placed window of `crop_samples` samples of each record.
 
@@ -99,12 +105,14 @@ def random_crop(
       num_samples: int64 [B], samples per record (>= 1).
       crop_samples: the window length in samples.
       seed: int64 [2] stateless seed of the window offsets.
+      positions: int64 [B], each record's position in its global batch, which keys its offset
+        with `seed` (`index_shuffle.keyed_uniform`); None: `0..B-1`.
 
     Returns:
       float32 [B, crop_samples]: samples in [-1, 1).
     """
     room = tf.maximum(num_samples - crop_samples, 0) + 1
-    uniform = tf.random.stateless_uniform(tf.shape(num_samples), seed=seed, dtype=tf.float64)
+    uniform = keyed_uniform(seed, _positions(positions, num_samples), salt=0)
     start = tf.minimum(tf.cast(uniform * tf.cast(room, tf.float64), tf.int64), room - 1)
     window_bytes = tf.fill(tf.shape(start), tf.constant(2 * crop_samples, tf.int64))
     window = tf.strings.substr(audio, 2 * start, window_bytes)
@@ -167,7 +175,11 @@ def mean_normalize(features: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
 
 
 def spec_augment(
-    features: tf.Tensor, lengths: tf.Tensor, augment: SpecAugment, seed: tf.Tensor
+    features: tf.Tensor,
+    lengths: tf.Tensor,
+    augment: SpecAugment,
+    seed: tf.Tensor,
+    positions: tf.Tensor | None = None,
 ) -> tf.Tensor:
     """Zeroes random frequency bands and time spans of each example's features.
 
@@ -178,6 +190,8 @@ def spec_augment(
       lengths: int64 [B], valid frames per example.
       augment: how many masks, and how wide.
       seed: int64 [2] stateless seed of the masks.
+      positions: int64 [B], each example's position in its global batch, which keys its masks
+        with `seed`; None: `0..B-1`.
 
     Returns:
       float32 [B, T, F]: `features` with the masked entries set to 0.
@@ -189,14 +203,17 @@ def spec_augment(
     frame_ids = tf.range(frames)[tf.newaxis, :, tf.newaxis]
     freq_seed = tf.random.experimental.stateless_fold_in(seed, _SALT_FREQ_MASK)
     time_seed = tf.random.experimental.stateless_fold_in(seed, _SALT_TIME_MASK)
+    positions = _positions(positions, lengths)
     for i in range(augment.num_freq_masks):
         start, width = _random_bands(
-            tf.fill([batch], bins), augment.freq_mask_param, _fold(freq_seed, i)
+            tf.fill([batch], bins), augment.freq_mask_param, _fold(freq_seed, i), positions
         )
         inside = (bin_ids >= start[:, None, None]) & (bin_ids < (start + width)[:, None, None])
         keep &= ~inside
     for i in range(augment.num_time_masks):
-        start, width = _random_bands(lengths, augment.time_mask_param, _fold(time_seed, i))
+        start, width = _random_bands(
+            lengths, augment.time_mask_param, _fold(time_seed, i), positions
+        )
         inside = (frame_ids >= start[:, None, None]) & (frame_ids < (start + width)[:, None, None])
         keep &= ~inside
     return tf.where(keep, features, tf.zeros_like(features))
@@ -239,6 +256,7 @@ def audio_features(
     *,
     index: tf.Tensor | None = None,
     sample_rate: tf.Tensor | None = None,
+    positions: tf.Tensor | None = None,
 ) -> dict[str, tf.Tensor]:
     """Log-mel features of a batch of int16 PCM records, cropped or padded (see the module).
 
@@ -250,6 +268,10 @@ def audio_features(
       index: int64 [B] record numbers, named in error messages.
       sample_rate: int64 [B] rate of each record (the `sample_rate` feature); when given, a
         record at another rate than `config.sample_rate` is an error.
+      positions: int64 [B], each record's position in its global batch: with `seed` it keys
+        the record's crop offset and masks, so a sample draws the same in a global batch and
+        in any replica's slice of it (the samplers pass the plan's ``slice_start`` + 0..B-1);
+        None: `0..B-1`.
 
     Returns:
       ``features``: float32 [B, T, num_mel_bins]; T is `config.crop_frames` in ``"crop"`` mode
@@ -294,7 +316,7 @@ def audio_features(
         num_samples = pcm16_num_samples(audio, index)
     if config.mode == "crop":
         crop_seed = tf.random.experimental.stateless_fold_in(seed, _SALT_CROP)
-        signal = random_crop(audio, num_samples, config.crop_samples, crop_seed)
+        signal = random_crop(audio, num_samples, config.crop_samples, crop_seed, positions)
         lengths = tf.fill(tf.shape(num_samples), tf.constant(config.crop_frames, tf.int64))
     else:
         too_short = num_samples < config.frame_length
@@ -323,24 +345,31 @@ def audio_features(
     else:
         features = tf.where(mask[:, :, tf.newaxis], features, tf.zeros_like(features))
     if config.spec_augment is not None:
-        features = spec_augment(features, lengths, config.spec_augment, seed)
+        features = spec_augment(features, lengths, config.spec_augment, seed, positions)
     if config.mode == "crop":
         features = tf.ensure_shape(features, [None, config.crop_frames, config.num_mel_bins])
     return {"features": features, "lengths": lengths, "mask": mask}
 
 
-def _random_bands(extent: tf.Tensor, param: int, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """Per example: width uniform in [0, param) (at most `extent`), start uniform where it fits."""
+def _random_bands(
+    extent: tf.Tensor, param: int, seed: tf.Tensor, positions: tf.Tensor
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """Per example: width uniform in [0, param) (at most `extent`), start uniform where it fits;
+    each example's draws keyed by its position."""
     extent = tf.cast(extent, tf.int64)
-    width_seed, start_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
-    width = tf.random.stateless_uniform(
-        tf.shape(extent), seed=width_seed, minval=0, maxval=param, dtype=tf.int64
-    )
-    width = tf.minimum(width, extent)
+    width = tf.cast(keyed_uniform(seed, positions, salt=0) * param, tf.int64)
+    width = tf.minimum(tf.minimum(width, param - 1), extent)
     room = extent - width + 1
-    uniform = tf.random.stateless_uniform(tf.shape(extent), seed=start_seed, dtype=tf.float64)
+    uniform = keyed_uniform(seed, positions, salt=1)
     start = tf.minimum(tf.cast(uniform * tf.cast(room, tf.float64), tf.int64), room - 1)
     return start, width
+
+
+def _positions(positions: tf.Tensor | None, like: tf.Tensor) -> tf.Tensor:
+    """`positions` as int64, or `0..B-1` for a batch shaped like `like` [B]."""
+    if positions is None:
+        return tf.range(tf.size(like, out_type=tf.int64))
+    return tf.convert_to_tensor(positions, tf.int64)
 
 
 def _fold(seed: tf.Tensor, i: int) -> tf.Tensor:

@@ -156,14 +156,16 @@ class ClassBalancedSampler(EpochSampler):
 
     def epoch_plan(self, epoch) -> dict[str, tf.Tensor]:
         """The global plan of `epoch` in record numbers: ``index`` and ``label`` [num_batches,
-        n_c * n_p], ``seed`` [num_batches, 2].
+        n_c * n_p], ``seed`` [num_batches, 2], ``slice_start`` [num_batches].
 
         Args:
           epoch: int64 scalar, a Python int or a tensor.
 
         Returns:
           A dict of int64 tensors: ``index`` (the record numbers of each batch), ``label`` (the
-          class id of each sample) and ``seed`` (a stateless seed per batch), as above.
+          class id of each sample), ``seed`` (the stateless seed of each batch's global batch)
+          and ``slice_start`` (where the batch starts in its global batch), as above
+          (`class_plan.ClassBalancedPlan.plan`).
 
         Example:
 
@@ -174,7 +176,12 @@ class ClassBalancedSampler(EpochSampler):
             "index": self._record_numbers(planned["position"]),
             "label": planned["label"],
             "seed": planned["seed"],
+            "slice_start": planned["slice_start"],
         }
+
+    @property
+    def stream(self) -> str:
+        return self.plan.stream
 
     def _plan(self, epoch: tf.Tensor) -> dict[str, tf.Tensor]:
         return self.epoch_plan(epoch)
@@ -198,6 +205,8 @@ class ClassBalancedSampler(EpochSampler):
         batch_size = self.plan.batch_size
         index = tf.ensure_shape(row["index"], [batch_size])
         label = tf.ensure_shape(row["label"], [batch_size])
+        # Each sample's place in its global batch keys its crop and masks.
+        positions = row["slice_start"] + tf.range(batch_size, dtype=tf.int64)
         records, ok = self.store.read_checked(index, for_service=for_service)
         if self._guard is not None and not for_service:
             records, ok = self._guard.check(index, records, ok)
@@ -206,7 +215,9 @@ class ClassBalancedSampler(EpochSampler):
             # the exact n_c x n_p) rather than train on a record that is not there.
             with tf.control_dependencies([self._skip_log.record(row["epoch"], ok)]):
                 ok = tf.identity(ok)
-            index, label, records = (tf.boolean_mask(t, ok) for t in (index, label, records))
+            index, label, records, positions = (
+                tf.boolean_mask(t, ok) for t in (index, label, records, positions)
+            )
         if self._parse is not None:
             return _with_parsed({"index": index, "label": label}, self._parse(records))
         if self.features is None:
@@ -232,6 +243,7 @@ class ClassBalancedSampler(EpochSampler):
                 row["seed"],
                 index=index,
                 sample_rate=parsed["sample_rate"],
+                positions=positions,
             )
         return {"index": index, "label": label, **computed}
 

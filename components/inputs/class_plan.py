@@ -14,7 +14,8 @@ or samples), so every worker computes the same global plan and a resumed run rec
 * **Coverage** (``epoch_mode="classes"``, the default): the epoch is a fresh random permutation
   of the usable classes cut into groups of `n_c`, one group per batch. The last group, if short,
   is completed with other usable classes (drawn at random, distinct from the group's), so every
-  usable class appears at least once per epoch and `num_batches = ceil(usable / n_c)`.
+  usable class appears at least once per epoch and `num_batches = ceil(usable / n_c)` (one
+  replica).
 * **Coverage** (``epoch_mode="samples"``): every record of every usable class appears at least
   once per epoch. A class with `m` records contributes `ceil(m / n_p)` chunks of `n_p`; round
   `r` of the epoch holds chunk `r` of every class that has one, in a fresh random class order,
@@ -27,10 +28,16 @@ or samples), so every worker computes the same global plan and a resumed run rec
 * **Batch layout** (the documented in-batch order): a batch is `n_c` groups of `n_p`
   consecutive samples, one group per class: sample `i` belongs to the batch's `i // n_p`-th
   class. Batches are in random order.
-* **Workers** take whole batches (`epoch_plan.epoch_dataset`), so each replica's batch keeps the
-  exact `n_c x n_p` structure. When `num_batches` is not a multiple of workers x replicas per
-  worker (`worker_slices.round_batches`), the plan adds batches of `n_c` random distinct usable
-  classes until it is.
+* **Replicas.** The plan's unit is the global batch of one step: with `R` replicas (workers x
+  replicas per worker) and at least `n_c x R` usable classes, a unit holds `n_c x R` distinct
+  classes (so no class is on two replicas in one step), grouped, filled and ordered as above,
+  and is cut into `R` consecutive batches of `n_c` classes. The stream of global batches then
+  depends on `n_c x R` alone (`elastic`): the same stream splits over any other replica count
+  that keeps the global batch, which is what an elastic resume needs. With fewer usable classes
+  each batch is a unit and `num_batches` is rounded up to a multiple of `R`
+  (`worker_slices.round_batches`) with batches of `n_c` random distinct usable classes; that
+  stream depends on `R`. Workers take whole batches (`epoch_plan.epoch_dataset`), so each
+  replica's batch keeps the exact `n_c x n_p` structure.
 """
 
 from __future__ import annotations
@@ -181,8 +188,9 @@ class ClassBalancedPlan:
       epoch_mode: ``"classes"`` (every usable class once an epoch) or ``"samples"`` (every
         record of every usable class once an epoch).
       small_classes: ``"replace"`` or ``"skip"`` (see `class_report`).
-      num_workers, replicas_per_worker: `num_batches` is rounded up to a multiple of their
-        product (`worker_slices.round_batches`).
+      num_workers, replicas_per_worker: their product is the replicas `R` of a step; the
+        plan's units are global batches of `n_c x R` classes where that many are usable (see
+        the module docstring), and `num_batches` is a multiple of `R`.
 
     Raises:
       ValueError: an unknown `epoch_mode` or `small_classes`, a count below 1, a seed out of
@@ -192,8 +200,11 @@ class ClassBalancedPlan:
 
     Attributes:
       report: the `ClassReport` of the index.
-      num_batches: global batches per epoch.
+      num_batches: batches per epoch, over all replicas (a multiple of `num_replicas`).
       batch_size: `n_c * n_p`.
+      num_replicas: `R`, workers x replicas per worker.
+      elastic: whether the unit is the global batch (`n_c x R` usable classes or more).
+      classes_per_unit: `n_c x R` when elastic, else `n_c`.
 
     Example:
 
@@ -233,6 +244,14 @@ class ClassBalancedPlan:
         self.seed = int(seed)
         self.epoch_mode = epoch_mode
         self.num_workers = int(num_workers)
+        replicas = self.num_workers * int(replicas_per_worker)
+        self.num_replicas = replicas
+        # The unit of the plan is the global batch (all replicas' batches of one step) when its
+        # classes can all be distinct: the stream of global batches then depends on n_c x
+        # replicas only, and the same stream splits over any other replica count (elastic).
+        self.elastic = n_c * replicas <= num_usable
+        self.classes_per_unit = g = n_c * replicas if self.elastic else n_c
+        self._rows_per_unit = g // n_c
 
         usable = report.usable_classes
         usable_sizes = report.class_sizes[usable]
@@ -240,24 +259,24 @@ class ClassBalancedPlan:
             chunks = np.ones(num_usable, np.int64)
         else:
             chunks = np.maximum(1, -(-usable_sizes // n_p))
-        # active[r]: classes with a chunk in round r; the rounds' groups are the batches.
+        # active[r]: classes with a chunk in round r; the rounds' groups are the units.
         active = np.cumsum(np.bincount(chunks, minlength=chunks.max() + 1)[::-1])[::-1][1:]
-        groups = -(-active // n_c)
+        groups = -(-active // g)
         round_starts = np.concatenate([[0], np.cumsum(active)[:-1]])
-        batch_offsets = np.concatenate([[0], np.cumsum(groups)[:-1]])
+        unit_offsets = np.concatenate([[0], np.cumsum(groups)[:-1]])
         planned = int(groups.sum())
-        self.num_batches = round_batches(
-            planned, num_workers=self.num_workers, replicas_per_worker=replicas_per_worker
-        )
-        extra = self.num_batches - planned
+        # An elastic unit is one step of every replica; a replica's batch needs rounding.
+        self._num_units = round_batches(planned, num_workers=replicas // self._rows_per_unit)
+        extra = self._num_units - planned
+        self.num_batches = self._num_units * self._rows_per_unit
         self.batch_size = n_c * n_p
 
-        # Batches to complete with other classes: the short last group of a round (its members
-        # are the round's last `active % n_c` items), then whole extra batches for the workers.
-        short = np.flatnonzero(active % n_c)
-        members = active[short] % n_c
-        fill_batch = np.concatenate(
-            [batch_offsets[short] + groups[short] - 1, planned + np.arange(extra)]
+        # Units to complete with other classes: the short last group of a round (its members
+        # are the round's last `active % g` items), then whole extra units for the replicas.
+        short = np.flatnonzero(active % g)
+        members = active[short] % g
+        fill_unit = np.concatenate(
+            [unit_offsets[short] + groups[short] - 1, planned + np.arange(extra)]
         )
         fill_first_member = np.concatenate(
             [round_starts[short] + active[short] - members, np.zeros(extra, np.int64)]
@@ -266,7 +285,7 @@ class ClassBalancedPlan:
 
         self._num_usable = num_usable
         self._num_items = int(active.sum())
-        self._num_fill_batches = len(fill_batch)
+        self._num_fill_units = len(fill_unit)
 
         # Variables, not constants: tf.data captures a variable by handle but copies a constant
         # into the dataset graph for every iterator, that is every epoch.
@@ -281,12 +300,32 @@ class ClassBalancedPlan:
         self._item_round = const(
             np.arange(self._num_items) - np.repeat(np.cumsum(chunks) - chunks, chunks)
         )
-        self._sample_offsets = const(np.tile(np.arange(n_p), self.num_batches * n_c))
+        self._sample_offsets = const(np.tile(np.arange(n_p), self._num_units * g))
         self._round_starts = const(round_starts)
-        self._batch_offsets = const(batch_offsets)
-        self._fill_batch = const(fill_batch)
+        self._unit_offsets = const(unit_offsets)
+        self._fill_unit = const(fill_unit)
         self._fill_first_member = const(fill_first_member)
         self._fill_members = const(fill_members)
+
+    @property
+    def stream(self) -> str:
+        """What fixes the stream of batches besides the classes and seed, in words: a sampler
+        state resumes only into a plan of the same stream (`epoch_state.EpochState`).
+
+        Elastic plans name the global batch alone (any replica count that keeps it resumes);
+        the others name the replica count too.
+        """
+        geometry = f"classes x {self.n_samples_per_class} samples"
+        if self.elastic:
+            return (
+                f"global batches of {self.n_classes_per_batch * self.num_replicas} {geometry} "
+                f"(epoch_mode {self.epoch_mode})"
+            )
+        return (
+            f"batches of {self.n_classes_per_batch} {geometry} on {self.num_replicas} replicas "
+            f"(epoch_mode {self.epoch_mode}; not elastic: n_c x replicas exceeds the "
+            f"{self._num_usable} usable classes)"
+        )
 
     def plan(self, epoch) -> dict[str, tf.Tensor]:
         """The global plan of one epoch, a pure function of (index, seed, epoch).
@@ -300,10 +339,14 @@ class ClassBalancedPlan:
           * ``position`` [num_batches, n_c * n_p]: positions in the CSR `values` (the record
             numbers of the classes); ``values[position]`` are the batch's record numbers.
           * ``label`` [num_batches, n_c * n_p]: the class id (CSR row) of each sample.
-          * ``seed`` [num_batches, 2]: a stateless seed per batch, for crop offsets and masks.
+          * ``seed`` [num_batches, 2]: the stateless seed of the batch's global batch (shared by
+            its replicas' batches), for crop offsets and masks.
+          * ``slice_start`` [num_batches]: where the batch's first sample lies in its global
+            batch: with the seed, it keys each sample's draws (`audio_features`'s
+            `positions`), so a sample draws the same on any replica count.
         """
         epoch = tf.convert_to_tensor(epoch, tf.int64)
-        n_c, n_p = self.n_classes_per_batch, self.n_samples_per_class
+        g, n_p = self.classes_per_unit, self.n_samples_per_class
         stream = lambda salt: epoch_plan.epoch_seed(self.seed, epoch, salt)
 
         # Chunks of every usable class (class u has chunks 0..chunks[u]-1), ordered by round and,
@@ -324,52 +367,58 @@ class ClassBalancedPlan:
         in_round = tf.range(self._num_items, dtype=tf.int64) - tf.gather(
             self._round_starts, item_round
         )
-        item_batch = tf.gather(self._batch_offsets, item_round) + in_round // n_c
-        item_slot = in_round % n_c
+        item_unit = tf.gather(self._unit_offsets, item_round) + in_round // g
+        item_slot = in_round % g
 
-        fill_class, fill_batch, fill_slot, fill_appearance = self._fillers(item_class, stream)
+        fill_class, fill_unit, fill_slot, fill_appearance = self._fillers(item_class, stream)
 
         classes = tf.concat([item_class, fill_class], 0)
         appearances = tf.concat([item_round, fill_appearance], 0)
-        slots = tf.concat([item_batch, fill_batch], 0) * n_c + tf.concat([item_slot, fill_slot], 0)
-        batch_classes = tf.scatter_nd(slots[:, None], classes, [self.num_batches * n_c])
-        batch_appearances = tf.scatter_nd(slots[:, None], appearances, [self.num_batches * n_c])
+        slots = tf.concat([item_unit, fill_unit], 0) * g + tf.concat([item_slot, fill_slot], 0)
+        unit_classes = tf.scatter_nd(slots[:, None], classes, [self._num_units * g])
+        unit_appearances = tf.scatter_nd(slots[:, None], appearances, [self._num_units * g])
 
         # Expand each (class, appearance) to its n_p permutation positions, modulo the class size.
-        sample_class = tf.repeat(batch_classes, n_p)
+        sample_class = tf.repeat(unit_classes, n_p)
         sizes = tf.gather(self._usable_sizes, sample_class)
-        within = (tf.repeat(batch_appearances, n_p) * n_p + self._sample_offsets) % sizes
+        within = (tf.repeat(unit_appearances, n_p) * n_p + self._sample_offsets) % sizes
         position = self._permuted_positions(sample_class, sizes, within, stream(_SALT_WITHIN_CLASS))
         label = tf.gather(self._usable, sample_class)
 
-        batch_order = epoch_plan.stateless_permutation(self.num_batches, stream(_SALT_BATCH_ORDER))
-        shape = [self.num_batches, n_c * n_p]
-        batch_seeds = tf.random.stateless_uniform(
-            [self.num_batches, 2],
+        # Units in random order, each cut into its replicas' batches (consecutive rows).
+        unit_order = epoch_plan.stateless_permutation(self._num_units, stream(_SALT_BATCH_ORDER))
+        rows = [self.num_batches, self.batch_size]
+        in_units = lambda t: tf.reshape(
+            tf.gather(tf.reshape(t, [self._num_units, -1]), unit_order), rows
+        )
+        unit_seeds = tf.random.stateless_uniform(
+            [self._num_units, 2],
             seed=stream(_SALT_BATCH_SEEDS),
             minval=None,
             maxval=None,
             dtype=tf.int64,
         )
+        slice_in_unit = tf.range(self.num_batches, dtype=tf.int64) % self._rows_per_unit
         return {
-            "position": tf.gather(tf.reshape(position, shape), batch_order),
-            "label": tf.gather(tf.reshape(label, shape), batch_order),
-            "seed": batch_seeds,
+            "position": in_units(position),
+            "label": in_units(label),
+            "seed": tf.repeat(unit_seeds, self._rows_per_unit, axis=0),
+            "slice_start": slice_in_unit * self.batch_size,
         }
 
     def _fillers(self, item_class: tf.Tensor, stream) -> tuple[tf.Tensor, ...]:
-        """Classes that complete the short batches: (class, batch, slot, appearance), each [F].
+        """Classes that complete the short units: (class, unit, slot, appearance), each [F].
 
-        The candidates of a batch are `n_c` consecutive entries (from a random offset, wrapping)
+        The candidates of a unit are `g` consecutive entries (from a random offset, wrapping)
         of a random permutation of the usable classes; the first ones that are not already in
-        the batch fill its free slots. At most `members < n_c` candidates are in the batch, so
-        enough remain.
+        the unit fill its free slots. At most `members < g` candidates are in the unit, and
+        `g` is at most the usable classes, so enough remain.
         """
-        n_c = self.n_classes_per_batch
-        if self._num_fill_batches == 0:
+        g = self.classes_per_unit
+        if self._num_fill_units == 0:
             empty = tf.zeros([0], tf.int64)
             return empty, empty, empty, empty
-        column = tf.range(n_c, dtype=tf.int64)[tf.newaxis, :]
+        column = tf.range(g, dtype=tf.int64)[tf.newaxis, :]
         member_positions = self._fill_first_member[:, None] + column
         has_member = column < self._fill_members[:, None]
         members = tf.where(
@@ -379,7 +428,7 @@ class ClassBalancedPlan:
         )
         class_order = epoch_plan.stateless_permutation(self._num_usable, stream(_SALT_FILL_ORDER))
         start = tf.random.stateless_uniform(
-            [self._num_fill_batches],
+            [self._num_fill_units],
             seed=stream(_SALT_FILL_OFFSET),
             minval=0,
             maxval=self._num_usable,
@@ -388,10 +437,10 @@ class ClassBalancedPlan:
         candidates = tf.gather(class_order, (start[:, None] + column) % self._num_usable)
         taken = tf.reduce_any(tf.equal(candidates[:, :, None], members[:, None, :]), axis=2)
         rank = tf.cumsum(tf.cast(~taken, tf.int64), axis=1) - 1
-        free_slots = n_c - self._fill_members
+        free_slots = g - self._fill_members
         chosen = (~taken) & (rank < free_slots[:, None])
         fill_class = tf.boolean_mask(candidates, chosen)
-        fill_batch = tf.boolean_mask(tf.tile(self._fill_batch[:, None], [1, n_c]), chosen)
+        fill_unit = tf.boolean_mask(tf.tile(self._fill_unit[:, None], [1, g]), chosen)
         fill_slot = tf.boolean_mask(self._fill_members[:, None] + rank, chosen)
         # A filler's appearance number continues after the class's own chunks, counting the
         # class's earlier fillers in this epoch.
@@ -402,7 +451,7 @@ class ClassBalancedPlan:
         )
         earlier = tf.scatter_nd(by_class[:, None], earlier, tf.shape(fill_class, out_type=tf.int64))
         fill_appearance = tf.gather(self._chunks, fill_class) + earlier
-        return fill_class, fill_batch, fill_slot, fill_appearance
+        return fill_class, fill_unit, fill_slot, fill_appearance
 
     def _permuted_positions(
         self, sample_class: tf.Tensor, sizes: tf.Tensor, within: tf.Tensor, seed: tf.Tensor

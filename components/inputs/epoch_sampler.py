@@ -39,6 +39,13 @@ class EpochSampler:
         return int(self.state.skipped_samples.numpy())
 
     @property
+    def stream(self) -> str:
+        """What fixes this sampler's stream of batches besides its data and seed, in words (the
+        plan's `stream`: the global batch, and the replica count of a plan that is not elastic):
+        what its `state.stream` must name."""
+        raise NotImplementedError
+
+    @property
     def run_key(self) -> str:
         """The run ids of the stores this sampler reads, sorted, joined by ","; "" when none is a
         run (arrays, datasets): what its `state.run` must name."""
@@ -68,15 +75,16 @@ class EpochSampler:
           `steps_per_epoch` of them per iteration.
 
         Raises:
-          epoch_state.StateRunError: `state` follows another run than `run_key`.
+          epoch_state.StateRunError: `state` follows another run than `run_key`, or another
+            stream than `stream` (a checkpoint of another global batch).
           ValueError: `initial_step` outside `[0, steps_per_epoch)`.
         """
         num_batches = self.num_batches
-        run_key = self.run_key
-        self.state.bind_run(run_key)
+        run_key, stream = self.run_key, self.stream
+        self.state.bind_run(run_key, stream)
 
         def plan_with_epoch(epoch: tf.Tensor) -> dict[str, tf.Tensor]:
-            with tf.control_dependencies([self.state.check_run(run_key)]):
+            with tf.control_dependencies([self.state.check_run(run_key, stream)]):
                 epoch = tf.identity(epoch)
             return {**self._plan(epoch), "epoch": tf.fill([num_batches], epoch)}
 
@@ -122,7 +130,8 @@ class EpochSampler:
           data_service.ServiceUnsupportedError: now, not on a worker, when something cannot run
             there (the Python disk reader, on_damaged="skip", Python in a parse function, a
             graph over `max_graph_bytes`).
-          epoch_state.StateRunError: `state` follows another run than `run_key`.
+          epoch_state.StateRunError: `state` follows another run than `run_key`, or another
+            stream than `stream` (a checkpoint of another global batch).
           ValueError: `start_epoch` below 0, `num_epochs` below 1, `max_graph_bytes` out of
             range, or a parsed batch that has an ``epoch`` key.
         """
@@ -131,7 +140,7 @@ class EpochSampler:
             sum(store.memory_bytes for store in self._stores()),
             max_graph_bytes,
         )
-        self.state.bind_run(self.run_key)
+        self.state.bind_run(self.run_key, self.stream)
         if start_epoch is None:
             start_epoch = int(self.state.epoch.numpy())
         rows = epoch_range_dataset(

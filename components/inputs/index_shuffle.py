@@ -117,6 +117,33 @@ def _in_round(round_number: int, small: tf.Tensor, updated: tf.Tensor, kept: tf.
     return tf.where(small if round_number >= ROUNDS else ~small, updated, kept)
 
 
+def keyed_uniform(seed: tf.Tensor, positions: tf.Tensor, salt: int) -> tf.Tensor:
+    """A uniform draw in [0, 1) for each position, a pure function of (seed, salt, position).
+
+    Unlike `tf.random.stateless_uniform` over a batch, a draw does not depend on the batch it
+    is computed in: the same sample draws the same in a global batch and in any replica's slice
+    of it (`audio_features`'s crops and masks).
+
+    Args:
+      seed: int64 [2], a stateless seed.
+      positions: int64 [n], the positions (of the samples in their global batch).
+      salt: the purpose of the draw; different salts are independent draws.
+
+    Returns:
+      float64 [n].
+
+    Example:
+
+        keyed_uniform(tf.constant([7, 0], tf.int64), tf.range(3, dtype=tf.int64), salt=0)
+    """
+    salted = tf.random.experimental.stateless_fold_in(
+        tf.cast(seed, tf.int64), tf.constant(salt, tf.int64)
+    )
+    key = _element_key(salted, tf.convert_to_tensor(positions, tf.int64))
+    # The top 53 bits: every float64 value they make is exact and below 1.
+    return tf.cast(_shift_right(key, 11), tf.float64) * (2.0**-53)
+
+
 IMPLEMENTATIONS = ("auto", "native", "tensorflow")
 
 

@@ -14,7 +14,10 @@ randomness seeded by `(seed, epoch)`:
   function of `(seed, epoch)`: no counts to keep, any epoch can be planned alone (a resume, a
   tf.data service worker). Group pairs walk their group's fixed random order (`group_pairs`).
 
-The x order is reshuffled every epoch and cut into global batches (`worker_slices.round_batches`).
+The x order is reshuffled every epoch and cut into batches (`worker_slices.round_batches`): with
+`R` replicas, batches `[s * R, (s + 1) * R)` are step `s`'s global batch, and the order does not
+depend on `R`, so the stream of global batches is the same on any replica count that keeps
+`batch_size x R` (`PairPlanner.stream`).
 """
 
 from __future__ import annotations
@@ -128,6 +131,8 @@ class PairPlanner:
         self.strategy = strategy
         self.seed = seed_argument(seed)
         self.batch_size = batch_size
+        self.remainder = remainder
+        self.num_replicas = int(num_workers) * int(replicas_per_worker)
         num_planned = len(valid_pairs.planned_x)
         if remainder == "wrap":
             planned_batches = -(-num_planned // self.batch_size)
@@ -163,6 +168,17 @@ class PairPlanner:
             return
         self._row_splits = index_variable(valid_pairs.row_splits, name="row_splits")
         self._values = index_variable(valid_pairs.values, name="values")
+
+    @property
+    def stream(self) -> str:
+        """What fixes the stream of batches besides the pairs and seed, in words: the global
+        batch. The epoch's order of pairs does not depend on how it is cut (the epoch holds
+        `ceil` or `floor(planned x / global batch)` global batches), so the same stream splits
+        over any replica count that keeps `batch_size x replicas` (an elastic resume)."""
+        return (
+            f"global batches of {self.batch_size * self.num_replicas} pairs "
+            f"({self.strategy}, remainder {self.remainder})"
+        )
 
     def plan(self, epoch) -> dict[str, tf.Tensor]:
         """The global plan of one epoch, a pure function of `(seed, epoch)`.

@@ -250,6 +250,10 @@ class DynamicPairsSampler(EpochSampler):
         }
         self._skip_log = SkipLog("dynamic_pairs", self.state, lambda: describe_damaged(damaged))
 
+    @property
+    def stream(self) -> str:
+        return self.planner.stream
+
     def _plan(self, epoch: tf.Tensor) -> dict[str, tf.Tensor]:
         return self.planner.plan(epoch)
 

@@ -82,6 +82,7 @@ def test_batches_hold_n_c_distinct_classes_of_n_p_samples(case):
     assert out["position"].shape == (plan.num_batches, n_c * n_p)
     assert out["label"].shape == (plan.num_batches, n_c * n_p)
     assert out["seed"].shape == (plan.num_batches, 2)
+    assert out["slice_start"].shape == (plan.num_batches,)
     assert plan.num_batches % case["num_workers"] == 0
     # Every position lies in the class its label names.
     owner = np.searchsorted(row_splits, out["position"], side="right") - 1
@@ -108,18 +109,57 @@ def test_every_usable_class_every_epoch_and_no_skipped_class(case):
     sizes = np.asarray(case["sizes"])
     n_p, n_c, workers = case["n_p"], case["n_c"], case["num_workers"]
     usable_sizes = sizes[report.usable_classes]
+    # The unit is the global batch of n_c x workers classes where that many are usable.
+    elastic = n_c * workers <= len(report.usable_classes)
+    assert plan.elastic == elastic
+    unit = n_c * workers if elastic else n_c
     if case["mode"] == "classes":
-        expected = math.ceil(len(report.usable_classes) / n_c)
+        expected = math.ceil(len(report.usable_classes) / unit)
     else:
         chunks = np.maximum(1, -(-usable_sizes // n_p))
-        expected = sum(math.ceil(int((chunks > r).sum()) / n_c) for r in range(chunks.max()))
+        expected = sum(math.ceil(int((chunks > r).sum()) / unit) for r in range(chunks.max()))
         # Every record of every usable class appears.
         row_splits = row_splits_of(sizes)
         records = np.concatenate(
             [np.arange(row_splits[c], row_splits[c + 1]) for c in report.usable_classes]
         )
         assert np.isin(records, out["position"]).all()
-    assert plan.num_batches == expected + (-expected % workers)
+    if elastic:
+        assert plan.num_batches == expected * workers
+    else:
+        assert plan.num_batches == expected + (-expected % workers)
+
+
+@SETTINGS
+@given(plan_cases())
+def test_an_elastic_global_batch_holds_distinct_classes_and_splits_over_any_replica_count(case):
+    """The stream of global batches (n_c x R classes) is the same whatever R holds it: cut into
+    R batches of n_c classes, or R' batches of n_c x R / R' classes."""
+    plan = make_plan(case)
+    replicas = case["num_workers"]
+    if not plan.elastic:
+        return
+    out = plan_arrays(plan, case["epoch"])
+    units = {
+        key: out[key].reshape(plan.num_batches // replicas, -1) for key in ("position", "label")
+    }
+    n_p = case["n_p"]
+    for labels in units["label"]:
+        classes = labels.reshape(-1, n_p)[:, 0]
+        assert len(set(classes.tolist())) == len(classes) == case["n_c"] * replicas
+    seeds = out["seed"].reshape(-1, replicas, 2)
+    assert (seeds == seeds[:, :1]).all(), "the batches of one global batch share its seed"
+    np.testing.assert_array_equal(
+        out["slice_start"], np.arange(plan.num_batches) % replicas * case["n_c"] * n_p
+    )
+    global_classes = case["n_c"] * replicas
+    for other in [r for r in range(1, global_classes + 1) if global_classes % r == 0]:
+        regrouped = make_plan({**case, "n_c": global_classes // other, "num_workers": other})
+        assert regrouped.elastic and regrouped.stream == plan.stream
+        again = plan_arrays(regrouped, case["epoch"])
+        for key, value in units.items():
+            np.testing.assert_array_equal(again[key].reshape(value.shape), value)
+        np.testing.assert_array_equal(again["seed"][::other], out["seed"][::replicas])
 
 
 @SETTINGS

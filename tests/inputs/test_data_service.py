@@ -54,18 +54,16 @@ NOWHERE = "grpc://localhost:1"  # the errors come before any connection
 # ----------------------------------------------------------------------------- fixtures
 
 
-@pytest.fixture(scope="module")
-def service(tmp_path_factory):
-    """`grpc://localhost:PORT` of a dispatcher with two registered worker processes."""
-    logs = tmp_path_factory.mktemp("worker_logs")
-    dispatcher = tf.data.experimental.service.DispatchServer(
-        tf.data.experimental.service.DispatcherConfig(port=0)
-    )
+def start_workers(
+    dispatcher: tf.data.experimental.service.DispatchServer, count: int, logs
+) -> list[subprocess.Popen]:
+    """Starts `count` more worker processes of `dispatcher` and waits until they registered."""
     address = dispatcher.target.split("://")[1]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", PYTHONPATH=REPO_ROOT)
+    registered = dispatcher._num_workers()  # no public API counts the registered workers
     processes, log_paths = [], []
-    for index in range(WORKERS):
-        log_paths.append(logs / f"worker{index}.log")
+    for _ in range(count):
+        log_paths.append(logs / f"worker{registered + len(processes)}.log")
         with open(log_paths[-1], "wb") as log:
             command = [sys.executable, "-m", "tfx_dynamic_inputs.data_service_worker"]
             processes.append(
@@ -77,26 +75,41 @@ def service(tmp_path_factory):
                     stderr=subprocess.STDOUT,
                 )
             )
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while dispatcher._num_workers() < registered + count:
+        for process, path in zip(processes, log_paths, strict=True):
+            if process.poll() is not None:
+                stop_workers(processes)
+                pytest.fail(f"a worker exited ({process.returncode}):\n{path.read_text()}")
+        if time.monotonic() > deadline:
+            stop_workers(processes)
+            pytest.fail(f"{count} workers did not register in {STARTUP_TIMEOUT_S} s")
+        time.sleep(0.2)
+    return processes
+
+
+def stop_workers(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    """A dispatcher in this process and `WORKERS` worker processes: the dispatcher's address."""
+    dispatcher = tf.data.experimental.service.DispatchServer(
+        tf.data.experimental.service.DispatcherConfig(port=0)
+    )
+    processes = start_workers(dispatcher, WORKERS, tmp_path_factory.mktemp("worker_logs"))
     try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        # No public API counts the registered workers.
-        while dispatcher._num_workers() < WORKERS:
-            for process, path in zip(processes, log_paths, strict=True):
-                if process.poll() is not None:
-                    pytest.fail(f"a worker exited ({process.returncode}):\n{path.read_text()}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"{WORKERS} workers did not register in {STARTUP_TIMEOUT_S} s")
-            time.sleep(0.2)
         yield dispatcher.target
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+        stop_workers(processes)
         dispatcher._stop()
 
 
@@ -194,6 +207,78 @@ def class_sampler(run_dir: str, seed: int, **options) -> ClassBalancedSampler:
     return ClassBalancedSampler(
         run_dir, n_classes_per_batch=N_C, n_samples_per_class=N_P, seed=seed, **options
     )
+
+
+# ----------------------------------------------------------------------------- elastic resume
+
+
+def _halves(batches: list[dict], names: tuple[str, ...], half: int) -> list[dict]:
+    """Half `half` of each global batch: what input pipeline `half` of two holds of it."""
+    return [{name: np.array_split(b[name], 2)[half] for name in names} for b in batches]
+
+
+def test_a_run_resumes_on_three_service_workers_and_two_input_pipelines(
+    pairs_run, audio_run, tmp_path
+):
+    """Epochs 0-1 on one input pipeline and 2 service workers, checkpointed; epochs 2-3 resumed
+    from the checkpoint on 2 input pipelines (half the batch each) and 3 service workers. Each
+    epoch's batches are the uninterrupted run's global batches, split in two from the resume on
+    (a multiset per epoch: distributed_epoch hands batches out in no fixed order)."""
+    pairs_dir, classes_dir = pairs_run[0], audio_run[0]
+
+    def make(kind: str, pipelines: int, index: int):
+        where = dict(worker_index=index, num_workers=pipelines)
+        store = StoreOptions(backend="disk")
+        if kind == "pairs":
+            return DynamicPairsSampler(
+                pairs_dir, batch_size=BATCH // pipelines, seed=3, store_options=store, **where
+            )
+        return ClassBalancedSampler(
+            classes_dir,
+            n_classes_per_batch=4 // pipelines,
+            n_samples_per_class=N_P,
+            seed=3,
+            features=None,
+            store_options=store,
+            **where,
+        )
+
+    names = {"pairs": ("x_index", "y_index"), "classes": ("index", "label")}
+    dispatcher = tf.data.experimental.service.DispatchServer(
+        tf.data.experimental.service.DispatcherConfig(port=0)
+    )
+    processes = start_workers(dispatcher, 2, tmp_path)
+    got, paths = {}, {}
+    try:
+        for kind in names:
+            sampler = make(kind, 1, 0)
+            first = collect(sampler.distributed_dataset(dispatcher.target, num_epochs=2))
+            # The training loop advances the epoch the service never does, then checkpoints.
+            sampler.state.epoch.assign(2)
+            paths[kind] = tf.train.Checkpoint(sampler=sampler.state).write(str(tmp_path / kind))
+            got[kind] = {"first": by_epoch(first)}
+        processes += start_workers(dispatcher, 1, tmp_path)
+        for kind in names:
+            for pipeline in range(2):
+                resumed = make(kind, 2, pipeline)
+                checkpoint = tf.train.Checkpoint(sampler=resumed.state)
+                checkpoint.read(paths[kind]).assert_consumed()
+                batches = collect(resumed.distributed_dataset(dispatcher.target, num_epochs=2))
+                got[kind][pipeline] = by_epoch(batches)
+    finally:
+        stop_workers(processes)
+        dispatcher._stop()
+
+    for kind, fields in names.items():
+        expected = local_epochs(make(kind, 1, 0), 4)
+        assert sorted(got[kind]["first"]) == [0, 1]
+        for epoch in (0, 1):
+            assert keys(got[kind]["first"][epoch], *fields) == keys(expected[epoch], *fields)
+        for pipeline in range(2):
+            assert sorted(got[kind][pipeline]) == [2, 3]
+            for epoch in (2, 3):
+                halves = _halves(expected[epoch], fields, pipeline)
+                assert keys(got[kind][pipeline][epoch], *fields) == keys(halves, *fields)
 
 
 # ----------------------------------------------------------------------------- dynamic pairs
