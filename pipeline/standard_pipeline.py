@@ -1,8 +1,13 @@
 """The standard-TFX composition: re-sampled class-balanced training on ExampleGen's Examples.
 
-    ImportExampleGen -> StatisticsGen -> SchemaGen -> Transform -> IndexExamples
+    ExampleGen -> StatisticsGen -> SchemaGen -> Transform -> IndexExamples
         -> ClassBalancedTrainer (over Transform's transformed_examples)
         -> ModelGate -> Pusher (as the demo pipelines end: `common.gate_and_push`)
+
+ExampleGen reads `input_base` in the config's `input_format` (`example_gen.INPUT_FORMATS`):
+TFRecord files of `tf.train.Example` (ImportExampleGen, the default), CSV files with a header
+(CsvExampleGen) or Parquet files (FileBasedExampleGen); the node's id is its class name
+(`example_gen.node_id`).
 
 Transform's GZIP-compressed `transformed_examples` cannot be read by record number; IndexExamples
 writes them as indexed shards with a class index from `label_feature`, and ClassBalancedTrainer
@@ -30,7 +35,7 @@ from tfx.types import standard_component_specs
 from tfx_dynamic_inputs import component_keys as keys
 from tfx_dynamic_inputs.evaluator_component import ModelGate
 from tfx_dynamic_inputs.index_component import IndexExamples
-from tfx_dynamic_inputs.pipeline import common
+from tfx_dynamic_inputs.pipeline import common, example_gen
 from tfx_dynamic_inputs.pipeline.config import RunConfig
 from tfx_dynamic_inputs.trainer_component import ClassBalancedInputOptions, ClassBalancedTrainer
 from tfx_dynamic_inputs.trainer_component.input_options import TRANSFORMED_SPEC
@@ -40,12 +45,15 @@ from tfx_dynamic_inputs.trainer_component.input_options import TRANSFORMED_SPEC
 class StandardConfig:
     """One standard pipeline.
 
-    `input_base`: a folder of TFRecord files of `tf.train.Example` (what ImportExampleGen
-    reads; it splits them into `train` and `eval`, 2:1 by hash). `preprocessing_fn`: the
-    importable path of Transform's `preprocessing_fn` (`package.module.function`), whose outputs
-    keep `label_feature` (an int64 class id or a bytes class name per example). `trainer_module`:
-    the importable module of the trainer's `run_fn`. Records without a usable label are
-    IndexExamples' rejects, at most `max_reject_fraction` of them (None: its default, 0.1).
+    `input_base`: a folder of input files in `input_format`, one of `example_gen.INPUT_FORMATS`:
+    "tfrecord" (TFRecord files of `tf.train.Example`), "csv" (CSV files with a header line, a
+    column per feature) or "parquet" (Parquet files); ExampleGen splits them into `train` and
+    `eval`, 2:1 by hash (another format is a ValueError here, naming the formats).
+    `preprocessing_fn`: the importable path of Transform's `preprocessing_fn`
+    (`package.module.function`), whose outputs keep `label_feature` (an int64 class id or a bytes
+    class name per example). `trainer_module`: the importable module of the trainer's `run_fn`.
+    Records without a usable label are IndexExamples' rejects, at most `max_reject_fraction` of
+    them (None: its default, 0.1).
 
     The gate, as the demo configs': `blessing_metric` is a held-out metric `run_fn` returns
     (which way is better: `blessing_direction`), within `blessing_threshold` (None: any) and at
@@ -73,6 +81,10 @@ class StandardConfig:
     blessing_threshold: float | None = None
     blessing_tolerance: float = 0.0
     serving_dir: str | None = None
+    input_format: str = example_gen.TFRECORD
+
+    def __post_init__(self):
+        example_gen.check_input_format(self.input_format)
 
 
 class StandardComponents(NamedTuple):
@@ -108,8 +120,8 @@ def standard_components(config: StandardConfig, run: RunConfig) -> StandardCompo
         components = standard_components(config, run)
         evaluator = tfx.components.Evaluator(model=components.trainer.outputs["model"], ...)
     """
-    example_gen = tfx.components.ImportExampleGen(input_base=config.input_base)
-    examples = example_gen.outputs[standard_component_specs.EXAMPLES_KEY]
+    reader = example_gen.example_gen(config.input_format, config.input_base)
+    examples = reader.outputs[standard_component_specs.EXAMPLES_KEY]
     statistics_gen = tfx.components.StatisticsGen(examples=examples)
     schema_gen = tfx.components.SchemaGen(
         statistics=statistics_gen.outputs[standard_component_specs.STATISTICS_KEY]
@@ -143,7 +155,7 @@ def standard_components(config: StandardConfig, run: RunConfig) -> StandardCompo
         custom_config=dict(config.custom_config),
     )
     return StandardComponents(
-        example_gen,
+        reader,
         statistics_gen,
         schema_gen,
         transform,

@@ -26,7 +26,7 @@ from tfx.utils import import_utils
 from tests.pipeline import standard_data
 from tfx_dynamic_inputs import component_keys as keys
 from tfx_dynamic_inputs.kubeflow import local_run, runner
-from tfx_dynamic_inputs.pipeline import common, config, standard_pipeline
+from tfx_dynamic_inputs.pipeline import common, config, example_gen, standard_pipeline
 from tfx_dynamic_inputs.trainer_component.input_options import TRANSFORMED_SPEC
 
 pytestmark = pytest.mark.slow
@@ -34,12 +34,14 @@ pytestmark = pytest.mark.slow
 IMAGE = "tfx-dynamic-inputs:test"
 BLESSING_RESOLVER = f"{common.BASELINE_RESOLVER_ID}-model-blessing-resolver"
 MODEL_RESOLVER = f"{common.BASELINE_RESOLVER_ID}-model-resolver"
+# standard_data's TFRecord input (the default input_format): ImportExampleGen.
+EXAMPLE_GEN = example_gen.node_id(example_gen.TFRECORD)
 # Each container task's upstream tasks.
 DEPENDENCIES = {
-    "ImportExampleGen": set(),
-    "StatisticsGen": {"ImportExampleGen"},
+    EXAMPLE_GEN: set(),
+    "StatisticsGen": {EXAMPLE_GEN},
     "SchemaGen": {"StatisticsGen"},
-    "Transform": {"ImportExampleGen", "SchemaGen"},
+    "Transform": {EXAMPLE_GEN, "SchemaGen"},
     "IndexExamples": {"Transform"},
     "ClassBalancedTrainer": {"IndexExamples", "SchemaGen", "Transform"},
     "ModelGate": {"ClassBalancedTrainer", MODEL_RESOLVER},
@@ -161,10 +163,44 @@ def test_spec_wires_the_standard_tasks_and_their_parameters(compiled):
         classes[name] = args[args.index("--executor_class_path") + 1]
         # Every executor class is importable from the installed project.
         import_utils.import_class_by_path(classes[name])
-        if name == "ImportExampleGen":
+        if name == EXAMPLE_GEN:
             [_, _, driver] = container["lifecycle"]["preCacheCheck"]["command"]
             importlib.import_module(driver)
     assert EXECUTORS.items() <= classes.items()
+
+
+@pytest.mark.parametrize(
+    ("input_format", "executor"),
+    [
+        (example_gen.CSV, "tfx.components.example_gen.csv_example_gen.executor.Executor"),
+        (example_gen.PARQUET, "tfx_dynamic_inputs.pipeline.example_gen.ParquetExecutor"),
+    ],
+)
+def test_the_other_input_formats_compile_with_their_example_gen(tmp_path, input_format, executor):
+    pipeline_config = standard_data.config(str(tmp_path / "input"), input_format=input_format)
+    kubeflow_config = config.KubeflowConfig(
+        image=IMAGE, output_dir=str(tmp_path / "specs"), pipeline_root="gs://unused-bucket/root"
+    )
+    path = runner.compile_pipeline(
+        standard_pipeline.create_pipeline(pipeline_config, runner.run_config(kubeflow_config)),
+        kubeflow_config.output_dir,
+        kubeflow_config.image,
+    )
+    with open(path) as f:
+        job = json.load(f)
+    spec = json_format.ParseDict(job["pipelineSpec"], pipeline_spec_pb2.PipelineSpec())
+    name = example_gen.node_id(input_format)
+    tasks = spec.root.dag.tasks
+    assert set(tasks["StatisticsGen"].dependent_tasks) == {name}
+    assert set(tasks["Transform"].dependent_tasks) == {name, "SchemaGen"}
+    container = spec.deployment_spec["executors"][
+        spec.components[tasks[name].component_ref.name].executor_label
+    ]["container"]
+    args = list(container["args"])
+    assert args[args.index("--executor_class_path") + 1] == executor
+    import_utils.import_class_by_path(executor)
+    [_, _, driver] = container["lifecycle"]["preCacheCheck"]["command"]
+    importlib.import_module(driver)
 
 
 def _output(outputs: dict, task: str, key: str) -> dict:
@@ -174,7 +210,7 @@ def _output(outputs: dict, task: str, key: str) -> dict:
 
 def test_every_standard_task_runs_and_hands_on_its_outputs(compiled, outputs):
     assert set(outputs) == {*DEPENDENCIES, BLESSING_RESOLVER, MODEL_RESOLVER}
-    examples = _output(outputs, "ImportExampleGen", standard_component_specs.EXAMPLES_KEY)
+    examples = _output(outputs, EXAMPLE_GEN, standard_component_specs.EXAMPLES_KEY)
     assert json.loads(examples["metadata"]["split_names"]) == ["train", "eval"]
     transformed = _output(outputs, "Transform", standard_component_specs.TRANSFORMED_EXAMPLES_KEY)
     assert tf.io.gfile.glob(os.path.join(transformed["uri"], "Split-train", "*.gz"))

@@ -1,5 +1,6 @@
 """The user modules of the standard-TFX pipeline test: Transform's `preprocessing_fn` and the
-trainer's `run_fn`.
+trainer's `run_fn`, for raw examples of any input format: the 4-float vector is one feature
+`vector` (TFRecord, Parquet) or a CSV column per component, `vector_0` ... `vector_3`.
 
 `run_fn` records the label make-up of every batch of one epoch in
 `<model_run>/batch_labels.json` before it trains, so the test can check the `n_c x n_p`
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 
 import keras
 import numpy as np
@@ -19,16 +21,26 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 VECTOR_KEY = "vector"
+# A CSV cell holds one value: the vector's components as columns.
+VECTOR_COLUMNS = tuple(f"{VECTOR_KEY}_{i}" for i in range(4))
 LABEL_KEY = "label"
 TRANSFORMED_VECTOR_KEY = "vector_xf"
 BATCH_LABELS_FILE = "batch_labels.json"
+
+
+def raw_vector(features: Mapping[str, tf.Tensor]) -> tf.Tensor:
+    """The `[batch, 4]` vector of parsed raw examples: `vector`, or the CSV columns side by side
+    (each `[batch]` or `[batch, 1]`, as the inferred schema's shape has it)."""
+    if VECTOR_KEY in features:
+        return features[VECTOR_KEY]
+    return tf.concat([tf.reshape(features[column], [-1, 1]) for column in VECTOR_COLUMNS], axis=1)
 
 
 def preprocessing_fn(inputs: dict) -> dict:
     """The vector scaled to z-scores over the training split; the label passed through (a
     sparse tensor: some examples have none, and IndexExamples rejects those)."""
     return {
-        TRANSFORMED_VECTOR_KEY: tft.scale_to_z_score(inputs[VECTOR_KEY]),
+        TRANSFORMED_VECTOR_KEY: tft.scale_to_z_score(raw_vector(inputs)),
         LABEL_KEY: inputs[LABEL_KEY],
     }
 

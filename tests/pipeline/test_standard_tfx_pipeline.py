@@ -1,8 +1,11 @@
 """The standard-TFX composition end to end on LocalDagRunner (sqlite ML Metadata, Beam
-DirectRunner): ImportExampleGen -> StatisticsGen -> SchemaGen -> Transform -> IndexExamples ->
-ClassBalancedTrainer -> ModelGate -> Pusher, on `standard_data`'s tf.Examples (a 4-float vector, an
-int64 class label, some examples without one). One run serves every test of the module; the
-second-run case of the gate (the resolver's baseline) is the demo pipelines' test's.
+DirectRunner), from a CSV input (`StandardConfig.input_format="csv"`): CsvExampleGen ->
+StatisticsGen -> SchemaGen -> Transform -> IndexExamples -> ClassBalancedTrainer -> ModelGate ->
+Pusher, on `standard_data`'s examples (a 4-float vector in 4 columns, an int64 class label, an
+empty label cell in some rows). One run serves every test of the module; the second-run case of
+the gate (the resolver's baseline) is the demo pipelines' test's, the TFRecord input the Kubeflow
+test's (`tests/kubeflow/test_compiled_standard_pipeline.py`), and the other formats' ExampleGen
+`test_example_gen.py`'s.
 """
 
 from __future__ import annotations
@@ -30,14 +33,16 @@ from tfx_dynamic_inputs import artifacts, layout
 from tfx_dynamic_inputs import component_keys as keys
 from tfx_dynamic_inputs.index_component import executor as index_executor
 from tfx_dynamic_inputs.inputs import RecordStore
-from tfx_dynamic_inputs.pipeline import common, report, run_local, standard_pipeline
+from tfx_dynamic_inputs.pipeline import common, example_gen, report, run_local, standard_pipeline
 from tfx_dynamic_inputs.pipeline.config import RunConfig
 from tfx_dynamic_inputs.trainer_component import training_inputs
 from tfx_dynamic_inputs.trainer_component.input_options import ClassBalancedInputOptions
 
 pytestmark = pytest.mark.slow
 
-NODES = ("ImportExampleGen", "StatisticsGen", "SchemaGen", "Transform", "IndexExamples")
+INPUT_FORMAT = example_gen.CSV
+EXAMPLE_GEN = example_gen.node_id(INPUT_FORMAT)  # CsvExampleGen
+NODES = (EXAMPLE_GEN, "StatisticsGen", "SchemaGen", "Transform", "IndexExamples")
 TRAINER = "ClassBalancedTrainer"
 GATE_NODES = (common.BASELINE_RESOLVER_ID, "ModelGate", "Pusher")
 
@@ -52,8 +57,9 @@ class StandardRun(NamedTuple):
 @pytest.fixture(scope="module")
 def standard_run(tmp_path_factory) -> StandardRun:
     work_dir = str(tmp_path_factory.mktemp("standard"))
-    labels = standard_data.write_examples(os.path.join(work_dir, "input"))
-    config = standard_data.config(os.path.join(work_dir, "input"))
+    input_base = os.path.join(work_dir, "input")
+    labels = standard_data.write_examples(input_base, INPUT_FORMAT)
+    config = standard_data.config(input_base, input_format=INPUT_FORMAT)
     run = run_local.run_config(work_dir, enable_cache=False)
     run_local.run(standard_pipeline.create_pipeline(config, run))
     return StandardRun(
@@ -174,16 +180,9 @@ def test_the_model_serves_raw_examples_through_the_transform_graph(standard_run,
         [pushed] = results["Pusher"].outputs[standard_component_specs.PUSHED_MODEL_KEY]
         model_dir = pushed.properties["pushed_destination"]
     serve = tf.saved_model.load(model_dir).signatures["serving_default"]
+    # Raw examples as the input has them: the CSV's vector columns, no label.
     examples = [
-        tf.train.Example(
-            features=tf.train.Features(
-                feature={
-                    standard_modules.VECTOR_KEY: tf.train.Feature(
-                        float_list=tf.train.FloatList(value=center.tolist())
-                    )
-                }
-            )
-        ).SerializeToString()
+        standard_data.raw_example(center, None, INPUT_FORMAT).SerializeToString()
         for center in standard_data.class_centers()
     ]
     probabilities = serve(examples=tf.constant(examples))["probabilities"].numpy()
@@ -191,19 +190,17 @@ def test_the_model_serves_raw_examples_through_the_transform_graph(standard_run,
     np.testing.assert_array_equal(np.argmax(probabilities, axis=1), np.arange(NUM_CLASSES))
 
 
-def _vectors(files: list[str]) -> np.ndarray:
-    spec = {standard_modules.VECTOR_KEY: tf.io.FixedLenFeature([NUM_CLASSES], tf.float32)}
-    records = tf.data.TFRecordDataset(files, compression_type="GZIP")
-    return np.stack(
-        [tf.io.parse_single_example(r, spec)[standard_modules.VECTOR_KEY] for r in records]
-    )
+def _vectors(records: list[bytes], transform_output: tft.TFTransformOutput) -> np.ndarray:
+    """The raw vectors of serialized raw `records`, parsed with Transform's raw feature spec."""
+    features = tf.io.parse_example(records, transform_output.raw_feature_spec())
+    return standard_modules.raw_vector(features).numpy()
 
 
 def test_apply_transform_runs_transforms_graph_over_raw_records(standard_run, tmp_path):
     """The other way to train on Transform's features: index ExampleGen's raw Examples and let
     the input pipeline apply the transform graph (input option `apply_transform`)."""
     results = standard_run.results
-    raw_uri = results["ImportExampleGen"].uri(standard_component_specs.EXAMPLES_KEY)
+    raw_uri = results[EXAMPLE_GEN].uri(standard_component_specs.EXAMPLES_KEY)
     raw = make_artifact(standard_artifacts.Examples, raw_uri, ["train", "eval"])
     outputs = {
         key: [make_artifact(artifact_type, str(tmp_path / key))]
@@ -245,10 +242,14 @@ def test_apply_transform_runs_transforms_graph_over_raw_records(standard_run, tm
     assert set(batch) == {"index", "label", standard_modules.TRANSFORMED_VECTOR_KEY}
     # z-scores over every value of the split Transform analyzed (train, unlabelled examples
     # included): `scale_to_z_score` is not elementwise by default.
-    train_vectors = _vectors(tf.io.gfile.glob(os.path.join(raw_uri, "Split-train", "*")))
+    train_files = tf.io.gfile.glob(os.path.join(raw_uri, "Split-train", "*"))
+    train_records = [
+        record.numpy() for record in tf.data.TFRecordDataset(train_files, compression_type="GZIP")
+    ]
+    train_vectors = _vectors(train_records, transform_output)
+    assert train_vectors.shape[1] == NUM_CLASSES
     store = RecordStore.open(offset_index, "train")
-    spec = {standard_modules.VECTOR_KEY: tf.io.FixedLenFeature([NUM_CLASSES], tf.float32)}
-    raw_vectors = tf.io.parse_example(store.read(batch["index"]), spec)[standard_modules.VECTOR_KEY]
+    raw_vectors = _vectors(store.read(batch["index"]), transform_output)
     np.testing.assert_allclose(
         batch[standard_modules.TRANSFORMED_VECTOR_KEY],
         (raw_vectors - train_vectors.mean()) / train_vectors.std(),
