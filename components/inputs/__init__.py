@@ -21,6 +21,7 @@ Import from here; the modules behind it hold one concept each:
 * `valid_pairs`, `group_pairs`, `pair_plan`, `pairs`, `coverage`: the valid-pair index (edges,
   or groups), the pair plan, the dynamic-pairs sampler, pair coverage;
 * `class_plan`, `class_balanced`: the class-balanced plan and the sampler that reads it;
+  `draw_counts`: how often each record was drawn, this epoch and so far;
 * `audio_config`: how audio records become features (`AudioFeatureConfig`, `SpecAugment`);
   `audio_features`: crop/pad, log-mel and SpecAugment in the graph.
 
@@ -33,6 +34,7 @@ from tfx_dynamic_inputs.inputs.class_plan import ClassBalancedPlan, ClassReport
 from tfx_dynamic_inputs.inputs.coverage import PairCoverage, PairCoverageCallback
 from tfx_dynamic_inputs.inputs.damaged_records import DamagedRecord, DamagedRecordError
 from tfx_dynamic_inputs.inputs.data_service import ServiceUnsupportedError
+from tfx_dynamic_inputs.inputs.draw_counts import DrawCounts, DrawCountsCallback
 from tfx_dynamic_inputs.inputs.element_codec import tensor_parser
 from tfx_dynamic_inputs.inputs.epoch_state import EpochState
 from tfx_dynamic_inputs.inputs.group_pairs import GroupPairs
@@ -56,6 +58,8 @@ __all__ = [
     "SpecAugment",
     "DamagedRecord",
     "DamagedRecordError",
+    "DrawCounts",
+    "DrawCountsCallback",
     "DynamicPairsSampler",
     "EpochState",
     "GroupPairs",

@@ -23,6 +23,7 @@ from tfx_dynamic_inputs import component_keys as keys
 from tfx_dynamic_inputs import execution, layout
 from tfx_dynamic_inputs.index_component.executor import LABEL_FEATURE_PROPERTY
 from tfx_dynamic_inputs.inputs import PairCoverage, PairCoverageCallback
+from tfx_dynamic_inputs.inputs.draw_counts import DrawCounts, DrawCountsCallback
 from tfx_dynamic_inputs.trainer_component import input_options, training_inputs
 from tfx_dynamic_inputs.trainer_component.checkpoints import TrainingCheckpoints, checkpoint_dir
 from tfx_dynamic_inputs.trainer_component.fn_args import FnArgs
@@ -78,15 +79,15 @@ class TrainingInputs:
       eval_dataset: `FnArgs.eval_dataset`, or None.
       callbacks: the kind's Keras callbacks (the checkpoints' is added after them).
       settings: what the kind adds to `run_fn`'s `custom_config` (batch geometry, ...).
-      coverage: the pair coverage the dataset is observed by (its results join the metrics),
-        or None.
+      reports: what observes the dataset (pair coverage, draw counts); their `result()` joins
+        the metrics.
     """
 
     train_dataset: tf.data.Dataset
     eval_dataset: tf.data.Dataset | None
     callbacks: list
     settings: dict[str, Any]
-    coverage: PairCoverage | None = None
+    reports: list[PairCoverage | DrawCounts] = dataclasses.field(default_factory=list)
 
 
 class TrainerExecutor(execution.LoggedExecutor):
@@ -183,9 +184,9 @@ class TrainerExecutor(execution.LoggedExecutor):
             tf_transform_output=request.tf_transform_output,
         )
         metrics = checked_metrics(run_fn(fn_args))
-        if inputs.coverage is not None:
+        for report in inputs.reports:
             # What the input pipeline served, whatever run_fn chose to report.
-            metrics.update({k: float(v) for k, v in inputs.coverage.result().items()})
+            metrics.update({k: float(v) for k, v in report.result().items()})
 
         if not tf.io.gfile.exists(serving_model_dir) or not tf.io.gfile.listdir(serving_model_dir):
             raise RuntimeError(f"run_fn exported nothing to {serving_model_dir}")
@@ -222,7 +223,7 @@ class PairsExecutor(TrainerExecutor):
             eval_dataset=eval_dataset,
             callbacks=[PairCoverageCallback(coverage, log_dir=request.model_run_dir)],
             settings={"batch_size": batch_size, "num_valid_pairs": coverage.num_pairs},
-            coverage=coverage,
+            reports=[coverage],
         )
 
 
@@ -255,6 +256,9 @@ class ClassBalancedExecutor(TrainerExecutor):
         if parser is None:
             parser = options.audio_features()
             settings.update(num_mel_bins=parser.num_mel_bins, sample_rate=parser.sample_rate)
+        # One count per training record: the class index lists each record once.
+        num_records = len(training_inputs.class_ids(class_index, request.train_split))
+        draw_counts = DrawCounts(num_records)
         train_dataset = training_inputs.class_balanced_train_dataset(
             request.offset_index,
             class_index,
@@ -265,6 +269,7 @@ class ClassBalancedExecutor(TrainerExecutor):
             parser=parser,
             options=options,
             resume=request.checkpoints.resume,
+            draw_counts=draw_counts,
         )
         eval_dataset = None
         if request.eval_split:
@@ -281,7 +286,13 @@ class ClassBalancedExecutor(TrainerExecutor):
             n_samples_per_class=n_p,
             num_classes=training_inputs.num_classes(class_index, request.train_split),
         )
-        return TrainingInputs(train_dataset, eval_dataset, callbacks=[], settings=settings)
+        return TrainingInputs(
+            train_dataset,
+            eval_dataset,
+            callbacks=[DrawCountsCallback(draw_counts, log_dir=request.model_run_dir)],
+            settings=settings,
+            reports=[draw_counts],
+        )
 
 
 def check_no_anomalies(anomalies: types.Artifact, splits: list[str]) -> None:

@@ -33,6 +33,7 @@ from tfx_dynamic_inputs.inputs import (
 )
 from tfx_dynamic_inputs.inputs.audio_features import audio_features, parse_audio_examples
 from tfx_dynamic_inputs.inputs.class_balanced import record_parser
+from tfx_dynamic_inputs.inputs.draw_counts import DrawCounts
 from tfx_dynamic_inputs.inputs.epoch_sampler import EpochSampler
 from tfx_dynamic_inputs.inputs.parsing import ParseFn, feature_spec_from_schema
 from tfx_dynamic_inputs.trainer_component.input_options import (
@@ -48,7 +49,8 @@ if TYPE_CHECKING:
 # Keys of the class-balanced batches handed to `run_fn` (see `FnArgs`).
 SPEAKER_KEYS = ("features", "lengths", "label", "index")
 # `resume(sampler, other_inputs)`, called with a training sampler before its dataset is built,
-# restores the sampler's state and the other input-side modules (by name: pair coverage) from a
+# restores the sampler's state and the other input-side modules (by name: pair coverage, draw
+# counts) from a
 # checkpoint and returns the batches of the epoch in progress already trained (0: a fresh
 # start). See `checkpoints.TrainingCheckpoints`.
 Resume = Callable[[EpochSampler, Mapping[str, tf.Module]], int]
@@ -249,6 +251,7 @@ def class_balanced_train_dataset(
     parser: ClassBalancedParser,
     options: ClassBalancedInputOptions | None = None,
     resume: Resume | None = None,
+    draw_counts: DrawCounts | None = None,
 ) -> tf.data.Dataset:
     """Class-balanced batches of `record_set` with the `FnArgs` keys, re-planned every epoch.
 
@@ -262,6 +265,9 @@ def class_balanced_train_dataset(
       options: the trainer's `ClassBalancedInputOptions` (`epoch_mode`, `small_classes`, how
         the store opens); None: the defaults.
       resume: see `Resume`.
+      draw_counts: made to count each epoch's plan (`DrawCounts.track_plan`, over the record
+        set's records; `DrawCountsCallback` counts at each epoch's end) and resumed with the
+        sampler state. None: not counted.
 
     Returns:
       The batches: with an `AudioFeatureConfig`, the `SPEAKER_KEYS`; with a `ParseFn`, dicts of
@@ -282,7 +288,16 @@ def class_balanced_train_dataset(
         features=parser if audio else None,
         parse_fn=None if audio else parser,
     )
-    batches = _training_batches(sampler, resume, {})
+    if draw_counts is None:
+        batches = _training_batches(sampler, resume, {})
+    else:
+        if draw_counts.num_records != sampler.store.num_records:
+            raise ValueError(
+                f"draw_counts counts {draw_counts.num_records} records but {record_set!r} holds "
+                f"{sampler.store.num_records}"
+            )
+        draw_counts.track_plan(lambda epoch: sampler.epoch_plan(epoch)["index"])
+        batches = _training_batches(sampler, resume, {"draw_counts": draw_counts})
     return batches.map(_speaker_batch) if audio else batches
 
 

@@ -16,6 +16,7 @@ from tests.components.conftest import DIGIT_IMAGE_SIZE, make_artifact
 from tfx_dynamic_inputs import artifacts, layout
 from tfx_dynamic_inputs import component_keys as keys
 from tfx_dynamic_inputs.inputs import ValidPairs
+from tfx_dynamic_inputs.inputs.draw_counts import SUMMARY_KEYS as DRAW_SUMMARY_KEYS
 from tfx_dynamic_inputs.trainer_component import (
     ClassBalancedInputOptions,
     ClassBalancedTrainer,
@@ -181,6 +182,12 @@ def test_speaker_batches_are_class_balanced_and_eval_covers_held_out_speakers(
         assert int(tf.reduce_max(batch["lengths"])) == batch["features"].shape[1]
     assert fn_args.custom_config["n_classes_per_batch"] == N_CLASSES_PER_BATCH
     assert model.get_float_custom_property("epochs_run") == 2.0
+    # The draws per training record the input pipeline served, in the metrics and TensorBoard.
+    draws = {k: model.get_float_custom_property(k) for k in DRAW_SUMMARY_KEYS}
+    assert 0 <= draws["draws_epoch_min"] <= draws["draws_epoch_median"] <= draws["draws_epoch_max"]
+    assert draws["draws_epoch_max"] <= draws["draws_total_max"]
+    assert draws["draws_total_median"] >= 1 and draws["records_never_drawn"] < len(train_ids)
+    assert tf.io.gfile.glob(os.path.join(model_run.uri, "draw_counts", "events.out.tfevents.*"))
 
 
 def _anomalies_artifact(directory, split_anomalies: dict[str, bool]):
