@@ -79,6 +79,7 @@ class ClassBalancedSampler(EpochSampler):
         num_workers: int | None = None,
         epoch_mode: str = "classes",
         small_classes: str = "replace",
+        max_draws_per_record: int | None = None,
         features: AudioFeatureConfig | None = DEFAULT_FEATURES,
         parse_fn: ParseFn | None = None,
         feature_spec: Mapping[str, object] | None = None,
@@ -135,6 +136,7 @@ class ClassBalancedSampler(EpochSampler):
             seed=seed,
             epoch_mode=epoch_mode,
             small_classes=small_classes,
+            max_draws_per_record=max_draws_per_record,
             num_workers=self.num_workers,
             replicas_per_worker=replicas_per_worker(input_context),
         )
@@ -273,6 +275,7 @@ def class_balanced(
     num_workers: int | None = None,
     epoch_mode: str = "classes",
     small_classes: str = "replace",
+    max_draws_per_record: int | None = None,
     features: AudioFeatureConfig | None = DEFAULT_FEATURES,
     parse_fn: ParseFn | None = None,
     feature_spec: Mapping[str, object] | None = None,
@@ -316,6 +319,9 @@ def class_balanced(
         `class_plan`.
       small_classes: a class with fewer than `n_p` records: "replace" (drawn with repeats) or
         "skip" (left out, reported).
+      max_draws_per_record: no record drawn more often in an epoch (the short batches are
+        completed with the least-drawn classes under the cap, `class_fillers`); the least
+        accepted is named when it is too low. None: no cap.
       features: the audio front end (`AudioFeatureConfig`; over a run, at the rate it stored),
         or None for the serialized records.
       parse_fn, feature_spec: for records of any kind (image, text, embedding Examples) instead
@@ -368,6 +374,7 @@ def class_balanced(
         num_workers=num_workers,
         epoch_mode=epoch_mode,
         small_classes=small_classes,
+        max_draws_per_record=max_draws_per_record,
         features=features,
         parse_fn=parse_fn,
         feature_spec=feature_spec,

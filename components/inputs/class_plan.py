@@ -28,6 +28,9 @@ or samples), so every worker computes the same global plan and a resumed run rec
 * **Batch layout** (the documented in-batch order): a batch is `n_c` groups of `n_p`
   consecutive samples, one group per class: sample `i` belongs to the batch's `i // n_p`-th
   class. Batches are in random order.
+* **Fillers** (`class_fillers`): a short batch's free slots take random other classes, or with
+  `max_draws_per_record` the least-drawn classes whose records stay within that cap, which
+  bounds the oversampling of small classes in ``"samples"`` mode.
 * **Replicas.** The plan's unit is the global batch of one step: with `R` replicas (workers x
   replicas per worker) and at least `n_c x R` usable classes, a unit holds `n_c x R` distinct
   classes (so no class is on two replicas in one step), grouped, filled and ordered as above,
@@ -47,7 +50,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-from tfx_dynamic_inputs.inputs import epoch_plan
+from tfx_dynamic_inputs.inputs import class_fillers, epoch_plan
 from tfx_dynamic_inputs.inputs.arguments import int_argument, seed_argument
 from tfx_dynamic_inputs.inputs.index_shuffle import permuted_positions
 from tfx_dynamic_inputs.inputs.variables import index_variable
@@ -191,11 +194,15 @@ class ClassBalancedPlan:
       num_workers, replicas_per_worker: their product is the replicas `R` of a step; the
         plan's units are global batches of `n_c x R` classes where that many are usable (see
         the module docstring), and `num_batches` is a multiple of `R`.
+      max_draws_per_record: at most this many draws of any record in an epoch: the short
+        batches are completed with the least-drawn classes under the cap
+        (`class_fillers.capped_fillers`) instead of random ones. None: no cap.
 
     Raises:
       ValueError: an unknown `epoch_mode` or `small_classes`, a count below 1, a seed out of
-        int64, bad `row_splits`, or `n_classes_per_batch` above the number of usable classes
-        (naming both).
+        int64, bad `row_splits`, `n_classes_per_batch` above the number of usable classes
+        (naming both), or a `max_draws_per_record` too low to cover a class or to complete the
+        short batches (naming the least that does).
       TypeError: a count or seed that is not an int.
 
     Attributes:
@@ -223,12 +230,15 @@ class ClassBalancedPlan:
         small_classes: str = "replace",
         num_workers: int = 1,
         replicas_per_worker: int = 1,
+        max_draws_per_record: int | None = None,
     ):
         if epoch_mode not in EPOCH_MODES:
             raise ValueError(f"epoch_mode must be one of {EPOCH_MODES}, got {epoch_mode!r}")
         n_classes_per_batch = int_argument("n_classes_per_batch", n_classes_per_batch, 1)
         n_samples_per_class = int_argument("n_samples_per_class", n_samples_per_class, 1)
         seed = seed_argument(seed)
+        if max_draws_per_record is not None:
+            max_draws_per_record = int_argument("max_draws_per_record", max_draws_per_record, 1)
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         report = class_report(row_splits, n_samples_per_class, small_classes)
@@ -286,6 +296,12 @@ class ClassBalancedPlan:
         self._num_usable = num_usable
         self._num_items = int(active.sum())
         self._num_fill_units = len(fill_unit)
+        self.max_draws_per_record = max_draws_per_record
+        if max_draws_per_record is not None and num_usable >= 1 << class_fillers.ORDER_BITS:
+            raise ValueError(
+                f"max_draws_per_record supports up to {1 << class_fillers.ORDER_BITS} usable "
+                f"classes, got {num_usable}"
+            )
 
         # Variables, not constants: tf.data captures a variable by handle but copies a constant
         # into the dataset graph for every iterator, that is every epoch.
@@ -303,9 +319,23 @@ class ClassBalancedPlan:
         self._sample_offsets = const(np.tile(np.arange(n_p), self._num_units * g))
         self._round_starts = const(round_starts)
         self._unit_offsets = const(unit_offsets)
-        self._fill_unit = const(fill_unit)
-        self._fill_first_member = const(fill_first_member)
-        self._fill_members = const(fill_members)
+        self._short = class_fillers.ShortUnits(
+            const(fill_unit), const(fill_first_member), const(fill_members), g
+        )
+        if max_draws_per_record is not None:
+            self._max_appearances = const(chunks)
+            free_slots = int((g - fill_members).sum())
+            least = self._least_cap(usable_sizes, chunks, free_slots, max_draws_per_record)
+            if max_draws_per_record < least:
+                raise ValueError(
+                    f"max_draws_per_record={max_draws_per_record} is below the least cap this "
+                    f"plan keeps, {least} (covering every record and completing the short "
+                    f"batches with other classes); pass at least {least}, or "
+                    "epoch_mode='classes'"
+                )
+            self._max_appearances.assign(
+                class_fillers.max_appearances(usable_sizes, chunks, n_p, max_draws_per_record)
+            )
 
     @property
     def stream(self) -> str:
@@ -316,14 +346,17 @@ class ClassBalancedPlan:
         the others name the replica count too.
         """
         geometry = f"classes x {self.n_samples_per_class} samples"
+        mode = f"epoch_mode {self.epoch_mode}"
+        if self.max_draws_per_record is not None:
+            mode += f", max_draws_per_record {self.max_draws_per_record}"
         if self.elastic:
             return (
                 f"global batches of {self.n_classes_per_batch * self.num_replicas} {geometry} "
-                f"(epoch_mode {self.epoch_mode})"
+                f"({mode})"
             )
         return (
             f"batches of {self.n_classes_per_batch} {geometry} on {self.num_replicas} replicas "
-            f"(epoch_mode {self.epoch_mode}; not elastic: n_c x replicas exceeds the "
+            f"({mode}; not elastic: n_c x replicas exceeds the "
             f"{self._num_usable} usable classes)"
         )
 
@@ -406,52 +439,66 @@ class ClassBalancedPlan:
             "slice_start": slice_in_unit * self.batch_size,
         }
 
-    def _fillers(self, item_class: tf.Tensor, stream) -> tuple[tf.Tensor, ...]:
-        """Classes that complete the short units: (class, unit, slot, appearance), each [F].
+    def _least_cap(self, sizes: np.ndarray, chunks: np.ndarray, free_slots: int, asked: int) -> int:
+        """The least cap accepted (or `asked`, found acceptable at once): one draw above the
+        least that plans epoch 0, which is at least what coverage and the short batches' free
+        slots need. Which classes are members
+        of a short batch changes every epoch, so a cap at the least that plans epoch 0 failed 3
+        of 200 later epochs (40 random corpora); with one draw to spare, none of those nor of 300
+        more (60 other corpora) did. A later epoch that still fails does so when planned, in one
+        line."""
+        n_p = self.n_samples_per_class
+        needed = class_fillers.least_feasible_cap(sizes, chunks, n_p, free_slots)
+        if not self._num_fill_units:
+            return needed
+        plan = tf.function(self.plan)
 
-        The candidates of a unit are `g` consecutive entries (from a random offset, wrapping)
-        of a random permutation of the usable classes; the first ones that are not already in
-        the unit fill its free slots. At most `members < g` candidates are in the unit, and
-        `g` is at most the usable classes, so enough remain.
-        """
-        g = self.classes_per_unit
+        def plans(cap: int) -> bool:
+            self._max_appearances.assign(class_fillers.max_appearances(sizes, chunks, n_p, cap))
+            try:
+                plan(tf.constant(0, tf.int64))
+            except tf.errors.InvalidArgumentError:  # a batch left without classes to fill it
+                return False
+            return True
+
+        if asked - 1 >= needed and plans(asked - 1):
+            return asked
+        return class_fillers.least_planning_cap(plans, needed) + 1
+
+    def _fillers(self, item_class: tf.Tensor, stream) -> tuple[tf.Tensor, ...]:
+        """The classes that complete the short units (`class_fillers`): (class, unit, slot,
+        appearance), each int64 [F]."""
         if self._num_fill_units == 0:
             empty = tf.zeros([0], tf.int64)
             return empty, empty, empty, empty
-        column = tf.range(g, dtype=tf.int64)[tf.newaxis, :]
-        member_positions = self._fill_first_member[:, None] + column
-        has_member = column < self._fill_members[:, None]
-        members = tf.where(
-            has_member,
-            tf.gather(item_class, tf.where(has_member, member_positions, 0)),
-            -1,
-        )
         class_order = epoch_plan.stateless_permutation(self._num_usable, stream(_SALT_FILL_ORDER))
-        start = tf.random.stateless_uniform(
-            [self._num_fill_units],
-            seed=stream(_SALT_FILL_OFFSET),
-            minval=0,
-            maxval=self._num_usable,
-            dtype=tf.int64,
+        if self.max_draws_per_record is None:
+            starts = tf.random.stateless_uniform(
+                [self._num_fill_units],
+                seed=stream(_SALT_FILL_OFFSET),
+                minval=0,
+                maxval=self._num_usable,
+                dtype=tf.int64,
+            )
+            return class_fillers.random_fillers(
+                item_class,
+                self._short,
+                num_usable=self._num_usable,
+                chunks=self._chunks,
+                class_order=class_order,
+                starts=starts,
+            )
+        class_rank = tf.scatter_nd(
+            class_order[:, None], tf.range(self._num_usable, dtype=tf.int64), [self._num_usable]
         )
-        candidates = tf.gather(class_order, (start[:, None] + column) % self._num_usable)
-        taken = tf.reduce_any(tf.equal(candidates[:, :, None], members[:, None, :]), axis=2)
-        rank = tf.cumsum(tf.cast(~taken, tf.int64), axis=1) - 1
-        free_slots = g - self._fill_members
-        chosen = (~taken) & (rank < free_slots[:, None])
-        fill_class = tf.boolean_mask(candidates, chosen)
-        fill_unit = tf.boolean_mask(tf.tile(self._fill_unit[:, None], [1, g]), chosen)
-        fill_slot = tf.boolean_mask(self._fill_members[:, None] + rank, chosen)
-        # A filler's appearance number continues after the class's own chunks, counting the
-        # class's earlier fillers in this epoch.
-        by_class = tf.cast(tf.argsort(fill_class, stable=True), tf.int64)
-        sorted_class = tf.gather(fill_class, by_class)
-        earlier = tf.range(tf.size(fill_class, out_type=tf.int64)) - tf.searchsorted(
-            sorted_class, sorted_class, side="left", out_type=tf.int64
+        return class_fillers.capped_fillers(
+            item_class,
+            self._short,
+            chunks=self._chunks,
+            max_appearances=self._max_appearances,
+            class_rank=class_rank,
+            max_draws_per_record=self.max_draws_per_record,
         )
-        earlier = tf.scatter_nd(by_class[:, None], earlier, tf.shape(fill_class, out_type=tf.int64))
-        fill_appearance = tf.gather(self._chunks, fill_class) + earlier
-        return fill_class, fill_unit, fill_slot, fill_appearance
 
     def _permuted_positions(
         self, sample_class: tf.Tensor, sizes: tf.Tensor, within: tf.Tensor, seed: tf.Tensor

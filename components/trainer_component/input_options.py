@@ -114,7 +114,8 @@ class ClassBalancedInputOptions:
         feature spec instead of the audio front end.
       apply_transform: parse raw records with Transform's raw spec, then apply its layer.
       eval_batch_size: batch size of the eval split (default n_c x n_p).
-      epoch_mode, small_classes: as in `tfx_dynamic_inputs.inputs.class_balanced`.
+      epoch_mode, small_classes, max_draws_per_record: as in
+        `tfx_dynamic_inputs.inputs.class_balanced`.
       backend, memory_budget_bytes: how the record stores open (`StoreOptions`).
     """
 
@@ -124,6 +125,7 @@ class ClassBalancedInputOptions:
     eval_batch_size: int | None = None
     epoch_mode: str = "classes"
     small_classes: str = "replace"
+    max_draws_per_record: int | None = None
     backend: str = "auto"
     memory_budget_bytes: int = 1 << 30
 
@@ -149,6 +151,8 @@ class ClassBalancedInputOptions:
             )
         choice("epoch_mode", self.epoch_mode, EPOCH_MODES)
         choice("small_classes", self.small_classes, SMALL_CLASS_POLICIES)
+        if self.max_draws_per_record is not None:
+            int_argument("max_draws_per_record", self.max_draws_per_record, 1)
         choice("backend", self.backend, BACKENDS)
         int_argument("memory_budget_bytes", self.memory_budget_bytes, 0)
 

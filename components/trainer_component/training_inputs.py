@@ -285,6 +285,7 @@ def class_balanced_train_dataset(
         seed=seed,
         epoch_mode=options.epoch_mode,
         small_classes=options.small_classes,
+        max_draws_per_record=options.max_draws_per_record,
         features=parser if audio else None,
         parse_fn=None if audio else parser,
     )

@@ -5,6 +5,7 @@ of very different sizes."""
 from __future__ import annotations
 
 import glob
+import re
 
 import keras
 import numpy as np
@@ -142,3 +143,27 @@ def test_tracked_plans_are_counted_at_each_epoch_end(run_dir):
     np.testing.assert_array_equal(counts.so_far.numpy(), expected[0] + expected[1])
     with pytest.raises(ValueError, match="track_plan"):
         DrawCounts(3).count_epoch(0)
+
+
+def test_a_capped_sampler_draws_no_record_more_often_than_the_cap(run_dir):
+    def sampler(cap):
+        return ClassBalancedSampler(
+            run_dir,
+            n_classes_per_batch=3,
+            n_samples_per_class=2,
+            epoch_mode="samples",
+            max_draws_per_record=cap,
+            features=None,
+        )
+
+    with pytest.raises(ValueError, match=r"max_draws_per_record=1 .* pass at least (\d+)") as low:
+        sampler(1)
+    cap = int(re.search(r"pass at least (\d+)", str(low.value)).group(1))
+    capped = sampler(cap)
+    assert f"max_draws_per_record {cap}" in capped.stream
+    counts = DrawCounts(capped.store.num_records)
+    for _ in range(3):
+        counts.start_epoch()
+        for batch in counts.observe(capped.dataset(), key="index"):
+            assert len(set(batch["label"].numpy().tolist())) == 3
+        assert 1 <= counts.result()["draws_epoch_min"] <= counts.result()["draws_epoch_max"] <= cap

@@ -345,6 +345,7 @@ def test_components_declare_their_required_channels_and_parameters():
         ),
         (ClassBalancedTrainer, {"epoch_mod": "samples"}, ValueError, "did you mean 'epoch_mode'"),
         (ClassBalancedTrainer, {"eval_batch_size": True}, TypeError, "eval_batch_size must be"),
+        (ClassBalancedTrainer, {"max_draws_per_record": 0}, ValueError, "max_draws_per_record"),
         (ClassBalancedTrainer, {"features": {"num_mel_bin": 40}}, TypeError, "num_mel_bin"),
         (
             ClassBalancedTrainer,
