@@ -145,7 +145,12 @@ def blessing_and_push(results: Mapping[str, NodeResult]) -> list[str]:
     Returns:
         The report's lines.
     """
-    blessings = _outputs(results, keys.BLESSING_KEY)
+    # The gate's: a standard Evaluator's blessing (wired beside it) carries no message.
+    blessings = [
+        blessing
+        for blessing in _outputs(results, keys.BLESSING_KEY)
+        if BLESSING_MESSAGE_PROPERTY in blessing.properties
+    ]
     if not blessings:
         return []
     lines = [f"  {blessing.properties[BLESSING_MESSAGE_PROPERTY]}" for blessing in blessings]

@@ -5,8 +5,8 @@ trainer's `run_fn`, for raw examples of any input format: the 4-float vector is 
 `run_fn` records the label make-up of every batch of one epoch in
 `<model_run>/batch_labels.json` before it trains, so the test can check the `n_c x n_p`
 contract on what the trainer was really served; it trains a softmax classifier on the
-z-scored vector and exports a SavedModel whose serving signature takes serialized raw Examples
-(Transform's graph in front of the model).
+z-scored vector and exports it with `export_transform_model`: serialized raw Examples in
+(Transform's graph in front of the model), and the `transform_features` signature TFMA uses.
 """
 
 from __future__ import annotations
@@ -20,12 +20,16 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 
+from tfx_dynamic_inputs.models.transform_serving import export_transform_model
+
 VECTOR_KEY = "vector"
 # A CSV cell holds one value: the vector's components as columns.
 VECTOR_COLUMNS = tuple(f"{VECTOR_KEY}_{i}" for i in range(4))
 LABEL_KEY = "label"
 TRANSFORMED_VECTOR_KEY = "vector_xf"
 BATCH_LABELS_FILE = "batch_labels.json"
+# The serving signature's output (the model returns one tensor).
+PROBABILITIES_KEY = "probabilities"
 
 
 def raw_vector(features: Mapping[str, tf.Tensor]) -> tf.Tensor:
@@ -53,8 +57,10 @@ def run_fn(fn_args) -> dict[str, float]:
         json.dump(batches, f)
     per_class = [np.unique(labels, return_counts=True)[1] for labels in batches]
 
+    # Named after the transformed feature: the export feeds the model by its input names.
     vector = keras.Input(
-        shape=(fn_args.train_dataset.element_spec[TRANSFORMED_VECTOR_KEY].shape[1],)
+        shape=(fn_args.train_dataset.element_spec[TRANSFORMED_VECTOR_KEY].shape[1],),
+        name=TRANSFORMED_VECTOR_KEY,
     )
     probabilities = keras.layers.Dense(fn_args.custom_config["num_classes"], activation="softmax")(
         vector
@@ -72,9 +78,12 @@ def run_fn(fn_args) -> dict[str, float]:
         correct += int(np.sum(predicted == labels.numpy()))
         total += len(predicted)
 
-    serving = _Serving(model, fn_args.tf_transform_output)
-    tf.saved_model.save(
-        serving, fn_args.serving_model_dir, signatures={"serving_default": serving.serve_examples}
+    export_transform_model(
+        model,
+        fn_args.tf_transform_output,
+        fn_args.serving_model_dir,
+        label_feature=LABEL_KEY,
+        output_key=PROBABILITIES_KEY,
     )
     return {
         "loss": history.history["loss"][-1],
@@ -87,20 +96,3 @@ def run_fn(fn_args) -> dict[str, float]:
         "batch_size": n_c * n_p,
         "schema_file_found": float(tf.io.gfile.exists(fn_args.schema_path)),
     }
-
-
-class _Serving(tf.Module):
-    """Serialized raw Examples -> class probabilities: Transform's graph, then the model."""
-
-    def __init__(self, model: keras.Model, tf_transform_output: tft.TFTransformOutput):
-        super().__init__()
-        self.model = model
-        self.transform = tf_transform_output.transform_features_layer()
-        spec = tf_transform_output.raw_feature_spec()
-        spec.pop(LABEL_KEY)
-        self._raw_spec = spec
-
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
-    def serve_examples(self, serialized: tf.Tensor) -> dict[str, tf.Tensor]:
-        features = self.transform(tf.io.parse_example(serialized, self._raw_spec))
-        return {"probabilities": self.model(features[TRANSFORMED_VECTOR_KEY])}

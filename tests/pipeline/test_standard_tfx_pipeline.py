@@ -1,11 +1,13 @@
 """The standard-TFX composition end to end on LocalDagRunner (sqlite ML Metadata, Beam
 DirectRunner), from a CSV input (`StandardConfig.input_format="csv"`): CsvExampleGen ->
 StatisticsGen -> SchemaGen -> Transform -> IndexExamples -> ClassBalancedTrainer -> ModelGate ->
-Pusher, on `standard_data`'s examples (a 4-float vector in 4 columns, an int64 class label, an
-empty label cell in some rows). One run serves every test of the module; the second-run case of
-the gate (the resolver's baseline) is the demo pipelines' test's, the TFRecord input the Kubeflow
-test's (`tests/kubeflow/test_compiled_standard_pipeline.py`), and the other formats' ExampleGen
-`test_example_gen.py`'s.
+Pusher, and TFX's Evaluator on the trained model (`standard_evaluator`), on `standard_data`'s
+examples (a 4-float vector in 4 columns, an int64 class label, an empty label cell in some rows).
+One run serves every test of the module; the second-run case of the gate (the resolver's
+baseline) is the demo pipelines' test's, the TFRecord input the Kubeflow test's
+(`tests/kubeflow/test_compiled_standard_pipeline.py`), and the other formats' ExampleGen
+`test_example_gen.py`'s. The serving export (`export_transform_model`) is tested here too, on the
+run's Transform output.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ import json
 import os
 from typing import NamedTuple
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_model_analysis as tfma
 import tensorflow_transform as tft
 from tfx.types import standard_artifacts, standard_component_specs
 from tfx.utils import path_utils
@@ -33,8 +37,10 @@ from tfx_dynamic_inputs import artifacts, layout
 from tfx_dynamic_inputs import component_keys as keys
 from tfx_dynamic_inputs.index_component import executor as index_executor
 from tfx_dynamic_inputs.inputs import RecordStore
+from tfx_dynamic_inputs.models import transform_serving
 from tfx_dynamic_inputs.pipeline import common, example_gen, report, run_local, standard_pipeline
 from tfx_dynamic_inputs.pipeline.config import RunConfig
+from tfx_dynamic_inputs.pipeline.standard_evaluator import EvaluatorConfig, standard_evaluator
 from tfx_dynamic_inputs.trainer_component import training_inputs
 from tfx_dynamic_inputs.trainer_component.input_options import ClassBalancedInputOptions
 
@@ -45,6 +51,7 @@ EXAMPLE_GEN = example_gen.node_id(INPUT_FORMAT)  # CsvExampleGen
 NODES = (EXAMPLE_GEN, "StatisticsGen", "SchemaGen", "Transform", "IndexExamples")
 TRAINER = "ClassBalancedTrainer"
 GATE_NODES = (common.BASELINE_RESOLVER_ID, "ModelGate", "Pusher")
+EVALUATOR = "Evaluator"
 
 
 class StandardRun(NamedTuple):
@@ -61,7 +68,14 @@ def standard_run(tmp_path_factory) -> StandardRun:
     labels = standard_data.write_examples(input_base, INPUT_FORMAT)
     config = standard_data.config(input_base, input_format=INPUT_FORMAT)
     run = run_local.run_config(work_dir, enable_cache=False)
-    run_local.run(standard_pipeline.create_pipeline(config, run))
+    components = standard_pipeline.standard_components(config, run)
+    evaluator = standard_evaluator(
+        components,
+        EvaluatorConfig(
+            label_key=standard_modules.LABEL_KEY, prediction_key=standard_modules.PROBABILITIES_KEY
+        ),
+    )
+    run_local.run(standard_pipeline.create_pipeline(config, run, [evaluator], components))
     return StandardRun(
         run_local.latest_run(run.metadata_path, config.pipeline_name), labels, config, run
     )
@@ -70,7 +84,7 @@ def standard_run(tmp_path_factory) -> StandardRun:
 def test_every_node_ran(standard_run):
     results = standard_run.results
     assert {node: result.state for node, result in results.items()} == dict.fromkeys(
-        (*NODES, TRAINER, *GATE_NODES), "COMPLETE"
+        (*NODES, TRAINER, *GATE_NODES, EVALUATOR), "COMPLETE"
     )
 
 
@@ -160,7 +174,7 @@ def test_the_end_of_run_report_is_read_from_ml_metadata(standard_run):
     text = report.describe_run(run.metadata_path, config.pipeline_name)
     lines = text.splitlines()
     assert lines[0] == f"== {config.pipeline_name} ({run.metadata_path})"
-    for node in (*NODES, TRAINER, "ModelGate", "Pusher"):
+    for node in (*NODES, TRAINER, "ModelGate", "Pusher", EVALUATOR):
         assert f"  {node} [ran]" in lines, node
     assert "== model gate and push" in lines
     [blessing] = standard_run.results["ModelGate"].outputs[keys.BLESSING_KEY]
@@ -168,6 +182,27 @@ def test_the_end_of_run_report_is_read_from_ml_metadata(standard_run):
     assert any(standard_data.BLESSING_METRIC in line for line in lines)
     with pytest.raises(LookupError, match="no run of pipeline 'elsewhere'"):
         report.describe_run(run.metadata_path, "elsewhere")
+
+
+def _eval_records(standard_run) -> list[bytes]:
+    """ExampleGen's serialized raw Examples of the eval split (the Evaluator's input)."""
+    uri = standard_run.results[EXAMPLE_GEN].uri(standard_component_specs.EXAMPLES_KEY)
+    files = tf.io.gfile.glob(os.path.join(uri, "Split-eval", "*"))
+    return [r.numpy() for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
+
+
+def _transform_output(standard_run) -> tft.TFTransformOutput:
+    return tft.TFTransformOutput(
+        standard_run.results["Transform"].uri(standard_component_specs.TRANSFORM_GRAPH_KEY)
+    )
+
+
+def _center_examples() -> list[bytes]:
+    """A raw example at each class centre as the input has them: the CSV's columns, no label."""
+    return [
+        standard_data.raw_example(center, None, INPUT_FORMAT).SerializeToString()
+        for center in standard_data.class_centers()
+    ]
 
 
 @pytest.mark.parametrize("copy", ["trained", "pushed"])
@@ -179,15 +214,126 @@ def test_the_model_serves_raw_examples_through_the_transform_graph(standard_run,
         # The copy in the serving folder, the transform graph's assets included.
         [pushed] = results["Pusher"].outputs[standard_component_specs.PUSHED_MODEL_KEY]
         model_dir = pushed.properties["pushed_destination"]
-    serve = tf.saved_model.load(model_dir).signatures["serving_default"]
-    # Raw examples as the input has them: the CSV's vector columns, no label.
-    examples = [
-        standard_data.raw_example(center, None, INPUT_FORMAT).SerializeToString()
-        for center in standard_data.class_centers()
-    ]
-    probabilities = serve(examples=tf.constant(examples))["probabilities"].numpy()
+    signatures = tf.saved_model.load(model_dir).signatures
+    assert set(signatures) == {
+        transform_serving.SERVING_SIGNATURE,
+        transform_serving.TRANSFORM_FEATURES_SIGNATURE,
+    }
+    probabilities = signatures["serving_default"](examples=tf.constant(_center_examples()))[
+        standard_modules.PROBABILITIES_KEY
+    ].numpy()
     assert probabilities.shape == (NUM_CLASSES, NUM_CLASSES)
     np.testing.assert_array_equal(np.argmax(probabilities, axis=1), np.arange(NUM_CLASSES))
+    # What TFMA runs on raw eval Examples: every transformed feature, the label's included.
+    records = _eval_records(standard_run)[:5]
+    transformed = signatures["transform_features"](examples=tf.constant(records))
+    assert set(transformed) == set(_transform_output(standard_run).transformed_feature_spec())
+    labels = tf.io.parse_example(records, _transform_output(standard_run).raw_feature_spec())
+    np.testing.assert_array_equal(
+        tf.sparse.to_dense(transformed[standard_modules.LABEL_KEY]).numpy(),
+        tf.sparse.to_dense(labels[standard_modules.LABEL_KEY]).numpy(),
+    )
+
+
+def _vector_model(input_name: str) -> keras.Model:
+    """An untrained 4 -> 3 dense net on an input named `input_name` (random weights: a wrong
+    feed or a missing transform moves its outputs far past the tolerance)."""
+    vector = keras.Input(shape=(NUM_CLASSES,), name=input_name)
+    return keras.Model(vector, keras.layers.Dense(3)(vector))
+
+
+def test_export_transform_model_serves_the_model_on_transformed_raw_examples(
+    standard_run, tmp_path
+):
+    transform_output = _transform_output(standard_run)
+    model = _vector_model(standard_modules.TRANSFORMED_VECTOR_KEY)
+    transform_serving.export_transform_model(
+        model, transform_output, str(tmp_path), label_feature=standard_modules.LABEL_KEY
+    )
+    loaded = tf.saved_model.load(str(tmp_path))
+    serve = loaded.signatures[transform_serving.SERVING_SIGNATURE]
+    transform_fn = loaded.signatures[transform_serving.TRANSFORM_FEATURES_SIGNATURE]
+    for signature in (serve, transform_fn):
+        _, inputs = signature.structured_input_signature
+        assert {k: (s.dtype, s.shape.as_list()) for k, s in inputs.items()} == {
+            transform_serving.EXAMPLES_KEY: (tf.string, [None])
+        }
+    records = _eval_records(standard_run)
+    raw = tf.io.parse_example(records, transform_output.raw_feature_spec())
+    expected_features = transform_output.transform_features_layer()(raw)
+    expected = model(expected_features[standard_modules.TRANSFORMED_VECTOR_KEY]).numpy()
+    # Serving clients send no label: the label-less centre examples are served too.
+    served = serve(examples=tf.constant(records))
+    assert set(served) == {transform_serving.DEFAULT_OUTPUT_KEY}
+    np.testing.assert_allclose(served["outputs"].numpy(), expected, atol=1e-5)
+    assert serve(examples=tf.constant(_center_examples()))["outputs"].shape == (NUM_CLASSES, 3)
+    transformed = transform_fn(examples=tf.constant(records))
+    np.testing.assert_allclose(
+        transformed[standard_modules.TRANSFORMED_VECTOR_KEY].numpy(),
+        expected_features[standard_modules.TRANSFORMED_VECTOR_KEY].numpy(),
+        atol=1e-6,
+    )
+
+
+def test_export_transform_model_names_a_bad_feature_label_or_model(standard_run, tmp_path):
+    transform_output = _transform_output(standard_run)
+    export = transform_serving.export_transform_model
+    with pytest.raises(ValueError, match=r"\['vector'\] are not; the transformed features are"):
+        export(_vector_model("vector"), transform_output, str(tmp_path), label_feature="label")
+    with pytest.raises(ValueError, match="label_feature 'target' is not a raw feature"):
+        export(_vector_model("vector_xf"), transform_output, str(tmp_path), label_feature="target")
+
+    class Subclassed(keras.Model):
+        def call(self, features):
+            return features[standard_modules.TRANSFORMED_VECTOR_KEY]
+
+    with pytest.raises(ValueError, match="has no symbolic inputs .* pass feature_keys"):
+        export(Subclassed(), transform_output, str(tmp_path), label_feature="label")
+    # Named in feature_keys, a subclassed model is called with the dict of them.
+    export(
+        Subclassed(),
+        transform_output,
+        str(tmp_path),
+        label_feature="label",
+        feature_keys=[standard_modules.TRANSFORMED_VECTOR_KEY],
+    )
+    assert tf.saved_model.load(str(tmp_path)).signatures["serving_default"](
+        examples=tf.constant(_center_examples())
+    )["outputs"].shape == (NUM_CLASSES, NUM_CLASSES)
+
+
+def test_the_evaluator_computed_the_serving_models_accuracy_on_the_raw_eval_split(standard_run):
+    results = standard_run.results
+    [evaluation] = results[EVALUATOR].outputs[standard_component_specs.EVALUATION_KEY]
+    [overall] = tfma.load_eval_result(evaluation.uri).slicing_metrics
+    slice_key, metrics = overall
+    assert slice_key == ()
+    metrics = {name: value["doubleValue"] for name, value in metrics[""][""].items()}
+    records = _eval_records(standard_run)
+    assert metrics["example_count"] == len(records)
+    # The recomputation: the serving signature's predictions, the label from
+    # `transform_features` as TFMA reads it (an Example without a label value is class 0).
+    signatures = tf.saved_model.load(
+        path_utils.serving_model_dir(results[TRAINER].uri(keys.MODEL_KEY))
+    ).signatures
+    predicted = np.argmax(
+        signatures["serving_default"](examples=tf.constant(records))["probabilities"], axis=1
+    )
+    label = signatures["transform_features"](examples=tf.constant(records))["label"]
+    labels = tf.sparse.to_dense(label).numpy()[:, 0]
+    assert 0.0 <= metrics["sparse_categorical_accuracy"] <= 1.0
+    assert metrics["sparse_categorical_accuracy"] == pytest.approx(np.mean(predicted == labels))
+    # On the labelled Examples, the recomputation is run_fn's held-out accuracy (IndexExamples'
+    # eval set: the same Examples, transformed, the unlabelled rejected).
+    labelled = tf.sparse.to_dense(label, default_value=-1).numpy()[:, 0] >= 0
+    assert not labelled.all()  # so TFMA's class 0 for them shows in its accuracy
+    [model] = results[TRAINER].outputs[keys.MODEL_KEY]
+    assert np.mean(predicted[labelled] == labels[labelled]) == pytest.approx(
+        model.properties[standard_data.BLESSING_METRIC], 1e-5
+    )
+    # No thresholds in the config: the Evaluator validated nothing and blessed nothing.
+    [blessing] = results[EVALUATOR].outputs[standard_component_specs.BLESSING_KEY]
+    assert not tf.io.gfile.listdir(blessing.uri)
 
 
 def _vectors(records: list[bytes], transform_output: tft.TFTransformOutput) -> np.ndarray:
