@@ -12,6 +12,9 @@ then ``serving_default`` for the predictions:
     create_pipeline(config, run, [evaluator], components)
 
 The metrics are written to the Evaluator's `evaluation` artifact (`tfma.load_metrics(uri)`).
+TFMA reads an Example without a label value as class 0 (its metrics see the labels padded): the
+standard pipeline's IndexExamples rejects such Examples from training, but ExampleGen's split
+keeps them, so evaluate a split whose Examples are labelled for an accuracy of the labelled ones.
 With no thresholds in the config the Evaluator validates nothing and writes no blessing:
 ModelGate still decides what Pusher pushes.
 """

@@ -40,7 +40,11 @@ from tfx_dynamic_inputs.inputs import RecordStore
 from tfx_dynamic_inputs.models import transform_serving
 from tfx_dynamic_inputs.pipeline import common, example_gen, report, run_local, standard_pipeline
 from tfx_dynamic_inputs.pipeline.config import RunConfig
-from tfx_dynamic_inputs.pipeline.standard_evaluator import EvaluatorConfig, standard_evaluator
+from tfx_dynamic_inputs.pipeline.standard_evaluator import (
+    EvaluatorConfig,
+    eval_config,
+    standard_evaluator,
+)
 from tfx_dynamic_inputs.trainer_component import training_inputs
 from tfx_dynamic_inputs.trainer_component.input_options import ClassBalancedInputOptions
 
@@ -300,6 +304,19 @@ def test_export_transform_model_names_a_bad_feature_label_or_model(standard_run,
     assert tf.saved_model.load(str(tmp_path)).signatures["serving_default"](
         examples=tf.constant(_center_examples())
     )["outputs"].shape == (NUM_CLASSES, NUM_CLASSES)
+
+
+def test_the_evaluator_config_is_checked_when_written():
+    config = EvaluatorConfig(label_key="label", prediction_key="probabilities")
+    [spec] = eval_config(config).model_specs
+    assert (spec.signature_name, list(spec.preprocessing_function_names)) == (
+        "serving_default",
+        ["transform_features"],
+    )
+    with pytest.raises(ValueError, match="'SparseCategoricalAcuracy' is not a TFMA or Keras"):
+        EvaluatorConfig(label_key="label", metrics=("SparseCategoricalAcuracy",))
+    with pytest.raises(ValueError, match="label_key must name"):
+        EvaluatorConfig(label_key="")
 
 
 def test_the_evaluator_computed_the_serving_models_accuracy_on_the_raw_eval_split(standard_run):
