@@ -29,7 +29,17 @@ WHEEL_DIR := build/wheel
 # The folders of the tests marked `core` (tests/conftest.py); the others import Beam or TFX.
 CORE_TESTS := tests/inputs tests/class_balanced tests/core tests/docs
 
-.PHONY: help setup demo test test-core lint bench kubeflow lock clean
+# The task image, built locally with podman (`make image`; docs/kubeflow.md): its base from
+# Debian's packages and a Python 3.10 (kubeflow/build_base_image.sh), uv from this venv, and the
+# lock's wheels from the host's uv cache where it has one (the build then needs no PyPI).
+IMAGE ?= tfx-dynamic-inputs:local
+BASE_IMAGE ?= tfx-dynamic-inputs-base:bookworm-py3.10
+UV_IMAGE ?= tfx-dynamic-inputs-uv:local
+UV_CACHE ?= $(HOME)/.cache/uv
+# crun refuses the hybrid cgroups of our machines.
+PODMAN_RUNTIME ?= runc
+
+.PHONY: help setup demo test test-core lint bench kubeflow image image-tasks lock clean
 
 help:
 	@echo "make demo      set up, then run both pipelines on the bundled sample data"
@@ -40,6 +50,8 @@ help:
 	@echo "make lint      ruff"
 	@echo "make bench     run every benchmark under bench/ (BENCH_ARGS=$(BENCH_ARGS))"
 	@echo "make kubeflow  compile both pipelines to KFP v2 JSON under kubeflow/"
+	@echo "make image     build the task image $(IMAGE) with podman, on a local Debian base"
+	@echo "make image-tasks  run every compiled task of both pipelines in $(IMAGE), no network"
 	@echo "make lock      regenerate requirements.lock from pyproject.toml (needs uv)"
 
 setup: $(STAMP)
@@ -91,6 +103,19 @@ bench: setup
 
 kubeflow: setup
 	$(PY) -m tfx_dynamic_inputs.kubeflow.runner
+
+image: setup
+	kubeflow/build_base_image.sh $(BASE_IMAGE)
+	@# uv's own images are on ghcr.io; this venv's uv binary, as a one-file image, stands in.
+	podman image exists $(UV_IMAGE) || tar -C $(VENV)/bin -c uv | podman import - $(UV_IMAGE)
+	@# The cache is an overlay (`O`): what the build writes to it stays in the build.
+	offline=; [ -d "$(UV_CACHE)" ] && offline="--build-arg UV_OFFLINE=1 -v $(UV_CACHE):/root/.cache/uv:O"; \
+	podman build --runtime $(PODMAN_RUNTIME) -f kubeflow/Dockerfile --build-arg BASE_IMAGE=$(BASE_IMAGE) \
+	  --build-arg UV_IMAGE=$(UV_IMAGE) $$offline -t $(IMAGE) .
+	podman image ls $(IMAGE)
+
+image-tasks: setup
+	$(PY) -m tfx_dynamic_inputs.kubeflow.image_tasks --image $(IMAGE) --runtime $(PODMAN_RUNTIME)
 
 lock:
 	uv pip compile pyproject.toml --extra kubeflow --extra dev --python-version 3.10 \

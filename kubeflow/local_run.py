@@ -12,32 +12,39 @@ part: it orders the DAG, builds each `ExecutorInput` from the spec and from the 
 `ExecutorOutput` files, substitutes it into the task's own `command` + `args` and runs it against
 a local pipeline root. What it proves is that every task's container command, with the arguments
 the spec gives it, runs the real executor and hands valid artifacts to the next task; what it does
-not prove is the image itself (see `kubeflow/Dockerfile`) or the cluster's Beam runner.
+not prove is the cluster's Beam runner, nor (but in `container` mode) the image itself.
 
 Resolver tasks (the two a `LatestBlessedModelStrategy` resolver compiles to) are ML Metadata
 queries the cluster answers; a local run has no earlier artifacts to find, so they resolve to
 nothing, as on a pipeline's first run: the tasks that read them get an empty artifact list.
 
-Two modes:
+Three modes:
 - `subprocess`: each task is a fresh `python -m ...` process, exactly the container command
   (`python` is this interpreter). About 20-25 s per task here, mostly importing TFX.
 - `in_process`: each task calls the same entrypoint module's `main` with the same arguments in
   this process, for test suites that cannot afford one TFX import per task.
+- `container` (a `ContainerRunner`): each task's container command runs in its compiled image
+  with a local container engine (`tfx_dynamic_inputs.kubeflow.container_runner`), the pipeline
+  root mounted at its own path; `make image-tasks` runs both demos so.
 
 Run as `python -m tfx_dynamic_inputs.kubeflow.local_run <pipeline.json> <pipeline_root>
-[--in-process]`.
+[--in-process | --container-engine podman]`.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
+
+from tfx_dynamic_inputs.kubeflow.container_runner import ContainerRunner, pipeline_root_mount
 
 ENTRYPOINT_MODULE = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"
 EXECUTOR_INPUT_PLACEHOLDER = "{{$}}"
@@ -276,8 +283,33 @@ def container_command(job: Mapping[str, Any], task_name: str) -> list[str]:
     return [*container.get("command", []), *container.get("args", [])]
 
 
+def container_image(job: Mapping[str, Any], task_name: str) -> str:
+    """The image the task's container runs in, as compiled.
+
+    Args:
+      job: the compiled pipeline job.
+      task_name: a container task.
+
+    Returns:
+      The image reference.
+
+    Raises:
+      LocalRunError: when the task's executor is not a container.
+    """
+    executor = _executor(job, task_name)
+    if "container" not in executor:
+        raise LocalRunError(f"task {task_name!r}: only container executors run locally")
+    return executor["container"]["image"]
+
+
 def run_task(
-    command: list[str], invocation: Mapping[str, Any], *, in_process: bool, cwd: str | None
+    command: list[str],
+    invocation: Mapping[str, Any],
+    *,
+    in_process: bool,
+    cwd: str | None,
+    container: ContainerRunner | None = None,
+    image: str = "",
 ) -> None:
     """Runs one container command with `{{$}}` replaced by the `ExecutorInput` JSON.
 
@@ -285,12 +317,18 @@ def run_task(
       command: the task's `container_command`.
       invocation: its `ExecutorInput` (`executor_input`).
       in_process: call the entrypoint's `main` in this process instead of a subprocess.
-      cwd: the subprocess's working folder (None: this one's).
+      cwd: the subprocess's working folder (None: this one's); unused in a container.
+      container: run the command in `image` with this engine, whose mounts must hold every
+        path of `invocation` (not with `in_process`).
+      image: the task's compiled image (`container_image`), for `container`.
 
     Raises:
       LocalRunError: for leftover placeholders, a command that is not the TFX Kubeflow V2
-        entrypoint, or (subprocess) a non-zero exit, with the log's tail.
+        entrypoint, both `in_process` and `container`, or (subprocess, container) a non-zero
+        exit, with the log's tail.
     """
+    if in_process and container is not None:
+        raise LocalRunError("in_process and container are exclusive")
     invocation_json = json.dumps(invocation)
     argv = [invocation_json if arg == EXECUTOR_INPUT_PLACEHOLDER else arg for arg in command]
     leftover = [arg for arg in argv if "{{$" in arg and arg != invocation_json]
@@ -305,11 +343,11 @@ def run_task(
 
         kubeflow_v2_run_executor.main(kubeflow_v2_run_executor._parse_flags(argv[3:]))
         return
+    # In the container, `python` is the image's; here it is this interpreter.
+    process_argv = [sys.executable, *argv[1:]] if container is None else container.argv(image, argv)
     log_path = os.path.join(task_root, LOG_FILE)
     with open(log_path, "w") as log:
-        completed = subprocess.run(
-            [sys.executable, *argv[1:]], stdout=log, stderr=subprocess.STDOUT, cwd=cwd
-        )
+        completed = subprocess.run(process_argv, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
     if completed.returncode != 0:
         with open(log_path) as log:
             tail = log.read()[-_LOG_TAIL_CHARS:]
@@ -325,6 +363,8 @@ def run_pipeline_job(
     in_process: bool = False,
     run_id: str = "local-run",
     cwd: str | None = None,
+    container: ContainerRunner | None = None,
+    on_task_done: Callable[[str, float], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Runs every task of a compiled job in order; returns each task's `ExecutorOutput` JSON
     (a resolver task's: `resolved_nothing`).
@@ -338,6 +378,9 @@ def run_pipeline_job(
       in_process: run every task in this process (`run_task`).
       run_id: the run's folder name below `pipeline_root`.
       cwd: the tasks' working folder (subprocess mode).
+      container: run each task in its compiled image with this engine (container mode), with
+        `pipeline_root` mounted read-write at its own path besides the runner's mounts.
+      on_task_done: called with each container task's name and its seconds once it succeeded.
 
     Returns:
       Task name -> its `ExecutorOutput` JSON.
@@ -349,6 +392,11 @@ def run_pipeline_job(
       run_pipeline_job("kubeflow/speaker-class-balanced.json", "/tmp/kfp-root", in_process=True)
     """
     job = load_pipeline_job(job_path)
+    if container is not None:
+        os.makedirs(pipeline_root, exist_ok=True)
+        container = dataclasses.replace(
+            container, mounts=(*container.mounts, pipeline_root_mount(pipeline_root))
+        )
     outputs: dict[str, dict[str, Any]] = {}
     for task_name in task_order(job["pipelineSpec"]):
         if is_resolver(job, task_name):
@@ -356,8 +404,16 @@ def run_pipeline_job(
             continue
         task_root = os.path.join(pipeline_root, run_id, task_name)
         invocation = executor_input(job, task_name, task_root, outputs)
+        started = time.monotonic()
         try:
-            run_task(container_command(job, task_name), invocation, in_process=in_process, cwd=cwd)
+            run_task(
+                container_command(job, task_name),
+                invocation,
+                in_process=in_process,
+                cwd=cwd,
+                container=container,
+                image=container_image(job, task_name),
+            )
         except Exception as error:
             raise LocalRunError(f"task {task_name!r} failed: {error}") from error
         output_file = invocation["outputs"]["outputFile"]
@@ -365,6 +421,8 @@ def run_pipeline_job(
             raise LocalRunError(f"task {task_name!r} wrote no executor output {output_file}")
         with open(output_file) as f:
             outputs[task_name] = json.load(f)
+        if on_task_done is not None:
+            on_task_done(task_name, time.monotonic() - started)
     return outputs
 
 
@@ -373,7 +431,8 @@ def main(argv: list[str] | None = None) -> None:
     output URIs.
 
     Args:
-      argv: `<pipeline.json> <pipeline_root> [--in-process]`; None reads `sys.argv`.
+      argv: `<pipeline.json> <pipeline_root> [--in-process | --container-engine ENGINE]`;
+        None reads `sys.argv`.
 
     Raises:
       LocalRunError: as `run_pipeline_job`.
@@ -384,10 +443,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("job", help="compiled pipeline JSON (KubeflowV2DagRunner output)")
     parser.add_argument("pipeline_root", help="local folder for the tasks' artifacts")
-    parser.add_argument("--in-process", action="store_true", help="one process for all tasks")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--in-process", action="store_true", help="one process for all tasks")
+    mode.add_argument(
+        "--container-engine",
+        metavar="ENGINE",
+        help="run each task in its compiled image with ENGINE (podman), with no network",
+    )
     args = parser.parse_args(argv)
+    container = ContainerRunner(engine=args.container_engine) if args.container_engine else None
     for task, output in run_pipeline_job(
-        args.job, args.pipeline_root, in_process=args.in_process
+        args.job, args.pipeline_root, in_process=args.in_process, container=container
     ).items():
         uris = {k: [a["uri"] for a in v["artifacts"]] for k, v in output["artifacts"].items()}
         print(f"{task}: {json.dumps(uris)}")

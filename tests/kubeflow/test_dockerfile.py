@@ -29,22 +29,52 @@ def _instructions(text: str) -> list[tuple[str, str]]:
     ]
 
 
+def _global_args() -> dict[str, str]:
+    """The ARGs before the first FROM (those a FROM line may use): name -> default."""
+    found = {}
+    for kind, args in _instructions(DOCKERFILE.read_text()):
+        if kind == "FROM":
+            break
+        assert kind == "ARG", f"{kind} before the first FROM"
+        name, _, default = args.partition("=")
+        found[name.strip()] = default.strip()
+    return found
+
+
 def _stages() -> list[list[tuple[str, str]]]:
+    """Each stage's instructions, from its FROM, the named stage `uv` (the uv binary) left out."""
     stages: list[list[tuple[str, str]]] = []
     for instruction in _instructions(DOCKERFILE.read_text()):
         if instruction[0] == "FROM":
             stages.append([])
-        stages[-1].append(instruction)
-    return stages
+        if stages:
+            stages[-1].append(instruction)
+    return [stage for stage in stages if stage[0][1].split()[-2:] != ["AS", "uv"]]
+
+
+def _stage(name: str) -> list[tuple[str, str]]:
+    [stage] = [stage for stage in _stages() if stage[0][1].split()[-2:] == ["AS", name]]
+    return stage
 
 
 def _runtime_stage() -> list[tuple[str, str]]:
     """The Kubeflow task image's stage: the one named `runtime`, which a plain `docker build`
     (the last stage, `FROM runtime`) builds."""
-    stages = _stages()
-    assert stages[-1] == [("FROM", "runtime")], "a plain build must build the runtime stage"
-    [runtime] = [stage for stage in stages if stage[0][1].split()[-2:] == ["AS", "runtime"]]
-    return runtime
+    assert _stages()[-1] == [("FROM", "runtime")], "a plain build must build the runtime stage"
+    return _stage("runtime")
+
+
+def test_the_base_images_are_build_arguments_with_public_defaults():
+    """A machine that reaches no registry builds on local images (`make image`); the defaults
+    are the public ones, and only the beam-sdk target needs Beam's SDK image."""
+    defaults = _global_args()
+    assert defaults["BASE_IMAGE"] == "python:3.10-slim"
+    assert defaults["BEAM_BOOT_IMAGE"] == "apache/beam_python3.10_sdk:2.59.0"
+    assert defaults["UV_IMAGE"].startswith("ghcr.io/astral-sh/uv:")
+    for name in ("builder", "runtime"):
+        assert _stage(name)[0] == ("FROM", f"${{BASE_IMAGE}} AS {name}")
+    assert _stage("beam-boot")[0] == ("FROM", "${BEAM_BOOT_IMAGE} AS beam-boot")
+    assert ("COPY", "--from=uv /uv /usr/local/bin/uv") in _stage("builder")
 
 
 def test_the_image_is_built_in_two_stages_and_the_runtime_has_no_compiler():
