@@ -74,8 +74,9 @@ $(STAMP): requirements.lock pyproject.toml setup.py $(wildcard components/native
 demo: setup
 	$(PY) -m tfx_dynamic_inputs.pipeline.demo
 
+# The `image` tests run the tasks in the built image (minutes): `make image-tasks`.
 test: setup
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not image" $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-core
 
 # The core install where its users are: the wheel in a clean venv with TensorFlow 2.21 and no
@@ -114,8 +115,10 @@ image: setup
 	  --build-arg UV_IMAGE=$(UV_IMAGE) $$offline -t $(IMAGE) .
 	podman image ls $(IMAGE)
 
+# The `image` tests: both demos' tasks (a line each and the summary: -s), then the standard
+# pipeline on user modules. `python -m tfx_dynamic_inputs.kubeflow.image_tasks` runs the demos alone.
 image-tasks: setup
-	$(PY) -m tfx_dynamic_inputs.kubeflow.image_tasks --image $(IMAGE) --runtime $(PODMAN_RUNTIME)
+	TFX_DYNAMIC_INPUTS_IMAGE=$(IMAGE) $(PY) -m pytest -s -m image $(PYTEST_ARGS) tests/kubeflow/test_image_tasks.py
 
 lock:
 	uv pip compile pyproject.toml --extra kubeflow --extra dev --python-version 3.10 \

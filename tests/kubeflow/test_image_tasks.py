@@ -1,9 +1,10 @@
 """Every compiled task of both demo pipelines run in the task image with podman, `--network none`
-(`make image-tasks`), and the container runner's command line.
+(`make image-tasks`); the standard pipeline's tasks in the image with its user modules added
+(kubeflow/user-modules.Dockerfile); and the container runner's command line.
 
-The image test needs podman and the image built (`make image`); it skips, saying which is
-missing, and never builds the image (minutes). It takes ~N minutes, so it is marked `image` and
-`make test` leaves it out.
+The image tests need podman and the image built (`make image`); they skip, saying which is
+missing, and never build the task image (minutes; the user-modules layer takes seconds). They
+take ~N minutes, so they are marked `image`, which `make test` leaves out.
 """
 
 from __future__ import annotations
@@ -11,19 +12,25 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import time
 
 import pytest
 
-from tfx_dynamic_inputs.kubeflow import image_tasks, local_run
+from tests.pipeline import standard_data, standard_modules
+from tfx_dynamic_inputs import component_keys as keys
+from tfx_dynamic_inputs.kubeflow import image_tasks, local_run, runner
 from tfx_dynamic_inputs.kubeflow.container_runner import (
     ContainerRunner,
     Mount,
     image_exists,
     pipeline_root_mount,
 )
+from tfx_dynamic_inputs.pipeline import config, standard_pipeline
 
 IMAGE = os.environ.get("TFX_DYNAMIC_INPUTS_IMAGE", image_tasks.DEFAULT_IMAGE)
+USER_MODULES_IMAGE = "tfx-dynamic-inputs-user-modules:test"
+USER_MODULES_DOCKERFILE = os.path.join(config.REPO_ROOT, "kubeflow", "user-modules.Dockerfile")
 
 
 def test_the_runner_starts_the_task_in_its_image_with_no_network_and_the_root_mounted():
@@ -63,12 +70,25 @@ def test_bad_runner_options_fail_where_written():
         )
 
 
-@pytest.fixture(scope="module")
-def image_runs(tmp_path_factory):
+def _require_image() -> None:
     if shutil.which("podman") is None:
         pytest.skip("podman is not installed: the tasks cannot run in the image here")
     if not image_exists(IMAGE):
         pytest.skip(f"podman has no image {IMAGE}: build it with `make image`")
+
+
+def _container_tasks(job_path: str) -> list[str]:
+    job = local_run.load_pipeline_job(job_path)
+    return [
+        task
+        for task in local_run.task_order(job["pipelineSpec"])
+        if not local_run.is_resolver(job, task)
+    ]
+
+
+@pytest.fixture(scope="module")
+def image_runs(tmp_path_factory):
+    _require_image()
     work = str(tmp_path_factory.mktemp("image_tasks"))
     started = time.monotonic()
     runs = image_tasks.run_demos(work, ContainerRunner(), IMAGE)
@@ -88,12 +108,9 @@ def test_every_container_task_of_both_demos_ran_in_the_image(image_runs):
     ]
     for spec in specs[::2]:
         pipeline = os.path.splitext(spec)[0]
-        job = local_run.load_pipeline_job(os.path.join(work, image_tasks.SPECS_DIR, spec))
-        containers = [
-            task
-            for task in local_run.task_order(job["pipelineSpec"])
-            if not local_run.is_resolver(job, task)
-        ]
+        path = os.path.join(work, image_tasks.SPECS_DIR, spec)
+        job = local_run.load_pipeline_job(path)
+        containers = _container_tasks(path)
         assert [run.task for run in runs if run.pipeline == pipeline] == containers
         for task in containers:
             assert local_run.container_image(job, task) == IMAGE
@@ -102,3 +119,58 @@ def test_every_container_task_of_both_demos_ran_in_the_image(image_runs):
             )
             with open(output) as f:
                 assert json.load(f)["artifacts"], task
+
+
+@pytest.fixture(scope="module")
+def user_modules_image(tmp_path_factory):
+    """The image with the standard pipeline test's modules added, under their import name
+    `tests.pipeline.standard_modules` (the image has no tests/)."""
+    _require_image()
+    context = tmp_path_factory.mktemp("user_modules")
+    package = context / "tests" / "pipeline"
+    package.mkdir(parents=True)
+    for init in (context / "tests" / "__init__.py", package / "__init__.py"):
+        init.write_text("")
+    shutil.copyfile(standard_modules.__file__, package / "standard_modules.py")
+    subprocess.run(
+        ["podman", "build", "--runtime", ContainerRunner.runtime, "-f", USER_MODULES_DOCKERFILE,
+         "--build-arg", f"IMAGE={IMAGE}", "-t", USER_MODULES_IMAGE, str(context)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    yield USER_MODULES_IMAGE
+    subprocess.run(["podman", "rmi", USER_MODULES_IMAGE], check=True, stdout=subprocess.DEVNULL)
+
+
+@pytest.mark.image
+def test_the_standard_pipeline_runs_in_the_image_with_user_modules(tmp_path, user_modules_image):
+    input_base = str(tmp_path / "input")
+    standard_data.write_examples(input_base)
+    root = str(tmp_path / "root")
+    pipeline_config = standard_data.config(
+        input_base, serving_dir=os.path.join(root, "serving"), num_epochs=1
+    )
+    kubeflow_config = config.KubeflowConfig(
+        image=user_modules_image, output_dir=str(tmp_path / "specs"), pipeline_root=root
+    )
+    path = runner.compile_pipeline(
+        standard_pipeline.create_pipeline(pipeline_config, runner.run_config(kubeflow_config)),
+        kubeflow_config.output_dir,
+        kubeflow_config.image,
+    )
+    started = time.monotonic()
+    ran: list[str] = []
+    outputs = local_run.run_pipeline_job(
+        path,
+        root,
+        container=ContainerRunner(mounts=(Mount(input_base, input_base),)),
+        on_task_done=lambda task, seconds: ran.append(task),
+    )
+    print(f"standard pipeline: {len(ran)} tasks in {time.monotonic() - started:.0f} s")
+    assert ran == _container_tasks(path)
+    # Transform ran the user's preprocessing_fn and the trainer its run_fn, both imported from
+    # /app/user_modules.
+    [graph] = outputs["Transform"]["artifacts"][keys.TRANSFORM_GRAPH_KEY]["artifacts"]
+    assert os.path.isdir(os.path.join(graph["uri"], "transform_fn"))
+    [model_run] = outputs["ClassBalancedTrainer"]["artifacts"][keys.MODEL_RUN_KEY]["artifacts"]
+    assert os.path.exists(os.path.join(model_run["uri"], standard_modules.BATCH_LABELS_FILE))
