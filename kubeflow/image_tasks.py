@@ -84,7 +84,9 @@ def compile_demos(image: str, work_dir: str) -> list[str]:
 def run_demos(work_dir: str, container: ContainerRunner, image: str) -> list[TaskRun]:
     """Compiles both demos for `image` and runs every container task of each in it.
 
-    `<work_dir>` is emptied first. Each task writes under `<work_dir>/root/<pipeline>/`.
+    `<work_dir>` is emptied first. Task `T` writes under `<work_dir>/root/<pipeline>/T/`, a pushed
+    model under `<work_dir>/root/serving/<pipeline>/`: the compiled pipeline root is the local
+    run's, mounted whole.
 
     Args:
       work_dir: the run's folder (absolute, without ':' or ',': it is mounted).
@@ -111,7 +113,8 @@ def run_demos(work_dir: str, container: ContainerRunner, image: str) -> list[Tas
 
         local_run.run_pipeline_job(
             path,
-            os.path.join(work_dir, ROOT_DIR, pipeline),
+            os.path.join(work_dir, ROOT_DIR),
+            run_id=pipeline,
             container=container,
             on_task_done=done,
         )

@@ -115,7 +115,7 @@ def test_every_container_task_of_both_demos_ran_in_the_image(image_runs):
         for task in containers:
             assert local_run.container_image(job, task) == IMAGE
             output = os.path.join(
-                work, image_tasks.ROOT_DIR, pipeline, "local-run", task, "executor_output.json"
+                work, image_tasks.ROOT_DIR, pipeline, task, local_run.EXECUTOR_OUTPUT_FILE
             )
             with open(output) as f:
                 assert json.load(f)["artifacts"], task
