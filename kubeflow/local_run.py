@@ -324,11 +324,13 @@ def run_task(
 
     Raises:
       LocalRunError: for leftover placeholders, a command that is not the TFX Kubeflow V2
-        entrypoint, both `in_process` and `container`, or (subprocess, container) a non-zero
-        exit, with the log's tail.
+        entrypoint, both `in_process` and `container`, `container` without an image, or
+        (subprocess, container) a non-zero exit, with the log's tail.
     """
     if in_process and container is not None:
         raise LocalRunError("in_process and container are exclusive")
+    if container is not None and not (image or container.image):
+        raise LocalRunError("a container run needs the task's image")
     invocation_json = json.dumps(invocation)
     argv = [invocation_json if arg == EXECUTOR_INPUT_PLACEHOLDER else arg for arg in command]
     leftover = [arg for arg in argv if "{{$" in arg and arg != invocation_json]

@@ -4,7 +4,8 @@
 
 The image tests need podman and the image built (`make image`); they skip, saying which is
 missing, and never build the task image (minutes; the user-modules layer takes seconds). They
-take ~N minutes, so they are marked `image`, which `make test` leaves out.
+take about 5 minutes on two cores (the demos 3, the standard pipeline 2), so they are marked
+`image`, which `make test` leaves out.
 """
 
 from __future__ import annotations
@@ -67,6 +68,14 @@ def test_bad_runner_options_fail_where_written():
             cwd=None,
             container=ContainerRunner(),
             image="img:1",
+        )
+    with pytest.raises(local_run.LocalRunError, match="needs the task's image"):
+        local_run.run_task(
+            ["python", "-m", local_run.ENTRYPOINT_MODULE],
+            {"outputs": {"outputFile": "/nonexistent/x/executor_output.json"}},
+            in_process=False,
+            cwd=None,
+            container=ContainerRunner(),
         )
 
 
