@@ -5,6 +5,7 @@ of very different sizes."""
 from __future__ import annotations
 
 import glob
+import importlib.util
 import re
 
 import keras
@@ -17,6 +18,7 @@ from tfx_dynamic_inputs.inputs import ClassBalancedPlan, ClassBalancedSampler
 from tfx_dynamic_inputs.inputs.draw_counts import SUMMARY_KEYS, DrawCounts, DrawCountsCallback
 
 SIZES = [5, 3, 1, 8, 6, 4, 7, 2, 9, 3]
+HAS_TENSORBOARD = importlib.util.find_spec("tensorboard") is not None
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +34,18 @@ def _sampler(run_dir: str) -> ClassBalancedSampler:
     )
 
 
-def test_counts_are_the_plans_own_through_keras_epochs_and_tensorboard(run_dir, tmp_path):
+@pytest.mark.parametrize(
+    "tensorboard",
+    [
+        pytest.param(False, id="logs"),
+        pytest.param(
+            True,
+            id="tensorboard",
+            marks=pytest.mark.skipif(not HAS_TENSORBOARD, reason="TensorBoard is not installed"),
+        ),
+    ],
+)
+def test_counts_are_the_plans_own_through_keras_epochs(run_dir, tmp_path, tensorboard):
     sampler = _sampler(run_dir)
     counts = DrawCounts(sampler.store.num_records)
     epochs = 3
@@ -47,7 +60,7 @@ def test_counts_are_the_plans_own_through_keras_epochs_and_tensorboard(run_dir, 
     )
     model = keras.Sequential([keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
-    log_dir = str(tmp_path / "logs")
+    log_dir = str(tmp_path / "logs") if tensorboard else None
     history = model.fit(
         dataset,
         epochs=epochs,
@@ -67,7 +80,8 @@ def test_counts_are_the_plans_own_through_keras_epochs_and_tensorboard(run_dir, 
     assert history.history["draws_epoch_max"][-1] == expected[-1].max()
     assert history.history["draws_total_median"][-1] == np.median(total)
     assert history.history["records_never_drawn"] == [0.0] * epochs
-
+    if not tensorboard:
+        return
     events = glob.glob(f"{log_dir}/draw_counts/events.out.tfevents.*")
     assert len(events) == 1
     tags = {
@@ -76,6 +90,13 @@ def test_counts_are_the_plans_own_through_keras_epochs_and_tensorboard(run_dir, 
         for value in event.summary.value
     }
     assert {"draws_per_record/this_epoch", "draws_per_record/so_far", *SUMMARY_KEYS} <= tags
+
+
+@pytest.mark.skipif(HAS_TENSORBOARD, reason="TensorBoard is installed")
+def test_the_callback_without_tensorboard_fails_when_built(tmp_path):
+    with pytest.raises(ImportError, match="pip install tensorboard"):
+        DrawCountsCallback(DrawCounts(3), log_dir=str(tmp_path))
+    assert DrawCountsCallback(DrawCounts(3)).counts.num_records == 3
 
 
 def test_a_restored_checkpoint_keeps_counting(run_dir, tmp_path):
@@ -162,8 +183,9 @@ def test_a_capped_sampler_draws_no_record_more_often_than_the_cap(run_dir):
     capped = sampler(cap)
     assert f"max_draws_per_record {cap}" in capped.stream
     counts = DrawCounts(capped.store.num_records)
+    dataset = counts.observe(capped.dataset(), key="index")  # each iteration the next epoch
     for _ in range(3):
         counts.start_epoch()
-        for batch in counts.observe(capped.dataset(), key="index"):
+        for batch in dataset:
             assert len(set(batch["label"].numpy().tolist())) == 3
         assert 1 <= counts.result()["draws_epoch_min"] <= counts.result()["draws_epoch_max"] <= cap

@@ -128,8 +128,13 @@ def audio_run(tmp_path_factory) -> str:
     return run_dir
 
 
-@pytest.mark.parametrize("before, after", TOPOLOGIES)
-@pytest.mark.parametrize("strategy", ["uniform", "least_sampled"])
+@pytest.mark.parametrize(
+    "before, after, strategy",
+    [
+        (*topology, strategy)
+        for topology, strategy in zip(TOPOLOGIES, ["uniform", "least_sampled"] * 2, strict=True)
+    ],
+)
 def test_pairs_resume_on_another_replica_count_continue_the_global_stream(
     before, after, strategy, tmp_path
 ):
@@ -158,7 +163,8 @@ def test_pair_coverage_of_a_resumed_run_is_the_uninterrupted_one(tmp_path):
     assert covered(got, after) == covered(expected, before)
 
 
-@pytest.mark.parametrize("before, after", TOPOLOGIES)
+# Replicas per worker on both sides; workers x 1 replica is test_multiworker's, in processes.
+@pytest.mark.parametrize("before, after", TOPOLOGIES[2:])
 def test_class_balanced_resume_on_another_replica_count_continue_the_global_stream(
     before, after, audio_run, tmp_path
 ):
