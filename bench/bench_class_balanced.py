@@ -28,6 +28,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -302,9 +303,8 @@ def bench_plan_rate(num_records, num_classes, repeats, peer_python) -> dict:
             **epoch_quality(batches, labels),
         }
 
-    samples = ClassBalancedPlan(
-        row_splits, n_classes_per_batch=N_C, n_samples_per_class=N_P, epoch_mode="samples"
-    )
+    samples_args = dict(n_classes_per_batch=N_C, n_samples_per_class=N_P, epoch_mode="samples")
+    samples = ClassBalancedPlan(row_splits, **samples_args)
     samples_plan = tf.function(lambda epoch: tf.gather(table, samples.plan(epoch)["position"]))
     ((seconds, last),) = time_interleaved(
         {"samples": lambda e: samples_plan(tf.constant(e, tf.int64)).numpy()},
@@ -314,6 +314,29 @@ def bench_plan_rate(num_records, num_classes, repeats, peer_python) -> dict:
         "epoch_s": seconds,
         "indices_per_s": last.size / seconds,
         "batches_per_epoch": samples.num_batches,
+        "record_coverage": round(len(np.unique(last)) / num_records, 4),
+        "max_draws_per_record": int(np.bincount(last.ravel()).max()),
+    }
+
+    # The same epochs under the least draw cap the plan accepts (named when refused).
+    try:
+        ClassBalancedPlan(row_splits, max_draws_per_record=1, **samples_args)
+        least = 1
+    except ValueError as refused:
+        least = int(re.search(r"pass at least (\d+)", str(refused)).group(1))
+    start = time.perf_counter()
+    capped = ClassBalancedPlan(row_splits, max_draws_per_record=least, **samples_args)
+    capped_setup = time.perf_counter() - start
+    capped_plan = tf.function(lambda epoch: tf.gather(table, capped.plan(epoch)["position"]))
+    ((seconds, last),) = time_interleaved(
+        {"capped": lambda e: capped_plan(tf.constant(e, tf.int64)).numpy()},
+        max(3, repeats // 2),
+    ).values()
+    result["ours_samples_mode_capped"] = {
+        "max_draws_per_record": least,
+        "setup_s": capped_setup,
+        "epoch_s": seconds,
+        "drawn_at_most": int(np.bincount(last.ravel()).max()),
         "record_coverage": round(len(np.unique(last)) / num_records, 4),
     }
 
@@ -522,6 +545,13 @@ def main() -> None:
             if "ours_vs_tfsim" in r
             else plan["tfsim_multishot"]["status"]
         )
+    )
+    loose, capped = plan["ours_samples_mode"], plan["ours_samples_mode_capped"]
+    print(
+        f"samples mode: {loose['epoch_s'] * 1000:.0f} ms an epoch, a record drawn up to "
+        f"{loose['max_draws_per_record']} times; max_draws_per_record="
+        f"{capped['max_draws_per_record']} (the least accepted): {capped['epoch_s'] * 1000:.0f} ms "
+        f"({capped['epoch_s'] / loose['epoch_s']:.1f}x), drawn up to {capped['drawn_at_most']}"
     )
     if not args.skip_end_to_end:
         scratch = tempfile.mkdtemp(prefix="bench-class-balanced-")

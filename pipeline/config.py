@@ -185,6 +185,10 @@ class SpeakerConfig(PipelineConfig):
       n_samples_per_class: utterances of each speaker in a batch (n_p).
       epoch_mode: "samples" (every utterance every epoch) or "classes" (every speaker every
         epoch, the library's default); "samples" here, so the small corpus trains on all of it.
+      max_draws_per_record: at most this many draws of any utterance in an epoch: in "samples"
+        mode the batches of the late rounds (only the big speakers left) are otherwise filled
+        with other speakers again, drawing small speakers' utterances many times; too low a
+        cap stops the trainer naming the least it takes. None: no cap.
       crop_seconds: the training crop of each utterance, in seconds.
       num_mel_bins: log-mel bins of the features.
       num_epochs: training epochs; every epoch re-plans the batches.
@@ -205,6 +209,7 @@ class SpeakerConfig(PipelineConfig):
     n_classes_per_batch: int = 8
     n_samples_per_class: int = 4
     epoch_mode: str = "samples"
+    max_draws_per_record: int | None = None
     crop_seconds: float = 1.0
     num_mel_bins: int = 40
     num_epochs: int = 12

@@ -59,7 +59,9 @@ def create_pipeline(config: SpeakerConfig, run: RunConfig) -> tfx.dsl.Pipeline:
             train_split=TRAIN_SPLIT,
             eval_split=EVAL_SPLIT if config.eval_fraction > 0 else None,
             input_options=ClassBalancedInputOptions(
-                epoch_mode=config.epoch_mode, features=config.feature_options()
+                epoch_mode=config.epoch_mode,
+                max_draws_per_record=config.max_draws_per_record,
+                features=config.feature_options(),
             ),
             custom_config=dict(config.custom_config),
         ),

@@ -25,6 +25,7 @@ SAMPLES: dict[Any, tuple[list[str], Any]] = {
     bool: (["false"], False),
     str: (["some/text"], "some/text"),
     float | None: (["none"], None),
+    int | None: (["5"], 5),
     str | None: (["some/dir"], "some/dir"),
     Mapping[str, Any]: (
         ['{"learning_rate": 0.5, "layers": [1, 2]}'],
@@ -286,6 +287,26 @@ def test_local_configs_use_the_bundled_data_without_data_flags(tmp_path):
     )
     assert (speaker.manifest, speaker.audio_root) == ("m.csv", "a")
     assert not run.fingerprint_inputs
+
+
+def test_the_speaker_draw_cap_reaches_the_trainer_from_the_command_line(tmp_path):
+    from tfx_dynamic_inputs import component_keys as keys
+    from tfx_dynamic_inputs.pipeline import speaker_pipeline
+
+    args = cli.parse_local_args(
+        ["speaker", "--work_dir", str(tmp_path), "--max_draws_per_record", "3"]
+    )
+    speaker, run = run_local.local_configs(args)
+    assert speaker.max_draws_per_record == 3
+    [trainer] = [
+        c
+        for c in speaker_pipeline.create_pipeline(speaker, run).components
+        if c.id == "ClassBalancedTrainer"
+    ]
+    options = json.loads(trainer.exec_properties[keys.INPUT_OPTIONS_KEY])
+    assert options["max_draws_per_record"] == 3 and options["epoch_mode"] == "samples"
+    with pytest.raises(ValueError, match="max_draws_per_record"):
+        speaker_pipeline.create_pipeline(dataclasses.replace(speaker, max_draws_per_record=0), run)
 
 
 def test_cyclegan_pairs_by_group_from_the_command_line(tmp_path):
