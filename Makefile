@@ -48,7 +48,7 @@ help:
 	@echo "               venv (.venv-core), run the README quickstart and the library's tests there"
 	@echo "make setup     create .venv (python3.10) from requirements.lock, build the native op (idempotent)"
 	@echo "make lint      ruff"
-	@echo "make bench     run every benchmark under bench/ (BENCH_ARGS=$(BENCH_ARGS))"
+	@echo "make bench     run every benchmark under bench/ (BENCH_ARGS=$(BENCH_ARGS)); its peers in $(PEERS_VENV)"
 	@echo "make kubeflow  compile both pipelines to KFP v2 JSON under kubeflow/"
 	@echo "make image     build the task image $(IMAGE) with podman, on a local Debian base"
 	@echo "make image-tasks  run every compiled task of both pipelines in $(IMAGE), no network"
@@ -98,9 +98,21 @@ test-core: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 
-bench: setup
+# The class-balanced bench's peer, tensorflow-similarity, in a venv of its own (it would pull
+# another TF stack into ours), installed from the package registry here, never at bench time.
+# tensorflow-metadata 1.17+ wants protobuf 5, which TensorFlow 2.16 refuses.
+PEERS_VENV := .venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed
+
+$(PEERS_STAMP): $(STAMP)
+	py=$$($(FIND_PY310) | head -n 1); $(VENV)/bin/uv venv -q --python "$$py" $(PEERS_VENV)
+	$(VENV)/bin/uv pip install -q --python $(PEERS_VENV)/bin/python "tensorflow==2.16.2" \
+	  "tensorflow-similarity==0.17.1" "tensorflow-metadata<1.17"
+	@touch $@
+
+bench: setup $(PEERS_STAMP)
 	@set -e; for script in bench/bench_*.py; do \
-	  echo "== $$script"; $(PY) $$script $(BENCH_ARGS); done
+	  echo "== $$script"; TFSIM_PYTHON=$(PEERS_VENV)/bin/python $(PY) $$script $(BENCH_ARGS); done
 
 kubeflow: setup
 	$(PY) -m tfx_dynamic_inputs.kubeflow.runner

@@ -519,9 +519,9 @@ def main() -> None:
     random.seed(0)
     load_at_start = os.getloadavg()[0]
     goal = (
-        "goal >= 20x at 1M / 7,000; --quick is too small to show it"
+        "goal >= 30x, and >= 10x each peer, at 1M / 7,000; --quick is too small to show it"
         if args.quick
-        else "goal >= 20x"
+        else "goal >= 30x, and >= 10x each peer"
     )
     repeats = args.repeats or (3 if args.quick else 7)
     if args.quick:
