@@ -20,8 +20,10 @@ Import from here; the modules behind it hold one concept each:
   `data_service`: what a dataset needs to run on tf.data service workers, checked at build;
 * `valid_pairs`, `group_pairs`, `pair_plan`, `pairs`, `coverage`: the valid-pair index (edges,
   or groups), the pair plan, the dynamic-pairs sampler, pair coverage;
-* `class_plan`, `class_balanced`: the class-balanced plan and the sampler that reads it;
-  `draw_counts`: how often each record was drawn, this epoch and so far;
+* `class_plan`, `class_fillers`, `class_balanced`: the class-balanced plan, the classes that
+  complete its short batches, and the sampler that reads it;
+  `draw_counts`: how often each record was drawn, this epoch and so far; `summaries`: the
+  callbacks' TensorBoard writers;
 * `audio_config`: how audio records become features (`AudioFeatureConfig`, `SpecAugment`);
   `audio_features`: crop/pad, log-mel and SpecAugment in the graph.
 

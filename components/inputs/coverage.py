@@ -8,13 +8,12 @@ counts pairs that are not valid at all. Feed it either in the input pipeline
 
 from __future__ import annotations
 
-import importlib.util
-
 import keras
 import numpy as np
 import tensorflow as tf
 
 from tfx_dynamic_inputs.inputs.group_pairs import GroupPairs
+from tfx_dynamic_inputs.inputs.summaries import summary_writer
 from tfx_dynamic_inputs.inputs.valid_pairs import ValidPairs
 from tfx_dynamic_inputs.inputs.variables import index_variable
 
@@ -178,17 +177,8 @@ class PairCoverageCallback(keras.callbacks.Callback):
 
     def __init__(self, coverage: PairCoverage, log_dir: str | None = None):
         super().__init__()
-        if log_dir and importlib.util.find_spec("tensorboard") is None:
-            # tf.summary needs TensorBoard, which TensorFlow 2.20+ no longer installs: say so
-            # now, not after the first epoch has trained.
-            raise ImportError(
-                "PairCoverageCallback(log_dir=...) writes TensorBoard summaries: "
-                "pip install tensorboard (or pass log_dir=None)"
-            )
         self.coverage = coverage
-        self._writer = (
-            tf.summary.create_file_writer(f"{log_dir}/pair_coverage") if log_dir else None
-        )
+        self._writer = summary_writer(log_dir, "pair_coverage", "PairCoverageCallback")
 
     def on_epoch_begin(self, epoch, logs=None):
         """Starts the coverage's epoch (`PairCoverage.start_epoch`).

@@ -20,12 +20,13 @@ drawn about equally often, so records of big classes are drawn rarely.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 
 import keras
 import numpy as np
 import tensorflow as tf
+
+from tfx_dynamic_inputs.inputs.summaries import summary_writer
 
 SUMMARY_KEYS = (
     "draws_epoch_min",
@@ -189,13 +190,8 @@ class DrawCountsCallback(keras.callbacks.Callback):
 
     def __init__(self, counts: DrawCounts, log_dir: str | None = None):
         super().__init__()
-        if log_dir and importlib.util.find_spec("tensorboard") is None:
-            raise ImportError(
-                "DrawCountsCallback(log_dir=...) writes TensorBoard summaries: "
-                "pip install tensorboard (or pass log_dir=None)"
-            )
         self.counts = counts
-        self._writer = tf.summary.create_file_writer(f"{log_dir}/draw_counts") if log_dir else None
+        self._writer = summary_writer(log_dir, "draw_counts", "DrawCountsCallback")
 
     def on_epoch_begin(self, epoch, logs=None):
         """Starts the counts' epoch (`DrawCounts.start_epoch`) when they observe batches.

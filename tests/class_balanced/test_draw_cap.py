@@ -25,22 +25,14 @@ def _draws(out: dict, num_positions: int) -> np.ndarray:
 
 def _capped_plan(case) -> ClassBalancedPlan:
     """The case's plan under the least cap it accepts (a lower one is refused naming it)."""
-    args = dict(
-        n_classes_per_batch=case["n_c"],
-        n_samples_per_class=case["n_p"],
-        seed=case["seed"],
-        epoch_mode=case["mode"],
-        small_classes=case["policy"],
-        num_workers=case["num_workers"],
-    )
     try:
-        return ClassBalancedPlan(row_splits_of(case["sizes"]), max_draws_per_record=1, **args)
+        return make_plan(case, max_draws_per_record=1)
     except ValueError as refused:
         least = int(re.search(r"pass at least (\d+)", str(refused)).group(1))
-    plan = ClassBalancedPlan(row_splits_of(case["sizes"]), max_draws_per_record=least, **args)
+    plan = make_plan(case, max_draws_per_record=least)
     if least > 1:
         with pytest.raises(ValueError, match=f"pass at least {least}"):
-            ClassBalancedPlan(row_splits_of(case["sizes"]), max_draws_per_record=least - 1, **args)
+            make_plan(case, max_draws_per_record=least - 1)
     return plan
 
 

@@ -56,7 +56,7 @@ def plan_cases(draw):
     )
 
 
-def make_plan(case) -> ClassBalancedPlan:
+def make_plan(case, max_draws_per_record: int | None = None) -> ClassBalancedPlan:
     return ClassBalancedPlan(
         row_splits_of(case["sizes"]),
         n_classes_per_batch=case["n_c"],
@@ -65,6 +65,7 @@ def make_plan(case) -> ClassBalancedPlan:
         epoch_mode=case["mode"],
         small_classes=case["policy"],
         num_workers=case["num_workers"],
+        max_draws_per_record=max_draws_per_record,
     )
 
 
