@@ -60,6 +60,7 @@ EVAL_SPLIT_KEY = "eval_split"
 INPUT_OPTIONS_KEY = "input_options"
 CUSTOM_CONFIG_KEY = "custom_config"
 CHECKPOINT_EVERY_STEPS_KEY = "checkpoint_every_steps"
+DISTRIBUTION_KEY = "distribution"
 # Parameter of PairsTrainer.
 BATCH_SIZE_KEY = "batch_size"
 # Parameters of ClassBalancedTrainer.

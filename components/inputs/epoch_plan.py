@@ -81,6 +81,7 @@ def epoch_dataset(
     num_workers: int = 1,
     worker_index: int = 0,
     initial_step: int = 0,
+    steps_to_skip: tf.Variable | None = None,
 ) -> tf.data.Dataset:
     """A dataset whose every iteration is the next epoch's plan, one batch row per element.
 
@@ -97,6 +98,9 @@ def epoch_dataset(
         re-plans the epoch in progress (`state.epoch - 1`, as restored from a checkpoint written
         during that epoch) and skips its first `initial_step` batches; later iterations are
         whole epochs.
+      steps_to_skip: the int64 variable that holds the resume point until the first iteration
+        takes it (then 0), set to `initial_step` here; None: one of the dataset's own. Given, the
+        caller can arm it again (`EpochSampler.rewind`).
 
     Returns:
       A dataset of plan rows (the structure of `plan_fn`'s result, leading dimension removed).
@@ -116,7 +120,10 @@ def epoch_dataset(
             f"got {initial_step}"
         )
     # One-shot: only the first iteration resumes mid-epoch.
-    steps_to_skip = tf.Variable(initial_step, dtype=tf.int64, trainable=False)
+    if steps_to_skip is None:
+        steps_to_skip = tf.Variable(initial_step, dtype=tf.int64, trainable=False)
+    else:
+        steps_to_skip.assign(initial_step)
 
     def one_epoch(_):
         skip = steps_to_skip.value()

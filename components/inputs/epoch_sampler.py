@@ -27,6 +27,9 @@ class EpochSampler:
     worker_index: int
     num_workers: int
     num_batches: int
+    # The resume step of the datasets `dataset()` builds, and where `rewind` puts them back.
+    _steps_to_skip: tf.Variable | None = None
+    _built_at: tuple[list, int] | None = None
 
     @property
     def steps_per_epoch(self) -> int:
@@ -82,6 +85,11 @@ class EpochSampler:
         num_batches = self.num_batches
         run_key, stream = self.run_key, self.stream
         self.state.bind_run(run_key, stream)
+        if self._steps_to_skip is None:
+            # Outside any strategy scope, as the state's own variables.
+            self._steps_to_skip = tf.Variable(0, dtype=tf.int64, trainable=False)
+        # Where `rewind` puts the dataset back: the state as it is now, the resume step armed.
+        self._built_at = ([v.numpy() for v in self.state.variables], initial_step)
 
         def plan_with_epoch(epoch: tf.Tensor) -> dict[str, tf.Tensor]:
             with tf.control_dependencies([self.state.check_run(run_key, stream)]):
@@ -95,10 +103,35 @@ class EpochSampler:
             num_workers=self.num_workers,
             worker_index=self.worker_index,
             initial_step=initial_step,
+            steps_to_skip=self._steps_to_skip,
         )
         return rows.map(
             self._load_batch, num_parallel_calls=num_parallel_calls, deterministic=deterministic
         ).prefetch(tf.data.AUTOTUNE)
+
+    def rewind(self) -> None:
+        """Puts the latest `dataset()` back where it was built: the state's values as they were
+        then, and its resume step (`initial_step`) armed again for the next iteration.
+
+        An iteration started and abandoned advances the state (its first element plans the
+        epoch). Keras' `fit` does that under any `tf.distribute` strategy: it reads one batch
+        from a fresh iterator to build the model before training. Call `rewind` after that
+        read and before the first epoch (a callback's `on_train_begin`; the trainer component's
+        checkpoints do), so that training starts at the epoch and step the dataset was built for.
+        Before the first `dataset()` there is nothing to put back, and nothing changes.
+
+        Example:
+
+            dataset = sampler.dataset(initial_step=3)
+            next(iter(dataset))  # a peek
+            sampler.rewind()  # the next iteration is the resumed epoch again, from batch 3
+        """
+        if self._built_at is None:
+            return
+        values, initial_step = self._built_at
+        for variable, value in zip(self.state.variables, values, strict=True):
+            variable.assign(value)
+        self._steps_to_skip.assign(initial_step)
 
     def epochs_dataset(
         self,

@@ -28,6 +28,7 @@ import keras
 import tensorflow as tf
 
 from tfx_dynamic_inputs.models.cyclegan_networks import build_discriminator, build_generator
+from tfx_dynamic_inputs.models.replicas import replica_loss
 
 X_KEY = "x"
 Y_KEY = "y"
@@ -260,10 +261,10 @@ class CycleGAN(keras.Model):
         x, y = self._unpack_pair(data)
         with tf.GradientTape(persistent=True) as tape:
             losses = self._cyclegan_losses(x, y, training=True)
-        generator_gradients = tape.gradient(losses["generator_loss"], self.generator_variables)
-        discriminator_gradients = tape.gradient(
-            losses["discriminator_loss"], self.discriminator_variables
-        )
+            generator_loss = replica_loss(losses["generator_loss"])
+            discriminator_loss = replica_loss(losses["discriminator_loss"])
+        generator_gradients = tape.gradient(generator_loss, self.generator_variables)
+        discriminator_gradients = tape.gradient(discriminator_loss, self.discriminator_variables)
         del tape
         self.generator_optimizer.apply_gradients(
             zip(generator_gradients, self.generator_variables, strict=True)

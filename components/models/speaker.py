@@ -27,6 +27,8 @@ from collections.abc import Mapping
 import keras
 import tensorflow as tf
 
+from tfx_dynamic_inputs.models.replicas import replica_loss
+
 FEATURES_KEY = "features"
 LENGTHS_KEY = "lengths"
 LABEL_KEY = "label"
@@ -427,7 +429,10 @@ class SpeakerEmbeddingModel(keras.Model):
         with tf.GradientTape() as tape:
             embeddings = self.embedding_model([features, lengths], training=True)
             loss = self.metric_loss(embeddings, labels)
+            scaled = replica_loss(loss)
         variables = self.trainable_variables
-        self.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
+        self.optimizer.apply_gradients(
+            zip(tape.gradient(scaled, variables), variables, strict=True)
+        )
         self.loss_tracker.update_state(loss)
         return {"loss": self.loss_tracker.result()}

@@ -76,6 +76,7 @@ class TrainingCheckpoints:
         self.steps_per_epoch = 0
         self.trained_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="trained_steps")
         self._inputs: dict[str, tf.Module] = {}
+        self._sampler: EpochSampler | None = None
 
     def resume(
         self, sampler: EpochSampler, other_inputs: Mapping[str, tf.Module] | None = None
@@ -97,6 +98,7 @@ class TrainingCheckpoints:
         if self._inputs:
             raise ValueError("resume() was called already: one sampler per training run")
         self._inputs = {"sampler": sampler.state, **(other_inputs or {})}
+        self._sampler = sampler
         self.steps_per_epoch = sampler.steps_per_epoch
         latest = self.latest()
         if latest is not None:
@@ -105,6 +107,13 @@ class TrainingCheckpoints:
             checkpoint.restore(latest).expect_partial()
             _log.info("resuming from %s: %d steps trained", latest, int(self.trained_steps))
         return self.resume_point().step
+
+    def rewind_inputs(self) -> None:
+        """Puts the sampler's dataset back where it was built (`EpochSampler.rewind`): what an
+        iteration started and dropped before training (Keras' `fit` under a strategy reads one
+        batch to build the model) advanced is undone. The callback calls it when `fit` starts."""
+        if self._sampler is not None:
+            self._sampler.rewind()
 
     def latest(self) -> str | None:
         """The path of the latest complete checkpoint, or None."""
@@ -208,6 +217,9 @@ class _CheckpointCallback(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         self._manager = self._checkpoints.manager(self.model)
         self._first_epoch = self._checkpoints.resume_point().epoch
+        # Under a tf.distribute strategy `fit` has read a batch already, from an iterator it
+        # dropped (to build the model): the sampler goes back to where its dataset was built.
+        self._checkpoints.rewind_inputs()
         latest = self._checkpoints.latest()
         if latest is None:
             return

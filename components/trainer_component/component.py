@@ -53,6 +53,7 @@ from tfx_dynamic_inputs import artifacts
 from tfx_dynamic_inputs import component_keys as keys
 from tfx_dynamic_inputs.trainer_component import executor
 from tfx_dynamic_inputs.trainer_component import input_options as trainer_input_options
+from tfx_dynamic_inputs.trainer_component.distribution import checked_distribution
 
 # The parameters and channels both trainers take, declared once.
 _COMMON_PARAMETERS = {
@@ -65,6 +66,7 @@ _COMMON_PARAMETERS = {
     keys.INPUT_OPTIONS_KEY: ExecutionParameter(type=str, optional=True),
     keys.CUSTOM_CONFIG_KEY: ExecutionParameter(type=str, optional=True),
     keys.CHECKPOINT_EVERY_STEPS_KEY: ExecutionParameter(type=int, optional=True),
+    keys.DISTRIBUTION_KEY: ExecutionParameter(type=str, optional=True),
 }
 _COMMON_INPUTS = {
     keys.EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples),
@@ -120,6 +122,9 @@ class _TrainerComponent(base_component.BaseComponent):
       eval_split: the class-balanced record set of `fn_args.eval_dataset` (None: none).
       custom_config: a JSON object for `run_fn` (`fn_args.custom_config`).
       checkpoint_every_steps: a checkpoint every so many batches (None or 0: epoch ends only).
+      distribution: ``"none"`` (one replica, the default) or ``"mirrored"`` (every GPU of the
+        machine, or its logical CPUs): the batch geometry is the global batch's, split over the
+        replicas, and a retry may run on another number of them (`distribution`).
     """
 
     _OPTIONS_CLASS: type[trainer_input_options.InputOptions]
@@ -142,6 +147,7 @@ class _TrainerComponent(base_component.BaseComponent):
         eval_split: str | None = None,
         custom_config: Mapping[str, Any] | None = None,
         checkpoint_every_steps: int | None = None,
+        distribution: str | None = None,
     ):
         if bool(module_path) == bool(module_file):
             raise ValueError("give exactly one of module_path and module_file")
@@ -150,6 +156,7 @@ class _TrainerComponent(base_component.BaseComponent):
                 f"checkpoint_every_steps must be >= 0 (0: at epoch ends only), got "
                 f"{checkpoint_every_steps}"
             )
+        distribution = None if distribution is None else checked_distribution(distribution)
         # Typed and checked here, in the pipeline file: a misspelt option names itself now.
         options = trainer_input_options.input_options(self._OPTIONS_CLASS, input_options)
         given = {keys.TRANSFORM_GRAPH_KEY: transform_graph, keys.SCHEMA_KEY: schema}
@@ -175,6 +182,7 @@ class _TrainerComponent(base_component.BaseComponent):
                 if custom_config
                 else None,
                 checkpoint_every_steps=checkpoint_every_steps,
+                distribution=distribution,
                 model=types.Channel(type=standard_artifacts.Model),
                 model_run=types.Channel(type=standard_artifacts.ModelRun),
             )
@@ -192,8 +200,8 @@ class PairsTrainer(_TrainerComponent):
       num_epochs: epochs to train.
       input_options: `PairsInputOptions`, or its fields as a dict (`image` required).
       module_path, module_file, anomalies, transform_graph, schema, seed, train_split,
-        eval_split, custom_config, checkpoint_every_steps: as both trainers take them (see
-        `_TrainerComponent`; exactly one of `module_path` and `module_file`).
+        eval_split, custom_config, checkpoint_every_steps, distribution: as both trainers take
+        them (see `_TrainerComponent`; exactly one of `module_path` and `module_file`).
 
     Raises:
       ValueError: a bad setting or input option, named (a misspelt option with "did you mean").
@@ -236,6 +244,7 @@ class PairsTrainer(_TrainerComponent):
         eval_split: str | None = None,
         custom_config: Mapping[str, Any] | None = None,
         checkpoint_every_steps: int | None = None,
+        distribution: str | None = None,
     ):
         super().__init__(
             {keys.PAIR_INDEX_KEY: pair_index, keys.BATCH_SIZE_KEY: batch_size},
@@ -253,6 +262,7 @@ class PairsTrainer(_TrainerComponent):
             eval_split=eval_split,
             custom_config=custom_config,
             checkpoint_every_steps=checkpoint_every_steps,
+            distribution=distribution,
         )
 
 
@@ -269,8 +279,8 @@ class ClassBalancedTrainer(_TrainerComponent):
       num_epochs: epochs to train.
       input_options: `ClassBalancedInputOptions`, or its fields as a dict (None: the defaults).
       module_path, module_file, anomalies, transform_graph, schema, seed, train_split,
-        eval_split, custom_config, checkpoint_every_steps: as both trainers take them (see
-        `_TrainerComponent`; exactly one of `module_path` and `module_file`).
+        eval_split, custom_config, checkpoint_every_steps, distribution: as both trainers take
+        them (see `_TrainerComponent`; exactly one of `module_path` and `module_file`).
 
     Raises:
       ValueError: a bad setting or input option, named (a misspelt option with "did you
@@ -319,6 +329,7 @@ class ClassBalancedTrainer(_TrainerComponent):
         eval_split: str | None = None,
         custom_config: Mapping[str, Any] | None = None,
         checkpoint_every_steps: int | None = None,
+        distribution: str | None = None,
     ):
         super().__init__(
             {
@@ -340,4 +351,5 @@ class ClassBalancedTrainer(_TrainerComponent):
             eval_split=eval_split,
             custom_config=custom_config,
             checkpoint_every_steps=checkpoint_every_steps,
+            distribution=distribution,
         )

@@ -26,6 +26,12 @@ from tfx_dynamic_inputs.inputs import PairCoverage, PairCoverageCallback
 from tfx_dynamic_inputs.inputs.draw_counts import DrawCounts, DrawCountsCallback
 from tfx_dynamic_inputs.trainer_component import input_options, training_inputs
 from tfx_dynamic_inputs.trainer_component.checkpoints import TrainingCheckpoints, checkpoint_dir
+from tfx_dynamic_inputs.trainer_component.distribution import (
+    check_split,
+    checked_distribution,
+    training_strategy,
+    with_batch_size,
+)
 from tfx_dynamic_inputs.trainer_component.fn_args import FnArgs
 
 if TYPE_CHECKING:
@@ -56,6 +62,7 @@ class InputRequest:
       tf_transform_output: Transform's output of the `transform_graph` input, or None.
       checkpoints: the training checkpoints the datasets resume from.
       model_run_dir: the ModelRun folder (logs).
+      num_replicas: the replicas each global batch is split over (`distribution`).
     """
 
     run: execution.Execution
@@ -68,6 +75,7 @@ class InputRequest:
     tf_transform_output: TFTransformOutput | None
     checkpoints: TrainingCheckpoints
     model_run_dir: str
+    num_replicas: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +89,7 @@ class TrainingInputs:
       settings: what the kind adds to `run_fn`'s `custom_config` (batch geometry, ...).
       reports: what observes the dataset (pair coverage, draw counts); their `result()` joins
         the metrics.
+      batch_size: the rows of a global batch, which the replicas split.
     """
 
     train_dataset: tf.data.Dataset
@@ -88,6 +97,7 @@ class TrainingInputs:
     callbacks: list
     settings: dict[str, Any]
     reports: list[PairCoverage | DrawCounts] = dataclasses.field(default_factory=list)
+    batch_size: int = 0
 
 
 class TrainerExecutor(execution.LoggedExecutor):
@@ -153,6 +163,8 @@ class TrainerExecutor(execution.LoggedExecutor):
             save_every_steps=int(properties.get(keys.CHECKPOINT_EVERY_STEPS_KEY) or 0),
         )
         schema = run.optional_input(keys.SCHEMA_KEY)
+        # Before the inputs: a MirroredStrategy fixes the replicas the batches split over.
+        strategy = training_strategy(checked_distribution(properties.get(keys.DISTRIBUTION_KEY)))
         request = InputRequest(
             run=run,
             offset_index=run.input(keys.OFFSET_INDEX_KEY).uri,
@@ -164,13 +176,18 @@ class TrainerExecutor(execution.LoggedExecutor):
             tf_transform_output=_transform_output(run.optional_input(keys.TRANSFORM_GRAPH_KEY)),
             checkpoints=checkpoints,
             model_run_dir=model_run.uri,
+            num_replicas=strategy.num_replicas_in_sync,
         )
         custom_config = _json_dict(properties, keys.CUSTOM_CONFIG_KEY)
         inputs = self._training_inputs(request)
         custom_config.update(inputs.settings)
         custom_config["seed"] = request.seed
+        custom_config["num_replicas"] = request.num_replicas
+        train_dataset = inputs.train_dataset
+        if request.num_replicas > 1:
+            train_dataset = with_batch_size(train_dataset, inputs.batch_size)
         fn_args = FnArgs(
-            train_dataset=inputs.train_dataset,
+            train_dataset=train_dataset,
             eval_dataset=inputs.eval_dataset,
             # Last, so that the epoch logs it records hold what the other callbacks added.
             callbacks=[*inputs.callbacks, checkpoints.callback()],
@@ -182,6 +199,7 @@ class TrainerExecutor(execution.LoggedExecutor):
             trained_history=checkpoints.history(),
             schema_path=request.schema_path,
             tf_transform_output=request.tf_transform_output,
+            strategy=strategy,
         )
         metrics = checked_metrics(run_fn(fn_args))
         for report in inputs.reports:
@@ -210,6 +228,7 @@ class PairsExecutor(TrainerExecutor):
     def _training_inputs(self, request: InputRequest) -> TrainingInputs:
         pair_index = _required_uri(request.run, keys.PAIR_INDEX_KEY)
         batch_size = _required_int(request.run.properties, keys.BATCH_SIZE_KEY)
+        check_split(batch_size, request.num_replicas, keys.BATCH_SIZE_KEY)
         train_dataset, coverage, eval_dataset = training_inputs.pairs_train_dataset(
             request.offset_index,
             pair_index,
@@ -224,6 +243,7 @@ class PairsExecutor(TrainerExecutor):
             callbacks=[PairCoverageCallback(coverage, log_dir=request.model_run_dir)],
             settings={"batch_size": batch_size, "num_valid_pairs": coverage.num_pairs},
             reports=[coverage],
+            batch_size=batch_size,
         )
 
 
@@ -242,6 +262,8 @@ class ClassBalancedExecutor(TrainerExecutor):
         class_index = _required_uri(run, keys.CLASS_INDEX_KEY)
         n_c = _required_int(run.properties, keys.N_CLASSES_PER_BATCH_KEY)
         n_p = _required_int(run.properties, keys.N_SAMPLES_PER_CLASS_KEY)
+        # Whole classes on each replica: a batch holds each class's n_p samples consecutively.
+        check_split(n_c, request.num_replicas, keys.N_CLASSES_PER_BATCH_KEY)
         options = self._checked_options(request.sent_options)
         eval_batch_size = options.eval_batch_size or n_c * n_p
         settings: dict[str, Any] = {}
@@ -292,6 +314,7 @@ class ClassBalancedExecutor(TrainerExecutor):
             callbacks=[DrawCountsCallback(draw_counts, log_dir=request.model_run_dir)],
             settings=settings,
             reports=[draw_counts],
+            batch_size=n_c * n_p,
         )
 
 

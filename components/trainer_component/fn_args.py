@@ -44,6 +44,11 @@ class FnArgs:
       schema_path: the schema file of the `schema` input (as the standard Trainer's), or None.
       tf_transform_output: Transform's output of the `transform_graph` input (its feature specs,
         `transform_features_layer()` for the serving signature), or None.
+      strategy: the `tf.distribute.Strategy` of the trainer's `distribution` (the default
+        strategy for ``"none"``): build and compile the model in `strategy.scope()`; `fit` splits
+        each global batch of `train_dataset` over its replicas (`custom_config["num_replicas"]`).
+        A custom `train_step` divides its loss by the replicas before taking gradients (Keras
+        sums them over the replicas).
     """
 
     train_dataset: tf.data.Dataset
@@ -57,3 +62,4 @@ class FnArgs:
     trained_history: dict[str, list[float]] = dataclasses.field(default_factory=dict)
     schema_path: str | None = None
     tf_transform_output: TFTransformOutput | None = None
+    strategy: tf.distribute.Strategy = dataclasses.field(default_factory=tf.distribute.get_strategy)

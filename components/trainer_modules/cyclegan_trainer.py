@@ -87,15 +87,17 @@ def run_fn(fn_args) -> dict[str, float]:
     config = dict(fn_args.custom_config or {})
     image_shape = _image_shape(fn_args, config)
     keras.utils.set_random_seed(int(config.get("seed", 0)))
-    # Built here, both optimizers in `compile`: a resumed `fit` restores into them at its start.
-    model = CycleGAN(image_shape, **{k: config[k] for k in _MODEL_ARGS if k in config})
+    # Built here, both optimizers in `compile`, under the trainer's strategy: a resumed `fit`
+    # restores into them at its start.
     learning_rate = float(config.get("learning_rate", 2e-4))
-    model.compile(
-        generator_optimizer=keras.optimizers.Adam(learning_rate, beta_1=0.5),
-        discriminator_optimizer=keras.optimizers.Adam(learning_rate, beta_1=0.5),
-        # Measured on CPU: XLA made 3 epochs of this four-network step 3x slower (compile included).
-        jit_compile=False,
-    )
+    with training_log.strategy_of(fn_args).scope():
+        model = CycleGAN(image_shape, **{k: config[k] for k in _MODEL_ARGS if k in config})
+        model.compile(
+            generator_optimizer=keras.optimizers.Adam(learning_rate, beta_1=0.5),
+            discriminator_optimizer=keras.optimizers.Adam(learning_rate, beta_1=0.5),
+            # Measured on CPU: XLA made 3 epochs of this four-network step 3x slower.
+            jit_compile=False,
+        )
     train_dataset = fn_args.train_dataset
     eval_dataset = getattr(fn_args, "eval_dataset", None)
     held_out = eval_dataset is not None

@@ -127,19 +127,21 @@ def run_fn(fn_args) -> dict[str, float]:
     audio_formats = tuple(config.get("serving_audio_formats", ("wav",)))
     serving.check_audio_formats(audio_formats)
     keras.utils.set_random_seed(int(config.get("seed", 0)))
-    # Built here: a resumed `fit` restores into it (and its optimizer) at its start.
-    model = speaker.SpeakerEmbeddingModel(
-        n_mels,
-        n_samples_per_class=n_samples_per_class,
-        loss=str(config.get("loss", "ge2e")),
-        num_classes=config.get("num_train_classes"),
-        channels=int(config.get("channels", 128)),
-        embedding_dim=int(config.get("embedding_dim", 128)),
-    )
-    model.compile(
-        optimizer=keras.optimizers.Adam(float(config.get("learning_rate", 1e-3))),
-        jit_compile=False,  # T changes between batches; XLA would recompile for each
-    )
+    # Built here, under the trainer's strategy: a resumed `fit` restores into it (and its
+    # optimizer) at its start, on however many replicas this attempt has.
+    with training_log.strategy_of(fn_args).scope():
+        model = speaker.SpeakerEmbeddingModel(
+            n_mels,
+            n_samples_per_class=n_samples_per_class,
+            loss=str(config.get("loss", "ge2e")),
+            num_classes=config.get("num_train_classes"),
+            channels=int(config.get("channels", 128)),
+            embedding_dim=int(config.get("embedding_dim", 128)),
+        )
+        model.compile(
+            optimizer=keras.optimizers.Adam(float(config.get("learning_rate", 1e-3))),
+            jit_compile=False,  # T changes between batches; XLA would recompile for each
+        )
     max_eval_utterances = int(config.get("max_eval_utterances", 4000))
     # TensorBoard gets each evaluation's EER, DET curve and score histograms at the step of
     # the epochs trained so far: 0 before training, `epochs` after; the pictures go beside the

@@ -13,6 +13,19 @@ import tensorflow as tf
 HISTORY_FILE = "history.json"
 
 
+def strategy_of(fn_args) -> tf.distribute.Strategy:
+    """The strategy to build the model under: `fn_args.strategy` (the trainer's
+    `distribution`), or the default strategy for callers whose `fn_args` has none.
+
+    Args:
+        fn_args: the trainer's `FnArgs`, or any object with the attributes `run_fn` reads.
+
+    Returns:
+        A `tf.distribute.Strategy`.
+    """
+    return getattr(fn_args, "strategy", None) or tf.distribute.get_strategy()
+
+
 def fit_and_log(
     model: keras.Model,
     fn_args,

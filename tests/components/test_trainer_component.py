@@ -25,6 +25,11 @@ from tfx_dynamic_inputs.trainer_component import (
     input_options,
 )
 from tfx_dynamic_inputs.trainer_component import executor as trainer_executor
+from tfx_dynamic_inputs.trainer_component.distribution import (
+    check_split,
+    training_strategy,
+    with_batch_size,
+)
 
 CONTRACT_MODULE = "tests.components.contract_trainer"
 N_CLASSES_PER_BATCH = 3
@@ -107,6 +112,7 @@ def test_pairs_training_writes_model_metrics_and_coverage(pairs_training):
         "batch_size": 64,
         "seed": 3,
         "num_valid_pairs": fn_args.custom_config["num_valid_pairs"],
+        "num_replicas": 1,
     }
     assert tf.io.gfile.exists(os.path.join(model_run.uri, "pair_coverage"))
 
@@ -360,6 +366,33 @@ def test_input_options_are_checked_in_the_pipeline_file(trainer, options, error,
     """A misspelt option fails where the pipeline is written, naming itself (issue 21.3)."""
     with pytest.raises(error, match=message):
         _trainer(trainer, options)
+
+
+def test_distribution_is_checked_in_the_pipeline_file_and_batches_must_split():
+    with pytest.raises(ValueError, match="did you mean 'mirrored'"):
+        _trainer(ClassBalancedTrainer, None, distribution="mirored")
+    trainer = _trainer(PairsTrainer, {"image": SMALL_IMAGE}, distribution="mirrored")
+    assert trainer.exec_properties[keys.DISTRIBUTION_KEY] == "mirrored"
+    assert (
+        _trainer(PairsTrainer, {"image": SMALL_IMAGE}).exec_properties[keys.DISTRIBUTION_KEY]
+        is None
+    )
+    assert check_split(8, 4, "n_classes_per_batch") == 2
+    with pytest.raises(ValueError, match="n_classes_per_batch=6 does not split over the 4"):
+        check_split(6, 4, "n_classes_per_batch")
+    # One replica on this machine: the default strategy, or a mirrored one of one CPU.
+    assert training_strategy("none").num_replicas_in_sync == 1
+    assert training_strategy("mirrored").num_replicas_in_sync == 1
+
+
+def test_a_batch_split_over_replicas_must_be_dense():
+    dense = tf.data.Dataset.from_tensors({"x": tf.zeros([4, 2]), "index": tf.range(4)})
+    fixed = with_batch_size(dense.map(lambda b: b), 4)
+    assert fixed.element_spec["x"].shape == [4, 2]
+    assert int(fixed.cardinality()) == 1
+    sparse = dense.map(lambda b: {**b, "tags": tf.sparse.from_dense(b["x"])})
+    with pytest.raises(ValueError, match="batch key 'tags' is a SparseTensorSpec"):
+        with_batch_size(sparse, 4)
 
 
 def test_typed_input_options_travel_as_the_json_of_what_differs_from_the_defaults():
