@@ -22,6 +22,8 @@ Import from here; the modules behind it hold one concept each:
   or groups), the pair plan, the dynamic-pairs sampler, pair coverage;
 * `class_plan`, `class_fillers`, `class_balanced`: the class-balanced plan, the classes that
   complete its short batches, and the sampler that reads it;
+  `run_mix`, `mix_plan`, `mixed_class_balanced`: several runs with a weight each, their
+  class-balanced plan (classes namespaced by run) and the sampler that reads it;
   `draw_counts`: how often each record was drawn, this epoch and so far; `summaries`: the
   callbacks' TensorBoard writers;
 * `audio_config`: how audio records become features (`AudioFeatureConfig`, `SpecAugment`);
@@ -40,6 +42,8 @@ from tfx_dynamic_inputs.inputs.draw_counts import DrawCounts, DrawCountsCallback
 from tfx_dynamic_inputs.inputs.element_codec import tensor_parser
 from tfx_dynamic_inputs.inputs.epoch_state import EpochState
 from tfx_dynamic_inputs.inputs.group_pairs import GroupPairs
+from tfx_dynamic_inputs.inputs.mix_plan import MixedClassPlan
+from tfx_dynamic_inputs.inputs.mixed_class_balanced import MixedClassBalancedSampler, MixState
 from tfx_dynamic_inputs.inputs.pair_plan import PairingState
 from tfx_dynamic_inputs.inputs.pairs import (
     DynamicPairsSampler,
@@ -49,6 +53,7 @@ from tfx_dynamic_inputs.inputs.pairs import (
 from tfx_dynamic_inputs.inputs.parsing import ImageSpec, example_check, image_example_parser
 from tfx_dynamic_inputs.inputs.record_store import RecordStore
 from tfx_dynamic_inputs.inputs.run import Run, StoreOptions, open_run
+from tfx_dynamic_inputs.inputs.run_mix import MixWeighting, RunMix, WeightedRun
 from tfx_dynamic_inputs.inputs.sources import record_store_from
 from tfx_dynamic_inputs.inputs.valid_pairs import ValidPairs
 
@@ -66,14 +71,20 @@ __all__ = [
     "EpochState",
     "GroupPairs",
     "ImageSpec",
+    "MixState",
+    "MixWeighting",
+    "MixedClassBalancedSampler",
+    "MixedClassPlan",
     "PairCoverage",
     "PairCoverageCallback",
     "PairingState",
     "RecordStore",
     "Run",
+    "RunMix",
     "ServiceUnsupportedError",
     "StoreOptions",
     "ValidPairs",
+    "WeightedRun",
     "class_balanced",
     "dynamic_pairs",
     "example_check",

@@ -1,0 +1,329 @@
+"""The class-balanced plan over several runs mixed by weight: `MixedClassPlan`.
+
+The classes of runs `0..K-1` are namespaced: run `k`'s class `c` is the global class
+`class_offsets[k] + c`, so equal class names of two runs stay two classes. Every batch still holds
+exactly `n_c` distinct classes x `n_p` samples; the plan's unit is the global batch of one step
+(`g = n_c x R` classes for `R` replicas), cut into `R` batches of `n_c` classes, so the stream of
+global batches depends on `g` alone and resumes on any replica count that keeps it (elastic), as
+`class_plan.ClassBalancedPlan`'s does.
+
+* **Weights** (`run_mix.MixWeighting`), shares `s_k = weight_k / sum(weights)`:
+  ``"classes"``: an epoch's `S = N x g` class slots are apportioned to the runs, run `k` taking
+  `floor(S s_k)` or one more (drawn so that its expectation is exactly `S s_k`), and spread over
+  the units as evenly as possible (`floor` or `ceil` of its quota / N in each), so each global
+  batch holds in expectation `s_k` of its class slots, with less spread than independent draws.
+  ``"batches"``: the `N` units are apportioned the same way and each unit is all from one run:
+  a unit is run `k`'s with probability `s_k`.
+* **An epoch** is the fewest global batches `N` in which the weights show every usable class of
+  every run at least once: `N` is set by the run with the most usable classes per unit of
+  share; the other runs' classes recur within the epoch. Run `k`'s draws of an epoch walk one
+  fresh random permutation of its usable classes cyclically, so a class recurs only after all of
+  its run's classes, and a unit never holds a class twice (a run takes at most its usable
+  classes in a unit; a weighting that asks for more is refused, naming the run).
+* **Within a class** records are taken along a fresh permutation of the class, as in
+  `class_plan`: the class's `j`-th appearance of the epoch takes entries `[j n_p, (j+1) n_p)`.
+* **Batch layout**: a unit's classes are in random order, each of `n_p` consecutive samples;
+  sample `i` of a batch belongs to its `i // n_p`-th class.
+* **Weights at a resume**: the plan is a pure function of (classes, shares, seed, epoch); its
+  `stream` names the runs (by the caller's keys), the global batch and the weighting but not
+  the weights, so a sampler resumed with new weights plans its next epoch with them
+  (`mixed_class_balanced`).
+
+Only `epoch_mode="classes"` coverage (every usable class once an epoch) is planned for mixes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from tfx_dynamic_inputs.inputs import epoch_plan
+from tfx_dynamic_inputs.inputs.arguments import int_argument, seed_argument
+from tfx_dynamic_inputs.inputs.class_plan import ClassReport, class_report
+from tfx_dynamic_inputs.inputs.index_shuffle import permuted_positions
+from tfx_dynamic_inputs.inputs.run_mix import MixWeighting
+from tfx_dynamic_inputs.inputs.variables import index_variable
+
+# Streams within one (seed, epoch); after class_plan's salts (10-15).
+_SALT_QUOTA = 20
+_SALT_EXTRA_ROTATION = 21
+_SALT_UNIT_RUNS = 22
+_SALT_CLASS_ORDER = 23
+_SALT_SLOT_ORDER = 24
+_SALT_WITHIN_CLASS = 25
+_SALT_BATCH_ORDER = 26
+_SALT_BATCH_SEEDS = 27
+# Float slack of the share arithmetic (shares are float64 ratios of the weights).
+_EPSILON = 1e-9
+
+
+class MixedClassPlan:
+    """Per-epoch plans of `n_c x n_p` batches over several runs' class indexes, mixed by weight.
+
+    Args:
+      row_splits: one CSR row-split vector per run (int [C_k + 1], see `class_plan.class_report`).
+      shares: each run's share, > 0 (normalized here).
+      run_names: each run's name, for the reports and errors.
+      n_classes_per_batch: `n_c`, distinct classes per batch.
+      n_samples_per_class: `n_p`, samples per class in a batch.
+      weighting: `MixWeighting` (or its value): a share of class slots or of batches.
+      seed: the stateless seed of every epoch's plan.
+      small_classes: ``"replace"`` or ``"skip"`` (per run, as in `class_report`).
+      num_workers, replicas_per_worker: their product is the replicas `R` of a step.
+
+    Raises:
+      ValueError: a count below 1, shares that are not > 0 or not one per run, a run whose share
+        of a unit exceeds its usable classes (``"classes"``) or with fewer usable classes than a
+        unit (``"batches"``), naming the run, the numbers and the fix.
+
+    Attributes:
+      reports: one `ClassReport` per run, in the run's own class ids.
+      class_offsets: int64 [K + 1]: run `k`'s classes are global ids `[offsets[k], offsets[k+1])`.
+      num_classes: the global class count (all classes of all runs, usable or not).
+      num_batches: batches per epoch over all replicas (`num_units x R`).
+      num_units: global batches per epoch; classes_per_unit: `n_c x R`.
+      batch_size: `n_c * n_p`.
+
+    Example:
+
+        plan = MixedClassPlan([[0, 2, 4, 6], [0, 3, 6]], shares=[1, 1], run_names=["a", "b"],
+                              n_classes_per_batch=2, n_samples_per_class=2)
+        plan.plan(0)["label"]  # global class ids: run a's 0..2, run b's 3..4
+    """
+
+    def __init__(
+        self,
+        row_splits,
+        *,
+        shares,
+        run_names,
+        n_classes_per_batch: int,
+        n_samples_per_class: int,
+        weighting: MixWeighting | str = MixWeighting.CLASSES,
+        seed: int = 0,
+        small_classes: str = "replace",
+        num_workers: int = 1,
+        replicas_per_worker: int = 1,
+    ):
+        n_c = int_argument("n_classes_per_batch", n_classes_per_batch, 1)
+        n_p = int_argument("n_samples_per_class", n_samples_per_class, 1)
+        self.seed = seed_argument(seed)
+        self.weighting = MixWeighting(weighting)
+        replicas = int_argument("num_workers", num_workers, 1) * int_argument(
+            "replicas_per_worker", replicas_per_worker, 1
+        )
+        self.run_names = tuple(run_names)
+        shares = np.asarray(shares, np.float64)
+        if len(row_splits) != len(shares) or len(self.run_names) != len(shares) or not len(shares):
+            raise ValueError(
+                f"{len(row_splits)} class indexes, {len(shares)} shares and "
+                f"{len(self.run_names)} run names: pass one of each per run"
+            )
+        if not np.all(np.isfinite(shares) & (shares > 0)):
+            raise ValueError(f"shares must be > 0, got {shares.tolist()}")
+        self.shares = shares / shares.sum()
+        self.reports: tuple[ClassReport, ...] = tuple(
+            class_report(splits, n_p, small_classes) for splits in row_splits
+        )
+        self.n_classes_per_batch, self.n_samples_per_class = n_c, n_p
+        self.num_replicas = replicas
+        self.classes_per_unit = g = n_c * replicas
+        self.batch_size = n_c * n_p
+        sizes = [report.num_classes for report in self.reports]
+        self.class_offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.num_classes = int(self.class_offsets[-1])
+        usable_counts = np.array([len(r.usable_classes) for r in self.reports], np.int64)
+        self._check_usable(usable_counts)
+        self.num_units = self._units_for_coverage(usable_counts)
+        self.num_batches = self.num_units * replicas
+        self._usable_counts = usable_counts
+
+        # Fixed apportionment arithmetic of an epoch (float64; randomized per epoch in `plan`).
+        total = self.num_units * (g if self.weighting is MixWeighting.CLASSES else 1)
+        exact = total * self.shares
+        base = np.floor(exact + _EPSILON)
+        self._total = total
+        self._base_quota = base.astype(np.int64)
+        fractions = np.clip(exact - base, 0.0, None)
+        cumulative = np.cumsum(fractions)
+        cumulative[-1] = round(cumulative[-1])  # the fractions sum to the slots left over
+        self._cumulative_fractions = cumulative
+
+        # Variables, not constants (see class_plan): tf.data captures them by handle.
+        const = lambda a: index_variable(np.asarray(a, np.int64), tf.int64)
+        global_usable = np.concatenate(
+            [
+                r.usable_classes + off
+                for r, off in zip(self.reports, self.class_offsets[:-1], strict=True)
+            ]
+        )
+        all_sizes = np.concatenate([r.class_sizes for r in self.reports])
+        all_starts = np.concatenate([[0], np.cumsum(all_sizes)])[:-1]
+        self._global_usable = const(global_usable)
+        self._usable_offsets = const(np.concatenate([[0], np.cumsum(usable_counts)])[:-1])
+        self._usable_counts_t = const(usable_counts)
+        self._class_sizes = const(all_sizes)
+        self._class_starts = const(all_starts)
+        self._sample_offsets = const(np.tile(np.arange(n_p), self.num_units * g))
+
+    @property
+    def stream(self) -> str:
+        """The global batch, coverage and weighting, in words: what fixes the stream of batches
+        besides the runs, their weights and the seed (a state resumes only into the same)."""
+        return (
+            f"global batches of {self.classes_per_unit} classes x {self.n_samples_per_class} "
+            f"samples (epoch_mode classes) mixed by share of {self.weighting.value}"
+        )
+
+    def report_summary(self) -> str:
+        """One line per run: its name and its `ClassReport.summary()`."""
+        return "\n".join(
+            f"{name}: {report.summary()}"
+            for name, report in zip(self.run_names, self.reports, strict=True)
+        )
+
+    def run_of_class(self, label) -> np.ndarray:
+        """The run index of global class ids `label` (int array)."""
+        return np.searchsorted(self.class_offsets, np.asarray(label), side="right") - 1
+
+    def plan(self, epoch) -> dict[str, tf.Tensor]:
+        """The global plan of one epoch, a pure function of (classes, shares, seed, epoch).
+
+        Args:
+          epoch: int64 scalar, a Python int or a tensor.
+
+        Returns:
+          A dict of int64 tensors with leading dimension `num_batches`: ``position``
+          [num_batches, n_c * n_p] (positions in the runs' CSR values, concatenated in run
+          order), ``label`` (the global class id of each sample), ``run`` (each sample's run),
+          ``seed`` [num_batches, 2] (shared by a global batch's replicas) and ``slice_start``
+          [num_batches] (where the batch starts in its global batch), as in `class_plan`.
+        """
+        epoch = tf.convert_to_tensor(epoch, tf.int64)
+        stream = lambda salt: epoch_plan.epoch_seed(self.seed, epoch, salt)
+        g, n_p, units = self.classes_per_unit, self.n_samples_per_class, self.num_units
+        counts = self._unit_counts(stream)  # [units, K]: each unit's class slots per run
+
+        # Each slot of a unit (runs laid out in run order, then shuffled): its run and its draw,
+        # the run's p-th of the epoch (its earlier units' slots first).
+        slot_ends = tf.cumsum(counts, axis=1)
+        slots = tf.tile(tf.range(g, dtype=tf.int64)[None], [units, 1])
+        slot_run = tf.searchsorted(slot_ends, slots, side="right", out_type=tf.int64)
+        first_slot = tf.gather(slot_ends - counts, slot_run, batch_dims=1)
+        run_starts = tf.cumsum(counts, axis=0, exclusive=True)
+        draw = tf.gather(run_starts, slot_run, batch_dims=1) + slots - first_slot
+
+        slot_run, draw = tf.reshape(slot_run, [-1]), tf.reshape(draw, [-1])
+        usable = tf.gather(self._usable_counts_t, slot_run)
+        # The run's draws walk one permutation of its usable classes cyclically: a unit's draws
+        # of a run are consecutive and at most its usable classes, hence distinct.
+        local = permuted_positions(draw % usable, usable, stream(_SALT_CLASS_ORDER), tweak=slot_run)
+        unit_class = tf.gather(
+            self._global_usable, tf.gather(self._usable_offsets, slot_run) + local
+        )
+        appearance = draw // usable
+
+        # Shuffle each unit's slots, so no replica's batch is one run's by construction.
+        keys = tf.random.stateless_uniform([units, g], seed=stream(_SALT_SLOT_ORDER))
+        in_unit = tf.argsort(keys, axis=1) + tf.range(units)[:, None] * g
+        in_unit = tf.cast(in_unit, tf.int64)
+        order = tf.reshape(in_unit, [-1])
+        unit_class = tf.gather(unit_class, order)
+        appearance = tf.gather(appearance, order)
+        unit_run = tf.gather(slot_run, order)
+
+        sample_class = tf.repeat(unit_class, n_p)
+        sizes = tf.gather(self._class_sizes, sample_class)
+        within = (tf.repeat(appearance, n_p) * n_p + self._sample_offsets) % sizes
+        position = tf.gather(self._class_starts, sample_class) + permuted_positions(
+            within, sizes, stream(_SALT_WITHIN_CLASS), tweak=sample_class
+        )
+
+        unit_order = epoch_plan.stateless_permutation(units, stream(_SALT_BATCH_ORDER))
+        rows = [self.num_batches, self.batch_size]
+        in_units = lambda t: tf.reshape(tf.gather(tf.reshape(t, [units, -1]), unit_order), rows)
+        unit_seeds = tf.random.stateless_uniform(
+            [units, 2], seed=stream(_SALT_BATCH_SEEDS), minval=None, maxval=None, dtype=tf.int64
+        )
+        slice_in_unit = tf.range(self.num_batches, dtype=tf.int64) % self.num_replicas
+        return {
+            "position": in_units(position),
+            "label": in_units(sample_class),
+            "run": in_units(tf.repeat(unit_run, n_p)),
+            "seed": tf.repeat(unit_seeds, self.num_replicas, axis=0),
+            "slice_start": slice_in_unit * self.batch_size,
+        }
+
+    def _quotas(self, stream) -> tf.Tensor:
+        """int64 [K]: this epoch's slots (or units) per run: `floor(total s_k)` plus one for
+        the runs a systematic draw picks, each with probability the fraction left, so the
+        expectation is exactly `total s_k` and the quotas sum to `total`."""
+        offset = tf.random.stateless_uniform([], seed=stream(_SALT_QUOTA), dtype=tf.float64)
+        reached = tf.floor(tf.constant(self._cumulative_fractions, tf.float64) + offset)
+        extra = tf.cast(reached - tf.concat([tf.floor(offset)[None], reached[:-1]], 0), tf.int64)
+        return tf.constant(self._base_quota) + extra
+
+    def _unit_counts(self, stream) -> tf.Tensor:
+        """int64 [num_units, K]: each unit's class slots per run, summing to `g` in every unit."""
+        quotas = self._quotas(stream)
+        units, runs = self.num_units, len(self.run_names)
+        if self.weighting is MixWeighting.BATCHES:
+            unit_run = tf.repeat(tf.range(runs, dtype=tf.int64), quotas)
+            unit_run = tf.gather(
+                unit_run, epoch_plan.stateless_permutation(units, stream(_SALT_UNIT_RUNS))
+            )
+            return tf.one_hot(unit_run, runs, dtype=tf.int64) * self.classes_per_unit
+        # Each run's floor(q / N) slots in every unit, and its q mod N extra slots (< N) in
+        # distinct units: the extras of all runs, in run order, dealt round-robin from a random
+        # unit, so every unit gets the same number of them.
+        base, extras = quotas // units, quotas % units
+        extra_run = tf.repeat(tf.range(runs, dtype=tf.int64), extras)
+        rotation = tf.random.stateless_uniform(
+            [], seed=stream(_SALT_EXTRA_ROTATION), maxval=units, dtype=tf.int64
+        )
+        extra_unit = (tf.range(tf.size(extra_run, tf.int64), dtype=tf.int64) + rotation) % units
+        dealt = tf.scatter_nd(
+            tf.stack([extra_unit, extra_run], 1),
+            tf.ones_like(extra_run),
+            tf.constant([units, runs], tf.int64),
+        )
+        return base[None, :] + dealt
+
+    def _check_usable(self, usable_counts: np.ndarray) -> None:
+        g = self.classes_per_unit
+        for name, report, usable, share in zip(
+            self.run_names, self.reports, usable_counts, self.shares, strict=True
+        ):
+            if usable == 0:
+                raise ValueError(f"run {name!r} has no usable class ({report.summary()})")
+            if self.weighting is MixWeighting.BATCHES and usable < g:
+                raise ValueError(
+                    f"run {name!r} has {usable} usable classes but a global batch of "
+                    f"{g} classes (n_c x replicas) is all from one run with weighting "
+                    "'batches'; lower n_classes_per_batch or use weighting 'classes'"
+                )
+            wanted = math.ceil(g * share - _EPSILON)
+            if self.weighting is MixWeighting.CLASSES and wanted > usable:
+                raise ValueError(
+                    f"run {name!r} has {usable} usable classes but its weight asks for up to "
+                    f"{wanted} of each global batch's {g} class slots; lower its weight or "
+                    "n_classes_per_batch"
+                )
+
+    def _units_for_coverage(self, usable_counts: np.ndarray) -> int:
+        """The fewest units whose guaranteed quotas (`floor`) hold every usable class of
+        every run."""
+        per_unit = self.shares * (
+            self.classes_per_unit if self.weighting is MixWeighting.CLASSES else 1
+        )
+        needed = (
+            usable_counts
+            if self.weighting is MixWeighting.CLASSES
+            else -(-usable_counts // self.classes_per_unit)
+        )
+        units = max(1, int(np.max(np.floor(needed / per_unit))))
+        while np.any(np.floor(units * per_unit + _EPSILON) < needed):
+            units += 1
+        return units

@@ -1,0 +1,171 @@
+"""Several runs named together, each with a weight: `WeightedRun`, `RunMix`, `MixWeighting`.
+
+A mix is what `mixed_class_balanced.MixedClassBalancedSampler` reads: the runs' classes are
+namespaced by run (the global class id is the run's offset plus its own class id, the class name
+``"<run name>/<class>"``), so two speakers of two runs are never merged, even with equal names.
+What the weights mean is `MixWeighting`'s (see `mix_plan` for the plan and what an epoch is).
+
+Example:
+
+    mix = RunMix((
+        WeightedRun(open_run("runs/vox1"), weight=1.0, name="vox1"),
+        WeightedRun(open_run("runs/mine"), weight=3.0, name="mine"),
+    ), weighting=MixWeighting.CLASSES)
+    mix.shares   # (0.25, 0.75)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import os
+
+from tfx_dynamic_inputs.inputs.run import Run, open_run
+
+
+class MixWeighting(str, enum.Enum):
+    """What a run's weight is a share of.
+
+    * ``CLASSES``: of each global batch's class slots: in expectation run `r` holds
+      `weight_r / sum(weights)` of the `n_c x R` classes of every global batch.
+    * ``BATCHES``: of the global batches: each global batch is drawn from one run, run `r` with
+      probability `weight_r / sum(weights)` (every run then needs `n_c x R` usable classes).
+    """
+
+    CLASSES = "classes"
+    BATCHES = "batches"
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightedRun:
+    """One run of a mix, with its weight and the name that namespaces its classes.
+
+    Args:
+      run: the run (a `Run`, or its folder, opened with `open_run` here).
+      weight: its weight, a finite number > 0 (relative to the mix's other weights).
+      name: the run's name in the mix: class names become ``"<name>/<class>"``; no "/" in it.
+
+    Raises:
+      ValueError: a weight that is not finite and > 0, or an empty name or one with "/".
+      TypeError: a weight that is not a number, or a name that is not a string.
+
+    Example:
+
+        WeightedRun("runs/vox1", weight=2.0, name="vox1")
+    """
+
+    run: Run
+    weight: float
+    name: str
+
+    def __post_init__(self):
+        if isinstance(self.run, (str, os.PathLike)):
+            object.__setattr__(self, "run", open_run(os.fspath(self.run)))
+        if not isinstance(self.run, Run):
+            raise TypeError(f"run must be a Run or a run folder, got {type(self.run).__name__}")
+        if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)):
+            raise TypeError(
+                f"the weight of run {self.name!r} must be a number, got {self.weight!r}"
+            )
+        if not (math.isfinite(self.weight) and self.weight > 0):
+            raise ValueError(f"the weight of run {self.name!r} must be > 0, got {self.weight!r}")
+        object.__setattr__(self, "weight", float(self.weight))
+        if not isinstance(self.name, str) or not self.name or "/" in self.name:
+            raise ValueError(
+                f"a run's name in a mix must be a non-empty string without '/', got {self.name!r}"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class RunMix:
+    """Several runs mixed by weight (see `MixWeighting`).
+
+    Args:
+      runs: the `WeightedRun`s, in the order that numbers their classes (run 0's classes
+        first); at least one; names unique, runs distinct (neither the same folder nor the same
+        run id twice: a run mixed with itself is a weight, not a second run).
+      weighting: what the weights are a share of (`MixWeighting` or its value).
+
+    Raises:
+      ValueError: no runs, a repeated name, folder or run id (naming them), or an unknown
+        weighting.
+      TypeError: a run that is not a `WeightedRun`.
+
+    Attributes:
+      shares: each run's `weight / sum(weights)`.
+
+    Example:
+
+        RunMix((WeightedRun("runs/a", 1.0, "a"), WeightedRun("runs/b", 1.0, "b")))
+    """
+
+    runs: tuple[WeightedRun, ...]
+    weighting: MixWeighting = MixWeighting.CLASSES
+
+    def __post_init__(self):
+        runs = tuple(self.runs)
+        object.__setattr__(self, "runs", runs)
+        if not runs:
+            raise ValueError("a RunMix needs at least one run")
+        for run in runs:
+            if not isinstance(run, WeightedRun):
+                raise TypeError(f"RunMix runs must be WeightedRun, got {type(run).__name__}")
+        try:
+            object.__setattr__(self, "weighting", MixWeighting(self.weighting))
+        except ValueError:
+            allowed = [m.value for m in MixWeighting]
+            raise ValueError(
+                f"weighting must be one of {allowed}, got {self.weighting!r}"
+            ) from None
+        _refuse_repeats("name", [run.name for run in runs])
+        _refuse_repeats("run folder", [os.path.normpath(run.run.uri) for run in runs])
+        _refuse_repeats("run id", [run.run.run_id for run in runs])
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The runs' names, in mix order."""
+        return tuple(run.name for run in self.runs)
+
+    @property
+    def weights(self) -> tuple[float, ...]:
+        """The runs' weights, in mix order."""
+        return tuple(run.weight for run in self.runs)
+
+    @property
+    def shares(self) -> tuple[float, ...]:
+        """Each run's `weight / sum(weights)`."""
+        total = sum(self.weights)
+        return tuple(weight / total for weight in self.weights)
+
+    def with_weights(self, weights) -> RunMix:
+        """The same runs with other weights (e.g. to resume with new weights, `mix_plan`).
+
+        Args:
+          weights: one weight per run, in mix order.
+
+        Returns:
+          A new `RunMix`.
+
+        Raises:
+          ValueError: not one weight per run, or a bad weight.
+        """
+        weights = tuple(weights)
+        if len(weights) != len(self.runs):
+            raise ValueError(f"{len(weights)} weights for {len(self.runs)} runs")
+        runs = tuple(
+            dataclasses.replace(run, weight=weight)
+            for run, weight in zip(self.runs, weights, strict=True)
+        )
+        return RunMix(runs, self.weighting)
+
+
+def _refuse_repeats(what: str, values: list[str]) -> None:
+    seen: set[str] = set()
+    for value in values:
+        if value in seen:
+            raise ValueError(
+                f"a RunMix names {what} {value!r} twice; each run once (to draw a run more, "
+                "raise its weight)"
+            )
+        seen.add(value)
