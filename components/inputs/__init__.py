@@ -24,6 +24,7 @@ Import from here; the modules behind it hold one concept each:
   complete its short batches, and the sampler that reads it;
   `run_mix`, `mix_plan`, `mixed_class_balanced`: several runs with a weight each, their
   class-balanced plan (classes namespaced by run) and the sampler that reads it;
+  `mixed_pairs`: dynamic pairs over several pairs runs (x, y and valid pairs concatenated);
   `draw_counts`: how often each record was drawn, this epoch and so far; `summaries`: the
   callbacks' TensorBoard writers;
 * `audio_config`: how audio records become features (`AudioFeatureConfig`, `SpecAugment`);
@@ -44,6 +45,7 @@ from tfx_dynamic_inputs.inputs.epoch_state import EpochState
 from tfx_dynamic_inputs.inputs.group_pairs import GroupPairs
 from tfx_dynamic_inputs.inputs.mix_plan import MixedClassPlan
 from tfx_dynamic_inputs.inputs.mixed_class_balanced import MixedClassBalancedSampler, MixState
+from tfx_dynamic_inputs.inputs.mixed_pairs import MixedPairCoverage, MixedPairsSampler
 from tfx_dynamic_inputs.inputs.pair_plan import PairingState
 from tfx_dynamic_inputs.inputs.pairs import (
     DynamicPairsSampler,
@@ -75,6 +77,8 @@ __all__ = [
     "MixWeighting",
     "MixedClassBalancedSampler",
     "MixedClassPlan",
+    "MixedPairCoverage",
+    "MixedPairsSampler",
     "PairCoverage",
     "PairCoverageCallback",
     "PairingState",

@@ -32,7 +32,7 @@ from tfx_dynamic_inputs.inputs.epoch_state import EpochState, StateRunError
 from tfx_dynamic_inputs.inputs.mix_plan import MixedClassPlan
 from tfx_dynamic_inputs.inputs.record_store import RecordStore
 from tfx_dynamic_inputs.inputs.run import StoreOptions
-from tfx_dynamic_inputs.inputs.run_mix import RunMix
+from tfx_dynamic_inputs.inputs.run_mix import RunMix, read_by_run
 from tfx_dynamic_inputs.inputs.variables import index_variable
 from tfx_dynamic_inputs.inputs.worker_slices import replicas_per_worker, worker_slice
 
@@ -262,15 +262,8 @@ class MixedClassBalancedSampler(EpochSampler):
         label = tf.ensure_shape(row["label"], [batch_size])
         run = tf.ensure_shape(row["run"], [batch_size])
         positions = row["slice_start"] + tf.range(batch_size, dtype=tf.int64)
-        # Each run's samples are read from its own store, then put back in batch order.
-        places, parts = [], []
-        for k, store in enumerate(self.stores):
-            place = tf.where(tf.equal(run, k))[:, 0]
-            local = tf.gather(index, place) - self.record_offsets[k]
-            records, _ = store.read_checked(local, for_service=for_service)
-            places.append(tf.cast(place, tf.int32))
-            parts.append(records)
-        records = tf.ensure_shape(tf.dynamic_stitch(places, parts), [batch_size])
+        records = read_by_run(self.stores, self.record_offsets, index, run, for_service)
+        records = tf.ensure_shape(records, [batch_size])
         batch = {"index": index, "label": label, "run": run}
         if self.features is None:
             return {**batch, "record": records}

@@ -1,4 +1,5 @@
-"""Several runs named together, each with a weight: `WeightedRun`, `RunMix`, `MixWeighting`.
+"""Several runs named together, each with a weight: `WeightedRun`, `RunMix`, `MixWeighting`;
+`read_by_run` reads a batch of global record numbers from the runs' stores.
 
 A mix is what `mixed_class_balanced.MixedClassBalancedSampler` reads: the runs' classes are
 namespaced by run (the global class id is the run's offset plus its own class id, the class name
@@ -20,6 +21,9 @@ import dataclasses
 import enum
 import math
 import os
+
+import numpy as np
+import tensorflow as tf
 
 from tfx_dynamic_inputs.inputs.run import Run, open_run
 
@@ -169,3 +173,30 @@ def _refuse_repeats(what: str, values: list[str]) -> None:
                 "raise its weight)"
             )
         seen.add(value)
+
+
+def read_by_run(stores, offsets: np.ndarray, index: tf.Tensor, run: tf.Tensor, for_service: bool):
+    """Reads each sample of a batch from its own run's store, in batch order.
+
+    Args:
+      stores: each run's `RecordStore`.
+      offsets: int64 [K + 1]: run `k`'s records are global numbers `[offsets[k], offsets[k+1])`.
+      index: int64 [B] global record numbers.
+      run: int64 [B] the run of each sample.
+      for_service: the read runs on a tf.data service worker (`RecordStore.read_checked`).
+
+    Returns:
+      tf.string [B], the records.
+
+    Example:
+
+        records = read_by_run([store_a, store_b], np.array([0, 5, 9]), index, run, False)
+    """
+    places, parts = [], []
+    for k, store in enumerate(stores):
+        place = tf.where(tf.equal(run, k))[:, 0]
+        local = tf.gather(index, place) - int(offsets[k])
+        records, _ = store.read_checked(local, for_service=for_service)
+        places.append(tf.cast(place, tf.int32))
+        parts.append(records)
+    return tf.dynamic_stitch(places, parts)
