@@ -11,6 +11,8 @@ EXAMPLES_KEY = "examples"
 OFFSET_INDEX_KEY = "offset_index"
 PAIR_INDEX_KEY = "pair_index"
 CLASS_INDEX_KEY = "class_index"
+# ClassBalancedTrainer's optional ClassIndex artifacts of more runs, mixed with its own.
+MIXED_CLASS_INDEX_KEY = "mixed_class_index"
 # Input of the trainers (ExampleValidator's output).
 ANOMALIES_KEY = "anomalies"
 # Outputs of the trainers.

@@ -41,12 +41,13 @@ end and only exports.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tfx import types
 from tfx.dsl.components.base import base_component, executor_spec
 from tfx.types import standard_artifacts
+from tfx.types.channel import union as union_channels
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 
 from tfx_dynamic_inputs import artifacts
@@ -100,7 +101,11 @@ class ClassBalancedTrainerSpec(types.ComponentSpec):
         keys.N_CLASSES_PER_BATCH_KEY: ExecutionParameter(type=int),
         keys.N_SAMPLES_PER_CLASS_KEY: ExecutionParameter(type=int),
     }
-    INPUTS = {**_COMMON_INPUTS, keys.CLASS_INDEX_KEY: ChannelParameter(type=artifacts.ClassIndex)}
+    INPUTS = {
+        **_COMMON_INPUTS,
+        keys.CLASS_INDEX_KEY: ChannelParameter(type=artifacts.ClassIndex),
+        keys.MIXED_CLASS_INDEX_KEY: ChannelParameter(type=artifacts.ClassIndex, optional=True),
+    }
     OUTPUTS = _OUTPUTS
 
 
@@ -281,6 +286,11 @@ class ClassBalancedTrainer(_TrainerComponent):
       module_path, module_file, anomalies, transform_graph, schema, seed, train_split,
         eval_split, custom_config, checkpoint_every_steps, distribution: as both trainers take
         them (see `_TrainerComponent`; exactly one of `module_path` and `module_file`).
+      mixed_class_index: the `ClassIndex` outputs of more runs (other MaterializeAudio
+        executions: a channel, or a list of them, joined into one) mixed with this run by
+        weight (input options `run_weights`, `mix_weighting`): classes namespaced by run, the
+        model's class count theirs all (`tfx_dynamic_inputs.inputs.MixedClassBalancedSampler`);
+        the eval split is this run's.
 
     Raises:
       ValueError: a bad setting or input option, named (a misspelt option with "did you
@@ -330,12 +340,17 @@ class ClassBalancedTrainer(_TrainerComponent):
         custom_config: Mapping[str, Any] | None = None,
         checkpoint_every_steps: int | None = None,
         distribution: str | None = None,
+        mixed_class_index: types.BaseChannel | Sequence[types.BaseChannel] | None = None,
     ):
+        if mixed_class_index is not None and not isinstance(mixed_class_index, types.BaseChannel):
+            # Several MaterializeAudio outputs: one channel of all their ClassIndex artifacts.
+            mixed_class_index = union_channels(list(mixed_class_index))
         super().__init__(
             {
                 keys.CLASS_INDEX_KEY: class_index,
                 keys.N_CLASSES_PER_BATCH_KEY: n_classes_per_batch,
                 keys.N_SAMPLES_PER_CLASS_KEY: n_samples_per_class,
+                keys.MIXED_CLASS_INDEX_KEY: mixed_class_index,
             },
             examples=examples,
             offset_index=offset_index,

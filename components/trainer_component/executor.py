@@ -22,9 +22,9 @@ from tfx.utils import import_utils, io_utils, path_utils
 from tfx_dynamic_inputs import component_keys as keys
 from tfx_dynamic_inputs import execution, layout
 from tfx_dynamic_inputs.index_component.executor import LABEL_FEATURE_PROPERTY
-from tfx_dynamic_inputs.inputs import PairCoverage, PairCoverageCallback
+from tfx_dynamic_inputs.inputs import AudioFeatureConfig, PairCoverage, PairCoverageCallback
 from tfx_dynamic_inputs.inputs.draw_counts import DrawCounts, DrawCountsCallback
-from tfx_dynamic_inputs.trainer_component import input_options, training_inputs
+from tfx_dynamic_inputs.trainer_component import input_options, mixed_runs, training_inputs
 from tfx_dynamic_inputs.trainer_component.checkpoints import TrainingCheckpoints, checkpoint_dir
 from tfx_dynamic_inputs.trainer_component.distribution import (
     check_split,
@@ -278,6 +278,9 @@ class ClassBalancedExecutor(TrainerExecutor):
         if parser is None:
             parser = options.audio_features()
             settings.update(num_mel_bins=parser.num_mel_bins, sample_rate=parser.sample_rate)
+        mixed = run.inputs.get(keys.MIXED_CLASS_INDEX_KEY) or []
+        if mixed:
+            return self._mixed_training_inputs(request, [a.uri for a in mixed], options, parser)
         # One count per training record: the class index lists each record once.
         num_records = len(training_inputs.class_ids(class_index, request.train_split))
         draw_counts = DrawCounts(num_records)
@@ -315,6 +318,57 @@ class ClassBalancedExecutor(TrainerExecutor):
             settings=settings,
             reports=[draw_counts],
             batch_size=n_c * n_p,
+        )
+
+    def _mixed_training_inputs(
+        self,
+        request: InputRequest,
+        mixed_uris: list[str],
+        options: input_options.ClassBalancedInputOptions,
+        parser: training_inputs.ClassBalancedParser,
+    ) -> TrainingInputs:
+        """The inputs over the trainer's own run and its `mixed_class_index` runs
+        (`mixed_runs`); the eval split is its own run's."""
+        if not isinstance(parser, AudioFeatureConfig):
+            raise ValueError("mixed_class_index mixes audio runs; drop feature_spec")
+        run = request.run
+        class_index = _required_uri(run, keys.CLASS_INDEX_KEY)
+        n_c = _required_int(run.properties, keys.N_CLASSES_PER_BATCH_KEY)
+        n_p = _required_int(run.properties, keys.N_SAMPLES_PER_CLASS_KEY)
+        mix = mixed_runs.run_mix([class_index, *mixed_uris], options)
+        train_dataset, sampler, draw_counts = mixed_runs.mixed_train_dataset(
+            mix,
+            request.train_split,
+            n_classes_per_batch=n_c,
+            n_samples_per_class=n_p,
+            seed=request.seed,
+            features=parser,
+            options=options,
+            resume=request.checkpoints.resume,
+        )
+        eval_dataset = None
+        if request.eval_split:
+            eval_dataset = training_inputs.class_balanced_eval_dataset(
+                request.offset_index,
+                class_index,
+                request.eval_split,
+                batch_size=options.eval_batch_size or n_c * n_p,
+                parser=parser,
+                store_options=options.store_options(),
+            )
+        settings = {
+            "num_mel_bins": parser.num_mel_bins,
+            "sample_rate": parser.sample_rate,
+            "n_classes_per_batch": n_c,
+            "n_samples_per_class": n_p,
+            **mixed_runs.mix_settings(sampler),
+        }
+        return TrainingInputs(
+            train_dataset,
+            eval_dataset,
+            callbacks=[DrawCountsCallback(draw_counts, log_dir=request.model_run_dir)],
+            settings=settings,
+            reports=[draw_counts],
         )
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +30,7 @@ from tfx_dynamic_inputs.inputs.arguments import choice, int_argument
 from tfx_dynamic_inputs.inputs.class_plan import EPOCH_MODES, SMALL_CLASS_POLICIES
 from tfx_dynamic_inputs.inputs.pair_plan import REMAINDERS, STRATEGIES
 from tfx_dynamic_inputs.inputs.record_store import BACKENDS
+from tfx_dynamic_inputs.inputs.run_mix import MixWeighting
 from tfx_dynamic_inputs.inputs.valid_pairs import ON_INVALID
 
 _IMAGE_KEYS = ("height", "width", "channels")
@@ -117,6 +119,10 @@ class ClassBalancedInputOptions:
       epoch_mode, small_classes, max_draws_per_record: as in
         `tfx_dynamic_inputs.inputs.class_balanced`.
       backend, memory_budget_bytes: how the record stores open (`StoreOptions`).
+      run_weights: with the trainer's `mixed_class_index` runs, one weight (> 0) per run: its
+        own run first, then the mixed runs in channel order (None: all 1.0;
+        `tfx_dynamic_inputs.inputs.RunMix`).
+      mix_weighting: what the weights are a share of, "classes" or "batches" (`MixWeighting`).
     """
 
     features: Mapping[str, Any] | None = None
@@ -128,8 +134,13 @@ class ClassBalancedInputOptions:
     max_draws_per_record: int | None = None
     backend: str = "auto"
     memory_budget_bytes: int = 1 << 30
+    run_weights: tuple[float, ...] | None = None
+    mix_weighting: str = "classes"
 
     def __post_init__(self):
+        if self.run_weights is not None:
+            object.__setattr__(self, "run_weights", _run_weights(self.run_weights))
+        choice("mix_weighting", self.mix_weighting, MIX_WEIGHTINGS)
         if self.features is not None:
             if not isinstance(self.features, Mapping):
                 raise TypeError(f"input option features must be a dict, got {self.features!r}")
@@ -187,6 +198,22 @@ class ClassBalancedInputOptions:
 
 
 InputOptions = PairsInputOptions | ClassBalancedInputOptions
+MIX_WEIGHTINGS = tuple(weighting.value for weighting in MixWeighting)
+
+
+def _run_weights(values) -> tuple[float, ...]:
+    """`values` as a tuple of weights, each a finite number > 0 (JSON sends a list)."""
+    if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"run_weights must be a list of numbers, got {values!r}")
+    weights = tuple(values)
+    for weight in weights:
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+            raise TypeError(f"run_weights must be numbers, got {weight!r}")
+        if not (math.isfinite(weight) and weight > 0):
+            raise ValueError(f"run_weights must be > 0, got {weight!r}")
+    if not weights:
+        raise ValueError("run_weights must list one weight per run, got none")
+    return tuple(float(weight) for weight in weights)
 
 
 def input_options(
