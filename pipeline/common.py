@@ -212,6 +212,7 @@ def training_pipeline(
     materialize: base_component.BaseComponent,
     index_key: str,
     trainer: Callable[..., PairsTrainer | ClassBalancedTrainer],
+    upstream: Sequence[base_node.BaseNode] = (),
 ) -> tfx.dsl.Pipeline:
     """`materialize` -> StatisticsGen -> ImportSchemaGen -> ExampleValidator -> `trainer` ->
     `gate_and_push`, assembled as the pipeline `config.pipeline_name` (`assemble`).
@@ -228,6 +229,7 @@ def training_pipeline(
       trainer: `PairsTrainer` or `ClassBalancedTrainer` with its own arguments bound (batch
         geometry, input options, custom config); called here with the channels and the
         settings every trainer takes.
+      upstream: more nodes the trainer reads (a mix's other MaterializeAudio components).
 
     Returns:
       The TFX pipeline.
@@ -261,6 +263,7 @@ def training_pipeline(
         run,
         [
             materialize,
+            *upstream,
             statistics_gen,
             schema_gen,
             example_validator,

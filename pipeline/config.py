@@ -197,6 +197,11 @@ class SpeakerConfig(PipelineConfig):
       schema_file: the record schema ExampleValidator checks the examples against.
       blessing_metric: the gate's metric: the equal error rate on the held-out speakers.
       blessing_threshold: the gate refuses a model whose metric is worse than this (chance: 0.5).
+      mix: a JSON file listing more corpora to train on with this one, each with a weight
+        (this corpus weighs 1.0; `tfx_dynamic_inputs.pipeline.mixed_corpora`): speakers are
+        namespaced by corpus. Needs epoch_mode "classes". None: this corpus alone.
+      mix_weighting: what the mix's weights are a share of: "classes" (each batch's speakers)
+        or "batches" (each batch from one corpus).
     """
 
     manifest: str = SPEAKER_MANIFEST
@@ -220,9 +225,12 @@ class SpeakerConfig(PipelineConfig):
     schema_file: str = os.path.join(SCHEMAS_DIR, AUDIO_SCHEMA)
     blessing_metric: str = "eer"
     blessing_threshold: float | None = 0.3
+    mix: str | None = None
+    mix_weighting: str = "classes"
 
     def input_paths(self) -> list[str]:
-        """The audio folder, and the manifest unless speakers come from the folders."""
+        """The audio folder, and the manifest unless speakers come from the folders (a mix's
+        corpora are their own MaterializeAudio's inputs)."""
         return [self.audio_root] if self.speaker_from_path else [self.manifest, self.audio_root]
 
     def feature_options(self) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from ml_metadata.proto import metadata_store_pb2
 
 from tfx_dynamic_inputs.interrupts import EXIT_INTERRUPTED, watching_interrupts
 from tfx_dynamic_inputs.materialize.errors import MaterializeError
-from tfx_dynamic_inputs.pipeline import cli, config, speakers
+from tfx_dynamic_inputs.pipeline import cli, config, mixed_corpora, speakers
 from tfx_dynamic_inputs.pipeline.sample_data import write_digit_domains
 
 if TYPE_CHECKING:
@@ -404,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         check_inputs(pipeline_config)
         if isinstance(pipeline_config, config.SpeakerConfig):
             speakers.check_speakers(pipeline_config)
+            mixed_corpora.mixed_corpora(pipeline_config)  # a bad --mix file: one line, now
     except cli.ConfigError as error:
         cli.fail(error)
     from tfx_dynamic_inputs.pipeline import (  # they import TFX: see `run`

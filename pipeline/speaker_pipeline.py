@@ -13,7 +13,7 @@ from tfx import v1 as tfx
 
 from tfx_dynamic_inputs import component_keys as keys
 from tfx_dynamic_inputs.materialize_component import MaterializeAudio
-from tfx_dynamic_inputs.pipeline import common
+from tfx_dynamic_inputs.pipeline import common, mixed_corpora
 from tfx_dynamic_inputs.pipeline.config import RunConfig, SpeakerConfig
 from tfx_dynamic_inputs.trainer_component import ClassBalancedInputOptions, ClassBalancedTrainer
 
@@ -37,16 +37,22 @@ def create_pipeline(config: SpeakerConfig, run: RunConfig) -> tfx.dsl.Pipeline:
 
         create_pipeline(SpeakerConfig(), RunConfig(pipeline_root="/tmp/root"))
     """
-    materialize = MaterializeAudio(
-        manifest=None if config.speaker_from_path else config.manifest,
-        root=config.audio_root,
-        speaker_from_path=config.speaker_from_path or None,
-        sample_rate=config.sample_rate,
-        split_mode="speaker",
-        eval_fraction=config.eval_fraction,
-        split_seed=config.split_seed,
-        **common.materialize_parameters(config, run),
-    )
+    materialize = _materialize(config, run)
+    # A mix: each further corpus its own MaterializeAudio, its class index mixed by the trainer.
+    corpora = mixed_corpora.mixed_corpora(config)
+    mixed = [
+        _materialize(mixed_corpora.corpus_config(config, corpus), run).with_id(
+            f"MaterializeAudio_mix{number}"
+        )
+        for number, corpus in enumerate(corpora, start=1)
+    ]
+    mix_arguments = {}
+    if mixed:
+        mix_arguments = {
+            "mixed_class_index": [m.outputs[keys.CLASS_INDEX_KEY] for m in mixed],
+            "run_weights": (1.0, *(corpus.weight for corpus in corpora)),
+            "mix_weighting": config.mix_weighting,
+        }
     return common.training_pipeline(
         config,
         run,
@@ -62,7 +68,25 @@ def create_pipeline(config: SpeakerConfig, run: RunConfig) -> tfx.dsl.Pipeline:
                 epoch_mode=config.epoch_mode,
                 max_draws_per_record=config.max_draws_per_record,
                 features=config.feature_options(),
+                run_weights=mix_arguments.pop("run_weights", None),
+                mix_weighting=mix_arguments.pop("mix_weighting", "classes"),
             ),
             custom_config=dict(config.custom_config),
+            **mix_arguments,
         ),
+        upstream=mixed,
+    )
+
+
+def _materialize(config: SpeakerConfig, run: RunConfig) -> MaterializeAudio:
+    """The MaterializeAudio of `config`'s corpus, split by speaker."""
+    return MaterializeAudio(
+        manifest=None if config.speaker_from_path else config.manifest,
+        root=config.audio_root,
+        speaker_from_path=config.speaker_from_path or None,
+        sample_rate=config.sample_rate,
+        split_mode="speaker",
+        eval_fraction=config.eval_fraction,
+        split_seed=config.split_seed,
+        **common.materialize_parameters(config, run),
     )

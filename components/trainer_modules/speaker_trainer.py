@@ -134,7 +134,9 @@ def run_fn(fn_args) -> dict[str, float]:
             n_mels,
             n_samples_per_class=n_samples_per_class,
             loss=str(config.get("loss", "ge2e")),
-            num_classes=config.get("num_train_classes"),
+            # Default: the trainer's class count (over a mix of runs, all their namespaced
+            # classes).
+            num_classes=config.get("num_train_classes") or config.get("num_classes"),
             channels=int(config.get("channels", 128)),
             embedding_dim=int(config.get("embedding_dim", 128)),
         )
