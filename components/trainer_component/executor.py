@@ -369,6 +369,7 @@ class ClassBalancedExecutor(TrainerExecutor):
             callbacks=[DrawCountsCallback(draw_counts, log_dir=request.model_run_dir)],
             settings=settings,
             reports=[draw_counts],
+            batch_size=n_c * n_p,
         )
 
 
