@@ -13,6 +13,10 @@ PAIR_INDEX_KEY = "pair_index"
 CLASS_INDEX_KEY = "class_index"
 # ClassBalancedTrainer's optional ClassIndex artifacts of more runs, mixed with its own.
 MIXED_CLASS_INDEX_KEY = "mixed_class_index"
+# Optional inputs of ClassBalancedTrainer: the Examples of MaterializeAudio runs of noise clips
+# and of room impulse responses (the speaker augmentation's).
+NOISE_EXAMPLES_KEY = "noise_examples"
+RIR_EXAMPLES_KEY = "rir_examples"
 # Input of the trainers (ExampleValidator's output).
 ANOMALIES_KEY = "anomalies"
 # Outputs of the trainers.

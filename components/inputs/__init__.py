@@ -28,7 +28,9 @@ Import from here; the modules behind it hold one concept each:
   `draw_counts`: how often each record was drawn, this epoch and so far; `summaries`: the
   callbacks' TensorBoard writers;
 * `audio_config`: how audio records become features (`AudioFeatureConfig`, `SpecAugment`);
-  `audio_features`: crop/pad, log-mel and SpecAugment in the graph.
+  `audio_features`: crop/pad, log-mel and SpecAugment in the graph;
+  `speaker_augment`: noise, reverberation and speed perturbation (new classes) in the graph,
+  replayed exactly on a resume (`SpeakerAugmentConfig`, `AdditiveNoise`, `Reverberation`).
 
 None of them imports TFX.
 """
@@ -57,9 +59,17 @@ from tfx_dynamic_inputs.inputs.record_store import RecordStore
 from tfx_dynamic_inputs.inputs.run import Run, StoreOptions, open_run
 from tfx_dynamic_inputs.inputs.run_mix import MixWeighting, RunMix, WeightedRun
 from tfx_dynamic_inputs.inputs.sources import record_store_from
+from tfx_dynamic_inputs.inputs.speaker_augment import (
+    AdditiveNoise,
+    Reverberation,
+    SpeakerAugmentConfig,
+)
 from tfx_dynamic_inputs.inputs.valid_pairs import ValidPairs
 
 __all__ = [
+    "AdditiveNoise",
+    "Reverberation",
+    "SpeakerAugmentConfig",
     "AudioFeatureConfig",
     "ClassBalancedPlan",
     "ClassBalancedSampler",

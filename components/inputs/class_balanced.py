@@ -33,6 +33,7 @@ from tfx_dynamic_inputs.inputs.parsing import AUDIO_EXAMPLE_SPEC, ExampleGuard, 
 from tfx_dynamic_inputs.inputs.record_store import RecordStore
 from tfx_dynamic_inputs.inputs.run import Run, StoreOptions, open_run
 from tfx_dynamic_inputs.inputs.skip_log import SkipLog
+from tfx_dynamic_inputs.inputs.speaker_augment import SpeakerAugmentConfig, SpeakerAugmenter
 from tfx_dynamic_inputs.inputs.variables import index_variable
 from tfx_dynamic_inputs.inputs.worker_slices import replicas_per_worker, worker_slice
 
@@ -89,6 +90,7 @@ class ClassBalancedSampler(EpochSampler):
         memory_budget_bytes: int = 1 << 30,
         cache_dir: str | None = None,
         state: EpochState | None = None,
+        augment: SpeakerAugmentConfig | None = None,
     ):
         # Checked before the source is opened: a bad argument is one line, at once.
         n_classes_per_batch = int_argument("n_classes_per_batch", n_classes_per_batch, 1)
@@ -129,8 +131,19 @@ class ClassBalancedSampler(EpochSampler):
                 f"the class index lists {resolved.values.shape[0]} records but the record store "
                 f"holds {self.store.num_records}"
             )
+        # Speed perturbation makes each class K derived classes (`speaker_augment`).
+        self.augmenter = None
+        self._num_source_classes = len(resolved.row_splits) - 1
+        row_splits = resolved.row_splits
+        if augment is not None:
+            if features is None:
+                raise ValueError("augment needs the audio front end (features), not parse_fn")
+            self.augmenter = SpeakerAugmenter(
+                augment, features, self._num_source_classes, memory_budget_bytes
+            )
+            row_splits, self.classes = self.augmenter.derived_classes(row_splits, self.classes)
         self.plan = ClassBalancedPlan(
-            resolved.row_splits,
+            row_splits,
             n_classes_per_batch=n_classes_per_batch,
             n_samples_per_class=n_samples_per_class,
             seed=seed,
@@ -144,6 +157,7 @@ class ClassBalancedSampler(EpochSampler):
         self.report = self.plan.report
         _log_report(self.report)
         self.state = state if state is not None else EpochState()
+        self._num_positions = int(resolved.values.shape[0])
         self._record_numbers, self._record_numbers_in_python = _record_number_lookup(
             resolved.values, memory_budget_bytes
         )
@@ -174,8 +188,10 @@ class ClassBalancedSampler(EpochSampler):
             first_batch = sampler.epoch_plan(0)["index"][0]   # int64 [n_c * n_p]
         """
         planned = self.plan.plan(epoch)
+        # A derived class's positions are its source class's, shifted by k * N.
+        position = planned["position"] % self._num_positions
         return {
-            "index": self._record_numbers(planned["position"]),
+            "index": self._record_numbers(position),
             "label": planned["label"],
             "seed": planned["seed"],
             "slice_start": planned["slice_start"],
@@ -227,7 +243,7 @@ class ClassBalancedSampler(EpochSampler):
         parsed = parse_audio_examples(records, self.features.sample_rate)
         checks = []
         if self._labels_in_records:
-            mismatch = tf.not_equal(parsed["label"], label)
+            mismatch = tf.not_equal(parsed["label"], label % self._num_source_classes)
             checks.append(
                 tf.debugging.Assert(
                     tf.logical_not(tf.reduce_any(mismatch)),
@@ -238,6 +254,12 @@ class ClassBalancedSampler(EpochSampler):
                     summarize=16,
                 )
             )
+        if self.augmenter is not None:
+            with tf.control_dependencies(checks):
+                computed = self.augmenter.features_of(
+                    parsed["audio"], label, row["seed"], positions, parsed["sample_rate"]
+                )
+            return {"index": index, "label": label, **computed}
         with tf.control_dependencies(checks):
             computed = audio_features(
                 parsed["audio"],
@@ -287,6 +309,7 @@ def class_balanced(
     state: EpochState | None = None,
     initial_step: int = 0,
     num_parallel_calls: int = tf.data.AUTOTUNE,
+    augment: SpeakerAugmentConfig | None = None,
 ) -> tf.data.Dataset:
     """Class-balanced batches of `n_c` distinct classes x `n_p` samples, re-planned every epoch.
 
@@ -339,6 +362,10 @@ def class_balanced(
         `initial_step`).
       initial_step: resume point in this worker's batches of the epoch in progress.
       num_parallel_calls: parallelism of the read + features `map`.
+      augment: speaker augmentation (`speaker_augment.SpeakerAugmentConfig`: noise, RIRs, speed
+        perturbation; crop mode only), drawn per (seed, epoch, global batch, position) so a
+        resume replays it; with `K` speed factors the plan's classes are `K x C` (class `c` at
+        factor `k` is `k * C + c`) and `label` holds the derived class. None: none.
 
     Returns:
       A dataset of dicts, one per batch of `B = n_c * n_p` samples, grouped by class (sample `i`
@@ -384,6 +411,7 @@ def class_balanced(
         memory_budget_bytes=memory_budget_bytes,
         cache_dir=cache_dir,
         state=state,
+        augment=augment,
     )
     return sampler.dataset(initial_step=initial_step, num_parallel_calls=num_parallel_calls)
 

@@ -105,6 +105,9 @@ class ClassBalancedTrainerSpec(types.ComponentSpec):
         **_COMMON_INPUTS,
         keys.CLASS_INDEX_KEY: ChannelParameter(type=artifacts.ClassIndex),
         keys.MIXED_CLASS_INDEX_KEY: ChannelParameter(type=artifacts.ClassIndex, optional=True),
+        # The speaker augmentation's noise clips and RIRs: MaterializeAudio runs' Examples.
+        keys.NOISE_EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples, optional=True),
+        keys.RIR_EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples, optional=True),
     }
     OUTPUTS = _OUTPUTS
 
@@ -164,7 +167,11 @@ class _TrainerComponent(base_component.BaseComponent):
         distribution = None if distribution is None else checked_distribution(distribution)
         # Typed and checked here, in the pipeline file: a misspelt option names itself now.
         options = trainer_input_options.input_options(self._OPTIONS_CLASS, input_options)
-        given = {keys.TRANSFORM_GRAPH_KEY: transform_graph, keys.SCHEMA_KEY: schema}
+        given = {
+            keys.TRANSFORM_GRAPH_KEY: transform_graph,
+            keys.SCHEMA_KEY: schema,
+            **{k: kind_arguments.get(k) for k in (keys.NOISE_EXAMPLES_KEY, keys.RIR_EXAMPLES_KEY)},
+        }
         for channel, reason in options.needed_channels().items():
             if given[channel] is None:
                 raise ValueError(f"input_options {reason}: the trainer needs its {channel} input")
@@ -207,6 +214,8 @@ class PairsTrainer(_TrainerComponent):
       module_path, module_file, anomalies, transform_graph, schema, seed, train_split,
         eval_split, custom_config, checkpoint_every_steps, distribution: as both trainers take
         them (see `_TrainerComponent`; exactly one of `module_path` and `module_file`).
+      noise_examples, rir_examples: the `examples` of MaterializeAudio runs of noise clips and
+        of room impulse responses, for input option `augment`'s noise / reverb.
 
     Raises:
       ValueError: a bad setting or input option, named (a misspelt option with "did you mean").
@@ -341,6 +350,8 @@ class ClassBalancedTrainer(_TrainerComponent):
         checkpoint_every_steps: int | None = None,
         distribution: str | None = None,
         mixed_class_index: types.BaseChannel | Sequence[types.BaseChannel] | None = None,
+        noise_examples: types.BaseChannel | None = None,
+        rir_examples: types.BaseChannel | None = None,
     ):
         if mixed_class_index is not None and not isinstance(mixed_class_index, types.BaseChannel):
             # Several MaterializeAudio outputs: one channel of all their ClassIndex artifacts.
@@ -351,6 +362,8 @@ class ClassBalancedTrainer(_TrainerComponent):
                 keys.N_CLASSES_PER_BATCH_KEY: n_classes_per_batch,
                 keys.N_SAMPLES_PER_CLASS_KEY: n_samples_per_class,
                 keys.MIXED_CLASS_INDEX_KEY: mixed_class_index,
+                keys.NOISE_EXAMPLES_KEY: noise_examples,
+                keys.RIR_EXAMPLES_KEY: rir_examples,
             },
             examples=examples,
             offset_index=offset_index,

@@ -278,8 +278,15 @@ class ClassBalancedExecutor(TrainerExecutor):
         if parser is None:
             parser = options.audio_features()
             settings.update(num_mel_bins=parser.num_mel_bins, sample_rate=parser.sample_rate)
+        augment = options.speaker_augment(
+            *(_optional_uri(run, k) for k in (keys.NOISE_EXAMPLES_KEY, keys.RIR_EXAMPLES_KEY))
+        )
         mixed = run.inputs.get(keys.MIXED_CLASS_INDEX_KEY) or []
         if mixed:
+            if augment is not None:
+                raise ValueError(
+                    "input option augment does not run over mixed_class_index runs yet: drop one"
+                )
             return self._mixed_training_inputs(request, [a.uri for a in mixed], options, parser)
         # One count per training record: the class index lists each record once.
         num_records = len(training_inputs.class_ids(class_index, request.train_split))
@@ -295,6 +302,7 @@ class ClassBalancedExecutor(TrainerExecutor):
             options=options,
             resume=request.checkpoints.resume,
             draw_counts=draw_counts,
+            augment=augment,
         )
         eval_dataset = None
         if request.eval_split:
@@ -309,7 +317,9 @@ class ClassBalancedExecutor(TrainerExecutor):
         settings.update(
             n_classes_per_batch=n_c,
             n_samples_per_class=n_p,
-            num_classes=training_inputs.num_classes(class_index, request.train_split),
+            # Speed perturbation's derived classes are classes the model tells apart.
+            num_classes=training_inputs.num_classes(class_index, request.train_split)
+            * (augment.num_speeds if augment is not None else 1),
         )
         return TrainingInputs(
             train_dataset,
@@ -473,6 +483,11 @@ def _required_int(exec_properties: Mapping[str, Any], key: str) -> int:
     if int(value) < 1:
         raise ValueError(f"{key} must be >= 1, got {value}")
     return int(value)
+
+
+def _optional_uri(run: execution.Execution, key: str) -> str | None:
+    artifact = run.optional_input(key)
+    return None if artifact is None else artifact.uri
 
 
 def _required_uri(run: execution.Execution, key: str) -> str:

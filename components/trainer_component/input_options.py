@@ -31,6 +31,11 @@ from tfx_dynamic_inputs.inputs.class_plan import EPOCH_MODES, SMALL_CLASS_POLICI
 from tfx_dynamic_inputs.inputs.pair_plan import REMAINDERS, STRATEGIES
 from tfx_dynamic_inputs.inputs.record_store import BACKENDS
 from tfx_dynamic_inputs.inputs.run_mix import MixWeighting
+from tfx_dynamic_inputs.inputs.speaker_augment import (
+    AdditiveNoise,
+    Reverberation,
+    SpeakerAugmentConfig,
+)
 from tfx_dynamic_inputs.inputs.valid_pairs import ON_INVALID
 
 _IMAGE_KEYS = ("height", "width", "channels")
@@ -123,6 +128,10 @@ class ClassBalancedInputOptions:
         own run first, then the mixed runs in channel order (None: all 1.0;
         `tfx_dynamic_inputs.inputs.RunMix`).
       mix_weighting: what the weights are a share of, "classes" or "batches" (`MixWeighting`).
+      augment: the speaker augmentation as JSON values: ``speed_factors`` (a list, e.g.
+        ``[1.0, 0.9, 1.1]``), ``noise`` (`AdditiveNoise` fields but `run`: ``snr_db``,
+        ``probability``, ``record_set``; needs the trainer's `noise_examples` input) and
+        ``reverb`` (`Reverberation` fields but `run`; needs `rir_examples`). None: none.
     """
 
     features: Mapping[str, Any] | None = None
@@ -136,11 +145,16 @@ class ClassBalancedInputOptions:
     memory_budget_bytes: int = 1 << 30
     run_weights: tuple[float, ...] | None = None
     mix_weighting: str = "classes"
+    augment: Mapping[str, Any] | None = None
 
     def __post_init__(self):
         if self.run_weights is not None:
             object.__setattr__(self, "run_weights", _run_weights(self.run_weights))
         choice("mix_weighting", self.mix_weighting, MIX_WEIGHTINGS)
+        if self.augment is not None:
+            self.speaker_augment("noise-run", "rir-run")  # raises, naming the bad field
+            if self.parses_with_a_feature_spec:
+                raise ValueError("augment needs the audio front end: drop feature_spec")
         if self.features is not None:
             if not isinstance(self.features, Mapping):
                 raise TypeError(f"input option features must be a dict, got {self.features!r}")
@@ -186,7 +200,44 @@ class ClassBalancedInputOptions:
             )
         if self.feature_spec == SCHEMA_SPEC:
             needed[component_keys.SCHEMA_KEY] = "feature_spec='schema'"
+        if (self.augment or {}).get("noise") is not None:
+            needed[component_keys.NOISE_EXAMPLES_KEY] = "augment noise"
+        if (self.augment or {}).get("reverb") is not None:
+            needed[component_keys.RIR_EXAMPLES_KEY] = "augment reverb"
         return needed
+
+    def speaker_augment(
+        self, noise_run: str | None, rir_run: str | None
+    ) -> SpeakerAugmentConfig | None:
+        """The `SpeakerAugmentConfig` of `augment` over the given runs (URIs), or None.
+
+        Args:
+          noise_run, rir_run: the noise and RIR runs (e.g. the trainer's `noise_examples` and
+            `rir_examples` artifact URIs), used where `augment` asks for noise / reverb.
+
+        Returns:
+          The config, or None without `augment`.
+
+        Raises:
+          ValueError: an unknown key or a bad value, named.
+        """
+        if self.augment is None:
+            return None
+        if not isinstance(self.augment, Mapping):
+            raise TypeError(f"input option augment must be a dict, got {self.augment!r}")
+        fields = dict(self.augment)
+        unknown = sorted(set(fields) - {"noise", "reverb", "speed_factors"})
+        if unknown:
+            raise ValueError(
+                f"input option augment has no key {unknown[0]!r} (keys: noise, reverb, "
+                "speed_factors)"
+            )
+        noise, reverb = fields.get("noise"), fields.get("reverb")
+        return SpeakerAugmentConfig(
+            noise=None if noise is None else AdditiveNoise(noise_run, **_tupled(noise)),
+            reverb=None if reverb is None else Reverberation(rir_run, **dict(reverb)),
+            speed_factors=tuple(fields.get("speed_factors") or ()),
+        )
 
     def audio_features(self) -> AudioFeatureConfig:
         """The audio front end's settings (its defaults where `features` is None)."""
@@ -281,6 +332,14 @@ def to_json(options: InputOptions) -> str | None:
         if field.default is dataclasses.MISSING or getattr(options, field.name) != field.default
     }
     return json.dumps(_plain(changed), sort_keys=True) if changed else None
+
+
+def _tupled(noise: Mapping[str, Any]) -> dict[str, Any]:
+    """`AdditiveNoise` fields from JSON: `snr_db` a list of two numbers."""
+    fields = dict(noise)
+    if "snr_db" in fields:
+        fields["snr_db"] = tuple(fields["snr_db"])
+    return fields
 
 
 def _plain(value: Any) -> Any:

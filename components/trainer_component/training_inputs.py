@@ -36,6 +36,7 @@ from tfx_dynamic_inputs.inputs.class_balanced import record_parser
 from tfx_dynamic_inputs.inputs.draw_counts import DrawCounts
 from tfx_dynamic_inputs.inputs.epoch_sampler import EpochSampler
 from tfx_dynamic_inputs.inputs.parsing import ParseFn, feature_spec_from_schema
+from tfx_dynamic_inputs.inputs.speaker_augment import SpeakerAugmentConfig
 from tfx_dynamic_inputs.trainer_component.input_options import (
     SCHEMA_SPEC,
     TRANSFORMED_SPEC,
@@ -252,6 +253,7 @@ def class_balanced_train_dataset(
     options: ClassBalancedInputOptions | None = None,
     resume: Resume | None = None,
     draw_counts: DrawCounts | None = None,
+    augment: SpeakerAugmentConfig | None = None,
 ) -> tf.data.Dataset:
     """Class-balanced batches of `record_set` with the `FnArgs` keys, re-planned every epoch.
 
@@ -268,6 +270,8 @@ def class_balanced_train_dataset(
       draw_counts: made to count each epoch's plan (`DrawCounts.track_plan`, over the record
         set's records; `DrawCountsCallback` counts at each epoch's end) and resumed with the
         sampler state. None: not counted.
+      augment: the speaker augmentation (audio only; labels are then the derived classes), or
+        None.
 
     Returns:
       The batches: with an `AudioFeatureConfig`, the `SPEAKER_KEYS`; with a `ParseFn`, dicts of
@@ -288,6 +292,7 @@ def class_balanced_train_dataset(
         max_draws_per_record=options.max_draws_per_record,
         features=parser if audio else None,
         parse_fn=None if audio else parser,
+        augment=augment,
     )
     if draw_counts is None:
         batches = _training_batches(sampler, resume, {})

@@ -135,7 +135,7 @@ def run_fn(fn_args) -> dict[str, float]:
             n_samples_per_class=n_samples_per_class,
             loss=str(config.get("loss", "ge2e")),
             # Default: the trainer's class count (over a mix of runs, all their namespaced
-            # classes).
+            # classes; speed-perturbed speakers included).
             num_classes=config.get("num_train_classes") or config.get("num_classes"),
             channels=int(config.get("channels", 128)),
             embedding_dim=int(config.get("embedding_dim", 128)),

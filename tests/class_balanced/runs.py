@@ -79,3 +79,26 @@ def _bytes(value: bytes) -> tf.train.Feature:
 
 def _int(value: int) -> tf.train.Feature:
     return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+
+
+def write_clip_run(
+    output_dir: str,
+    waveforms: list[np.ndarray],
+    *,
+    record_set: str = "train",
+    sample_rate: int = 16000,
+    num_shards: int = 2,
+) -> None:
+    """Writes `waveforms` (int16) as an audio run of clips (noise or RIRs) and commits it with
+    the summary parts a run of the audio job has: its rate and record set sizes."""
+    ids = [f"clip{i:05d}" for i in range(len(waveforms))]
+    records = [
+        audio_example(i, w, 0, "clips", sample_rate) for i, w in zip(ids, waveforms, strict=True)
+    ]
+    write_record_set(output_dir, record_set, records, num_shards, ids)
+    summary = {
+        "ok": True,
+        "config": {"sample_rate": sample_rate},
+        "record_sets": {record_set: {"num_records": len(records)}},
+    }
+    layout.commit_run(output_dir, run_id_of(output_dir), summary)

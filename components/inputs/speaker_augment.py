@@ -1,0 +1,545 @@
+"""Speaker augmentation in the graph: speed perturbation, reverberation, additive noise.
+
+What WeSpeaker and voxceleb_trainer do to training segments, as batched core-TF ops whose every
+random draw is `index_shuffle.keyed_uniform` of (the batch's seed, the sample's position in its
+global batch, a salt per draw). The samplers derive the batch seed from (seed, epoch, global
+batch), so an augmented batch is a pure function of the plan: a run resumed mid-epoch, on any
+replica count that keeps the global batch, draws the same noise clip, SNR, RIR and crop for
+every sample as the uninterrupted run.
+
+Per sample, in this order (WeSpeaker's):
+
+1. **Speed perturbation** (`speed_factors`, default none; WeSpeaker's ``(1.0, 0.9, 1.1)``): a
+   perturbed speaker is a new class. With `K` factors the class-balanced plan sees `K x C`
+   classes: class `c` at factor index `k` is class `k * C + c` (so factor 1.0 first keeps the
+   original ids), and each derived class is planned like any other (every one every epoch).
+   The factor of a sample is its label's `label // C`. `segment * factor` input samples (plus
+   the filter's context) are cropped and resampled to `segment` samples, `y[n] = x(n * factor)`
+   (faster and higher for factors above 1, as sox's ``speed``), by a polyphase windowed-sinc
+   filter (Kaiser window, 32 taps a phase, cut off at 0.9 of the output's Nyquist band): a
+   factor `M / L` (0.9 = 9/10) is `L` phases, which one strided `conv1d` computes for the whole
+   batch, so the cost is a small convolution, not an FFT of each signal. Its output matches
+   `soxr` on band-limited signals (`tests/class_balanced/test_speaker_augment.py`).
+2. **Reverberation** (`Reverberation`), with probability `probability`: a RIR of the RIR run
+   (chosen by a keyed draw), its first `max_rir_seconds` from its direct-path peak (the largest
+   absolute sample: the output stays aligned with the dry speech), normalized to **unit energy**
+   (as WeSpeaker and voxceleb_trainer do, so a diffuse signal keeps its power), convolved by FFT
+   (`tf.signal.rfft` / `irfft`) and truncated to the segment.
+3. **Additive noise** (`AdditiveNoise`), with probability `probability`: a clip of the noise run
+   (chosen by a keyed draw), a keyed window of the segment's length (short clips looped), scaled
+   so that the segment's power over the noise's is an SNR drawn uniformly in `snr_db` (dB).
+
+The front end then computes log-mels and SpecAugment exactly as `audio_features` does.
+Noise clips and RIRs are read by index from their runs' `RecordStore`s, one batched read per
+augmented batch (in memory when the run fits the store's memory budget, else from disk).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from fractions import Fraction
+
+import numpy as np
+import tensorflow as tf
+
+from tfx_dynamic_inputs.inputs.audio_config import AudioFeatureConfig
+from tfx_dynamic_inputs.inputs.audio_features import (
+    decode_padded,
+    log_mel,
+    mean_normalize,
+    parse_audio_examples,
+    pcm16_num_samples,
+    random_crop,
+    spec_augment,
+)
+from tfx_dynamic_inputs.inputs.index_shuffle import keyed_uniform
+from tfx_dynamic_inputs.inputs.run import Run, StoreOptions, open_run
+
+# Draws of a batch's seed, after audio_features' (0-2) and the plans' salts.
+_SALT_NOISE_PICK = 30
+_SALT_NOISE_APPLY = 31
+_SALT_NOISE_SNR = 32
+_SALT_NOISE_CROP = 33
+_SALT_RIR_PICK = 34
+_SALT_RIR_APPLY = 35
+_SALT_SPEECH_CROP = 0  # audio_features' crop stream: factor 1.0 crops as the plain front end
+
+# The resampler: taps each side of a phase, Kaiser beta, cut-off as a share of the passband.
+_HALF_TAPS = 16
+_KAISER_BETA = 8.0
+_ROLLOFF = 0.9
+_MAX_DENOMINATOR = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class AdditiveNoise:
+    """Noise clips mixed into each segment at a random SNR.
+
+    Args:
+      run: the noise run: a `Run` (`open_run`) or its URI, materialized by the audio job (e.g.
+        `materialize audio --root musan/noise --speaker_from_path`) at the speech's rate.
+      record_set: the run's record set of clips.
+      snr_db: (low, high): the SNR of a sample is drawn uniformly in it, in dB.
+      probability: the share of samples that get noise, in [0, 1].
+
+    Raises:
+      ValueError: a reversed or non-finite `snr_db`, or a `probability` outside [0, 1].
+
+    Example:
+
+        AdditiveNoise("runs/musan_noise", snr_db=(0.0, 15.0), probability=0.6)
+    """
+
+    run: Run | str
+    record_set: str = "train"
+    snr_db: tuple[float, float] = (0.0, 15.0)
+    probability: float = 0.6
+
+    def __post_init__(self):
+        low, high = (float(v) for v in self.snr_db)
+        if not (math.isfinite(low) and math.isfinite(high) and low <= high):
+            raise ValueError(
+                f"AdditiveNoise.snr_db must be (low, high) with low <= high, got {self.snr_db}; "
+                "swap them"
+            )
+        object.__setattr__(self, "snr_db", (low, high))
+        _check_probability("AdditiveNoise", self.probability)
+
+
+@dataclasses.dataclass(frozen=True)
+class Reverberation:
+    """Room impulse responses convolved with each segment.
+
+    Args:
+      run: the RIR run: a `Run` or its URI, materialized by the audio job at the speech's rate.
+      record_set: the run's record set of RIRs.
+      probability: the share of samples that are reverberated, in [0, 1].
+      max_rir_seconds: the most of each RIR used, from its direct-path peak on (> 0).
+
+    Raises:
+      ValueError: a `probability` outside [0, 1] or a `max_rir_seconds` that is not positive.
+
+    Example:
+
+        Reverberation("runs/rirs", probability=0.2)
+    """
+
+    run: Run | str
+    record_set: str = "train"
+    probability: float = 0.2
+    max_rir_seconds: float = 1.0
+
+    def __post_init__(self):
+        _check_probability("Reverberation", self.probability)
+        if not (math.isfinite(self.max_rir_seconds) and self.max_rir_seconds > 0):
+            raise ValueError(
+                f"Reverberation.max_rir_seconds must be > 0, got {self.max_rir_seconds}"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeakerAugmentConfig:
+    """The training augmentation of a class-balanced speaker input (see the module).
+
+    Args:
+      noise: additive noise, or None.
+      reverb: reverberation, or None.
+      speed_factors: speed perturbation factors, e.g. WeSpeaker's ``(1.0, 0.9, 1.1)``; factor
+        index `k` turns class `c` into class `k * C + c`; () for none. Each in [0.5, 2], distinct.
+
+    Raises:
+      ValueError: a factor outside [0.5, 2] or repeated.
+
+    Example:
+
+        SpeakerAugmentConfig(noise=AdditiveNoise("runs/noise"), speed_factors=(1.0, 0.9, 1.1))
+    """
+
+    noise: AdditiveNoise | None = None
+    reverb: Reverberation | None = None
+    speed_factors: tuple[float, ...] = ()
+
+    def __post_init__(self):
+        factors = tuple(float(f) for f in self.speed_factors)
+        if any(not 0.5 <= f <= 2.0 for f in factors) or len(set(factors)) != len(factors):
+            raise ValueError(
+                f"SpeakerAugmentConfig.speed_factors must be distinct factors in [0.5, 2], got "
+                f"{self.speed_factors}"
+            )
+        object.__setattr__(self, "speed_factors", factors)
+
+    @property
+    def num_speeds(self) -> int:
+        """How many derived classes each class becomes (1 without speed perturbation)."""
+        return max(len(self.speed_factors), 1)
+
+
+def derived_row_splits(row_splits: np.ndarray, num_speeds: int) -> np.ndarray:
+    """The class CSR of the derived classes: class `k * C + c` holds class `c`'s records, at
+    CSR positions shifted by `k * N` (the sampler reads position `p` as `p % N`).
+
+    Args:
+      row_splits: int64 [C + 1], the class index's row splits over N positions.
+      num_speeds: K, the derived classes per class.
+
+    Returns:
+      int64 [K * C + 1].
+
+    Example:
+
+        derived_row_splits(np.array([0, 2, 5]), 2)  # [0, 2, 5, 7, 10]
+    """
+    row_splits = np.asarray(row_splits, np.int64)
+    total = row_splits[-1]
+    parts = [row_splits] + [row_splits[1:] + k * total for k in range(1, num_speeds)]
+    return np.concatenate(parts)
+
+
+def derived_class_names(classes: list[str] | None, factors: tuple[float, ...]) -> list | None:
+    """Names of the derived classes: factor 1.0 keeps a class's name, others add ``@speed{f}``.
+
+    Args:
+      classes: the C class names, or None.
+      factors: the speed factors (empty: the names unchanged).
+
+    Returns:
+      `K * C` names in derived-class order, or None.
+    """
+    if classes is None or not factors:
+        return classes
+    return [name if f == 1.0 else f"{name}@speed{f:g}" for f in factors for name in classes]
+
+
+def speed_filter(factor: float) -> tuple[np.ndarray, int, int]:
+    """The polyphase kernel of `y[n] = x(n * factor)` as one strided `conv1d`.
+
+    Args:
+      factor: the speed factor, a ratio `M / L` of small integers.
+
+    Returns:
+      (kernel float32 [M + 2 * half_taps, 1, L], M, L): output `p + L * m` is channel `p` of
+      the convolution of the input (starting `half_taps` samples before the segment) with
+      stride `M` at step `m`.
+    """
+    ratio = Fraction(factor).limit_denominator(_MAX_DENOMINATOR)
+    step, phases = ratio.numerator, ratio.denominator
+    cutoff = 0.5 * _ROLLOFF * min(1.0, 1.0 / factor)  # cycles per input sample
+    taps = np.arange(step + 2 * _HALF_TAPS, dtype=np.float64)[:, None]
+    # Channel p reads input k = m*M + t - half at distance p*M/L - k + m*M from its point.
+    distance = np.arange(phases)[None, :] * step / phases - taps + _HALF_TAPS
+    window = np.kaiser(2 * _HALF_TAPS + 1, _KAISER_BETA)
+    inside = np.abs(distance) <= _HALF_TAPS
+    weight = np.interp(distance, np.arange(-_HALF_TAPS, _HALF_TAPS + 1), window) * inside
+    kernel = 2 * cutoff * np.sinc(2 * cutoff * distance) * weight
+    return kernel[:, None, :].astype(np.float32), step, phases
+
+
+def speed_input_samples(factor: float, segment: int) -> int:
+    """Input samples `perturb_speed` needs for `segment` output samples at `factor`."""
+    kernel, step, phases = speed_filter(factor)
+    return (math.ceil(segment / phases) - 1) * step + kernel.shape[0]
+
+
+def perturb_speed(signal: tf.Tensor, factor: float, segment: int) -> tf.Tensor:
+    """Resamples `y[n] = x(n * factor + half_taps)` for `n < segment` (see `speed_filter`).
+
+    Args:
+      signal: float32 [B, speed_input_samples(factor, segment)].
+      factor: the speed factor.
+      segment: output samples.
+
+    Returns:
+      float32 [B, segment].
+
+    Example:
+
+        perturb_speed(tf.zeros([2, speed_input_samples(1.1, 16000)]), 1.1, 16000)  # [2, 16000]
+    """
+    kernel, step, phases = speed_filter(factor)
+    out = tf.nn.conv1d(signal[:, :, tf.newaxis], kernel, stride=step, padding="VALID")
+    steps = math.ceil(segment / phases)
+    # [B, steps, L] -> [B, steps * L] is output order; the sizes are given, as a batch may be empty.
+    out = tf.reshape(out, [tf.shape(signal)[0], steps * phases])
+    return out[:, :segment]
+
+
+def reverberate(signal: tf.Tensor, rir: tf.Tensor) -> tf.Tensor:
+    """FFT convolution of each signal with its RIR, truncated to the signal's length.
+
+    Args:
+      signal: float32 [B, S].
+      rir: float32 [B, R], already normalized.
+
+    Returns:
+      float32 [B, S]: `(signal * rir)[:S]`.
+    """
+    length = signal.shape[1] + rir.shape[1] - 1
+    fft_length = 1 << (length - 1).bit_length()
+    spectrum = tf.signal.rfft(signal, [fft_length]) * tf.signal.rfft(rir, [fft_length])
+    return tf.signal.irfft(spectrum, [fft_length])[:, : signal.shape[1]]
+
+
+def normalize_rirs(rir: tf.Tensor, lengths: tf.Tensor, max_samples: int) -> tf.Tensor:
+    """Each RIR from its direct-path peak (largest |h|), its first `max_samples`, unit energy.
+
+    Args:
+      rir: float32 [B, R] padded RIRs.
+      lengths: int64 [B] valid samples of each.
+      max_samples: samples kept from the peak on.
+
+    Returns:
+      float32 [B, max_samples], zero past each RIR's end, with sum of squares 1 (0 for silence).
+    """
+    valid = tf.sequence_mask(lengths, tf.shape(rir)[1])
+    peak = tf.argmax(tf.where(valid, tf.abs(rir), -1.0), axis=1)
+    taken = peak[:, None] + tf.range(max_samples, dtype=tf.int64)[None, :]
+    inside = taken < lengths[:, None]
+    aligned = tf.where(
+        inside, tf.gather(rir, tf.minimum(taken, lengths[:, None] - 1), batch_dims=1), 0.0
+    )
+    energy = _row_sum(tf.square(aligned))
+    return aligned * _per_row(lambda e: tf.math.rsqrt(tf.maximum(e, 1e-20)), energy)
+
+
+def snr_scale(speech: tf.Tensor, noise: tf.Tensor, snr_db: tf.Tensor) -> tf.Tensor:
+    """The gain per row that puts `noise` at `snr_db` below `speech` (power over the segment).
+
+    Args:
+      speech, noise: float32 [B, S].
+      snr_db: float32 [B].
+
+    Returns:
+      float32 [B, 1].
+    """
+    speech_energy, noise_energy = _row_sum(tf.square(speech)), _row_sum(tf.square(noise))
+
+    def gain(speech_energy, noise_energy, snr_db):
+        ratio = speech_energy / (tf.maximum(noise_energy, 1e-20) * tf.pow(10.0, snr_db / 10.0))
+        return tf.sqrt(ratio)
+
+    return _per_row(gain, speech_energy, noise_energy, snr_db[:, None])
+
+
+# Eigen computes elementwise ops in SIMD packets and the tail of a tensor one value at a time,
+# and its transcendental functions (rsqrt, pow, exp) round differently on the two paths. A
+# per-sample value computed on a [B] tensor would then depend on B (the replica count); on
+# [B, _LANES] rows every value is in a full packet (16 floats: AVX-512, and a multiple of the
+# narrower ones), whatever B.
+_LANES = 16
+
+
+def _per_row(fn, *columns: tf.Tensor) -> tf.Tensor:
+    """`fn` of [B, 1] columns, computed on rows of `_LANES` copies: the same bits for every B."""
+    wide = [tf.tile(c, [1, _LANES]) for c in columns]
+    return fn(*wide)[:, :1]
+
+
+def _row_sum(values: tf.Tensor) -> tf.Tensor:
+    """float32 [B, N] -> [B, 1] sums, accumulated in float64: TensorFlow splits a row's sum
+    over threads by the batch's size, so a float32 sum of a sample could change with the
+    replica count; the float64 sum rounded to float32 does not (in practice: ~1e-16 apart)."""
+    return tf.cast(tf.reduce_sum(tf.cast(values, tf.float64), axis=1, keepdims=True), tf.float32)
+
+
+class SpeakerAugmenter:
+    """A `SpeakerAugmentConfig` bound to its runs' stores and a front end; built by the sampler.
+
+    Args:
+      config: the augmentation.
+      features: the speech front end (``"crop"`` mode: the segment is `crop_samples`).
+      num_classes: C, the classes of the speech run before speed perturbation.
+      memory_budget_bytes: the noise and RIR stores are held in memory under it.
+
+    Raises:
+      ValueError: a front end in ``"pad"`` mode; a noise or RIR run that is empty or at another
+        rate than `features.sample_rate` (one line naming the run and the fix).
+
+    Example:
+
+        augmenter = SpeakerAugmenter(config, AudioFeatureConfig(), num_classes=22)
+        out = augmenter.features(audio, label, seed, positions)
+    """
+
+    def __init__(
+        self,
+        config: SpeakerAugmentConfig,
+        features: AudioFeatureConfig,
+        num_classes: int,
+        memory_budget_bytes: int = 1 << 30,
+    ):
+        if features.mode != "crop":
+            raise ValueError(
+                "speaker augmentation needs AudioFeatureConfig(mode='crop') (training segments); "
+                f"got mode={features.mode!r}"
+            )
+        self.config = config
+        self.features = features
+        self.num_classes = int(num_classes)
+        options = StoreOptions(memory_budget_bytes=memory_budget_bytes)
+        self._noise = _clip_store(config.noise, "noise", features.sample_rate, options)
+        self._rirs = _clip_store(config.reverb, "RIR", features.sample_rate, options)
+
+    def derived_classes(
+        self, row_splits: np.ndarray, classes: list[str] | None
+    ) -> tuple[np.ndarray, list[str] | None]:
+        """The class CSR and names the plan sees: `K x C` derived classes with K speeds.
+
+        Args:
+          row_splits: int64 [C + 1], the speech run's class index.
+          classes: its C class names, or None.
+
+        Returns:
+          (`derived_row_splits`, `derived_class_names`).
+        """
+        splits = derived_row_splits(row_splits, self.config.num_speeds)
+        return splits, derived_class_names(classes, self.config.speed_factors)
+
+    def features_of(
+        self,
+        audio: tf.Tensor,
+        label: tf.Tensor,
+        seed: tf.Tensor,
+        positions: tf.Tensor,
+        sample_rate: tf.Tensor | None = None,
+    ) -> dict[str, tf.Tensor]:
+        """Augmented log-mel features of a batch (the sampler's ``features``/``lengths``/``mask``).
+
+        Args:
+          audio: tf.string [B] int16 PCM records.
+          label: int64 [B] derived class ids (their factor is `label // C`).
+          seed: int64 [2], the batch's seed.
+          positions: int64 [B], each sample's position in its global batch.
+          sample_rate: int64 [B], each record's rate; when given, another rate than the front
+            end's is an error.
+
+        Returns:
+          ``features`` float32 [B, T, F], ``lengths`` int64 [B], ``mask`` bool [B, T].
+        """
+        checks = []
+        if sample_rate is not None:
+            checks.append(
+                tf.debugging.assert_equal(
+                    tf.cast(sample_rate, tf.int64),
+                    tf.constant(self.features.sample_rate, tf.int64),
+                    message=f"expected audio at {self.features.sample_rate} Hz",
+                )
+            )
+        with tf.control_dependencies(checks):
+            signal = self.waveforms(audio, label, seed, positions)["audio"]
+        config = self.features
+        features = log_mel(signal, config)
+        lengths = tf.fill(tf.shape(label), tf.constant(config.crop_frames, tf.int64))
+        mask = tf.sequence_mask(lengths, config.crop_frames)
+        if config.mean_normalization:
+            features = mean_normalize(features, mask)
+        if config.spec_augment is not None:
+            features = spec_augment(features, lengths, config.spec_augment, seed, positions)
+        features = tf.ensure_shape(features, [None, config.crop_frames, config.num_mel_bins])
+        return {"features": features, "lengths": lengths, "mask": mask}
+
+    def waveforms(
+        self,
+        audio: tf.Tensor,
+        label: tf.Tensor,
+        seed: tf.Tensor,
+        positions: tf.Tensor,
+    ) -> dict[str, tf.Tensor]:
+        """The augmented segments and what was drawn for each (see the module for the order).
+
+        Args:
+          audio, label, seed, positions: as `features_of`.
+
+        Returns:
+          ``audio`` float32 [B, segment]; ``clean`` float32 [B, segment] (speed-perturbed, dry);
+          ``reverberated`` and ``noisy`` bool [B]; ``snr_db`` float32 [B] (drawn for every
+          sample, used where ``noisy``); ``factor`` float32 [B].
+        """
+        seed, positions, label = (tf.cast(t, tf.int64) for t in (seed, positions, label))
+        segment = self.features.crop_samples
+        num_samples = pcm16_num_samples(audio)
+        speed = label // self.num_classes if self.config.speed_factors else tf.zeros_like(label)
+        signal = self._speed_crops(audio, num_samples, speed, seed, positions, segment)
+        clean = signal
+        batch = tf.shape(label)[0]
+        out = {"factor": tf.gather(tf.constant(self.config.speed_factors or (1.0,)), speed)}
+        out["reverberated"] = tf.zeros([batch], tf.bool)
+        if self._rirs is not None:
+            applied = (
+                keyed_uniform(seed, positions, _SALT_RIR_APPLY) < self.config.reverb.probability
+            )
+            rir = self._pick(self._rirs, seed, positions, _SALT_RIR_PICK)
+            max_rir = int(round(self.config.reverb.max_rir_seconds * self.features.sample_rate))
+            lengths = pcm16_num_samples(rir)
+            padded = decode_padded(rir, lengths)
+            normalized = normalize_rirs(padded, lengths, max_rir)
+            signal = tf.where(applied[:, None], reverberate(signal, normalized), signal)
+            out["reverberated"] = applied
+        out["noisy"] = tf.zeros([batch], tf.bool)
+        out["snr_db"] = tf.zeros([batch], tf.float32)
+        if self._noise is not None:
+            noise_config = self.config.noise
+            applied = keyed_uniform(seed, positions, _SALT_NOISE_APPLY) < noise_config.probability
+            clip = self._pick(self._noise, seed, positions, _SALT_NOISE_PICK)
+            noise_seed = tf.random.experimental.stateless_fold_in(seed, _SALT_NOISE_CROP)
+            noise = random_crop(clip, pcm16_num_samples(clip), segment, noise_seed, positions)
+            low, high = noise_config.snr_db
+            uniform = keyed_uniform(seed, positions, _SALT_NOISE_SNR)[:, None]
+            snr_db = _per_row(lambda u: tf.cast(low + u * (high - low), tf.float32), uniform)[:, 0]
+            mixed = signal + snr_scale(signal, noise, snr_db) * noise
+            signal = tf.where(applied[:, None], mixed, signal)
+            out["noisy"], out["snr_db"] = applied, snr_db
+        out["audio"] = tf.ensure_shape(signal, [None, segment])
+        out["clean"] = clean
+        return out
+
+    def _speed_crops(self, audio, num_samples, speed, seed, positions, segment) -> tf.Tensor:
+        """Each record's segment at its factor: a keyed crop of the input it needs, resampled."""
+        crop_seed = tf.random.experimental.stateless_fold_in(seed, _SALT_SPEECH_CROP)
+        factors = self.config.speed_factors or (1.0,)
+        if len(factors) == 1 and factors[0] == 1.0:
+            return random_crop(audio, num_samples, segment, crop_seed, positions)
+        signal = tf.zeros([tf.shape(audio)[0], segment], tf.float32)
+        for k, factor in enumerate(factors):
+            rows = tf.where(tf.equal(speed, k))
+            picked = [tf.gather_nd(t, rows) for t in (audio, num_samples, positions)]
+            if factor == 1.0:
+                part = random_crop(*picked[:2], segment, crop_seed, picked[2])
+            else:
+                needed = speed_input_samples(factor, segment)
+                crop = random_crop(*picked[:2], needed, crop_seed, picked[2])
+                part = perturb_speed(crop, factor, segment)
+            signal = tf.tensor_scatter_nd_update(signal, rows, part)
+        return signal
+
+    @staticmethod
+    def _pick(store, seed, positions, salt) -> tf.Tensor:
+        """One record of `store` per sample, by a keyed draw: its int16 PCM."""
+        uniform = keyed_uniform(seed, positions, salt)
+        count = store.num_records
+        index = tf.minimum(tf.cast(uniform * count, tf.int64), count - 1)
+        return parse_audio_examples(store.read(index), 0)["audio"]
+
+
+def _clip_store(part, what: str, sample_rate: int, options: StoreOptions):
+    """The `RecordStore` of a noise or RIR run, checked: committed, not empty, at the rate."""
+    if part is None:
+        return None
+    run = part.run if isinstance(part.run, Run) else open_run(str(part.run))
+    if run.sample_rate is not None and run.sample_rate != sample_rate:
+        raise ValueError(
+            f"the {what} run {run.uri} stores audio at {run.sample_rate} Hz but the speech is at "
+            f"{sample_rate} Hz; materialize it with --sample_rate {sample_rate}"
+        )
+    if part.record_set not in run.record_sets or run.num_records(part.record_set) == 0:
+        raise ValueError(
+            f"the {what} run {run.uri} has no records in record set {part.record_set!r} (it has "
+            f"{', '.join(f'{s}={run.num_records(s)}' for s in run.record_sets) or 'none'}); "
+            f"give a run with {what} clips"
+        )
+    return run.store(part.record_set, options)
+
+
+def _check_probability(owner: str, probability: float) -> None:
+    if not 0.0 <= probability <= 1.0:
+        raise ValueError(f"{owner}.probability must be in [0, 1], got {probability}")
