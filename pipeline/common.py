@@ -229,7 +229,8 @@ def training_pipeline(
       trainer: `PairsTrainer` or `ClassBalancedTrainer` with its own arguments bound (batch
         geometry, input options, custom config); called here with the channels and the
         settings every trainer takes.
-      upstream: more nodes the trainer reads (a mix's other MaterializeAudio components).
+      upstream: more nodes the trainer reads, run before it (a mix's other MaterializeAudio
+        components, the speaker augmentation's noise and RIR materializations).
 
     Returns:
       The TFX pipeline.
@@ -262,6 +263,7 @@ def training_pipeline(
         config.pipeline_name,
         run,
         [
+            *upstream,
             materialize,
             *upstream,
             statistics_gen,

@@ -159,6 +159,10 @@ class CycleGanConfig(PipelineConfig):
         return [self.x_dir, self.y_dir, *(path for path in listed if path is not None)]
 
 
+# WeSpeaker's speed perturbation: factor index k makes speaker c the class k * C + c.
+SPEED_FACTORS = (1.0, 0.9, 1.1)
+
+
 @dataclasses.dataclass(frozen=True)
 class SpeakerConfig(PipelineConfig):
     """Speaker pipeline: MaterializeAudio -> StatisticsGen -> ImportSchemaGen ->
@@ -202,6 +206,14 @@ class SpeakerConfig(PipelineConfig):
         namespaced by corpus. Needs epoch_mode "classes". None: this corpus alone.
       mix_weighting: what the mix's weights are a share of: "classes" (each batch's speakers)
         or "batches" (each batch from one corpus).
+      noise_dir: a folder of noise clips (MUSAN's `noise/<source>/*.wav` layout: any folders of
+        audio files), materialized by the audio job in the pipeline and mixed into training
+        segments (`inputs.speaker_augment.AdditiveNoise`). None: no noise.
+      rir_dir: a folder of room impulse responses (audio files in folders), materialized the
+        same way and convolved with training segments (`Reverberation`). None: no reverb.
+      speed_perturb: speed perturbation 0.9 / 1.0 / 1.1, each perturbed speaker a new class (the
+        model classifies 3x the training speakers).
+      min_snr_db, max_snr_db: the SNR range of the noise, in dB.
     """
 
     manifest: str = SPEAKER_MANIFEST
@@ -227,6 +239,28 @@ class SpeakerConfig(PipelineConfig):
     blessing_threshold: float | None = 0.3
     mix: str | None = None
     mix_weighting: str = "classes"
+    noise_dir: str | None = None
+    rir_dir: str | None = None
+    speed_perturb: bool = False
+    min_snr_db: float = 0.0
+    max_snr_db: float = 15.0
+
+    def __post_init__(self):
+        if not self.min_snr_db <= self.max_snr_db:
+            raise ValueError(
+                f"min_snr_db ({self.min_snr_db}) is above max_snr_db ({self.max_snr_db}): swap them"
+            )
+
+    def augment_options(self) -> dict[str, Any] | None:
+        """The trainer's input option `augment` (`ClassBalancedInputOptions`), or None."""
+        augment: dict[str, Any] = {}
+        if self.noise_dir is not None:
+            augment["noise"] = {"snr_db": [self.min_snr_db, self.max_snr_db]}
+        if self.rir_dir is not None:
+            augment["reverb"] = {}
+        if self.speed_perturb:
+            augment["speed_factors"] = list(SPEED_FACTORS)
+        return augment or None
 
     def input_paths(self) -> list[str]:
         """The audio folder, and the manifest unless speakers come from the folders (a mix's

@@ -359,7 +359,7 @@ def local_configs(
 
 # The data fields of the pipeline configs: a file, or a folder, that must exist before a run.
 _INPUT_FILES = ("manifest", "pairs", "x_groups", "y_groups")
-_INPUT_DIRS = ("audio_root", "x_dir", "y_dir")
+_INPUT_DIRS = ("audio_root", "x_dir", "y_dir", "noise_dir", "rir_dir")
 
 
 def check_inputs(pipeline_config: config.CycleGanConfig | config.SpeakerConfig) -> None:

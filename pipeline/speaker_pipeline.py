@@ -53,6 +53,26 @@ def create_pipeline(config: SpeakerConfig, run: RunConfig) -> tfx.dsl.Pipeline:
             "run_weights": (1.0, *(corpus.weight for corpus in corpora)),
             "mix_weighting": config.mix_weighting,
         }
+    # The speaker augmentation's noise clips and RIRs: folders materialized by the same job.
+    clips = {
+        key: MaterializeAudio(
+            manifest=None,
+            root=folder,
+            speaker_from_path=True,
+            sample_rate=config.sample_rate,
+            eval_fraction=0.0,
+            num_shards=1,
+            max_reject_fraction=config.max_reject_fraction,
+            input_fingerprint=(
+                common.input_fingerprint([folder]) if run.fingerprint_inputs else None
+            ),
+        ).with_id(component_id)
+        for key, folder, component_id in (
+            (keys.NOISE_EXAMPLES_KEY, config.noise_dir, "MaterializeNoise"),
+            (keys.RIR_EXAMPLES_KEY, config.rir_dir, "MaterializeRirs"),
+        )
+        if folder is not None
+    }
     return common.training_pipeline(
         config,
         run,
@@ -60,6 +80,7 @@ def create_pipeline(config: SpeakerConfig, run: RunConfig) -> tfx.dsl.Pipeline:
         keys.CLASS_INDEX_KEY,
         functools.partial(
             ClassBalancedTrainer,
+            **{key: clip.outputs[keys.EXAMPLES_KEY] for key, clip in clips.items()},
             n_classes_per_batch=config.n_classes_per_batch,
             n_samples_per_class=config.n_samples_per_class,
             train_split=TRAIN_SPLIT,
@@ -70,11 +91,12 @@ def create_pipeline(config: SpeakerConfig, run: RunConfig) -> tfx.dsl.Pipeline:
                 features=config.feature_options(),
                 run_weights=mix_arguments.pop("run_weights", None),
                 mix_weighting=mix_arguments.pop("mix_weighting", "classes"),
+                augment=config.augment_options(),
             ),
             custom_config=dict(config.custom_config),
             **mix_arguments,
         ),
-        upstream=mixed,
+        upstream=[*mixed, *clips.values()],
     )
 
 

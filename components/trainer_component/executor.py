@@ -23,7 +23,9 @@ from tfx_dynamic_inputs import component_keys as keys
 from tfx_dynamic_inputs import execution, layout
 from tfx_dynamic_inputs.index_component.executor import LABEL_FEATURE_PROPERTY
 from tfx_dynamic_inputs.inputs import AudioFeatureConfig, PairCoverage, PairCoverageCallback
+from tfx_dynamic_inputs.inputs.augment_images import AugmentationImagesCallback
 from tfx_dynamic_inputs.inputs.draw_counts import DrawCounts, DrawCountsCallback
+from tfx_dynamic_inputs.inputs.speaker_augment import SpeakerAugmenter
 from tfx_dynamic_inputs.trainer_component import input_options, mixed_runs, training_inputs
 from tfx_dynamic_inputs.trainer_component.checkpoints import TrainingCheckpoints, checkpoint_dir
 from tfx_dynamic_inputs.trainer_component.distribution import (
@@ -314,17 +316,28 @@ class ClassBalancedExecutor(TrainerExecutor):
                 parser=parser,
                 store_options=options.store_options(),
             )
+        num_classes = training_inputs.num_classes(class_index, request.train_split)
         settings.update(
             n_classes_per_batch=n_c,
             n_samples_per_class=n_p,
             # Speed perturbation's derived classes are classes the model tells apart.
-            num_classes=training_inputs.num_classes(class_index, request.train_split)
-            * (augment.num_speeds if augment is not None else 1),
+            num_classes=num_classes * (augment.num_speeds if augment is not None else 1),
         )
+        callbacks = [DrawCountsCallback(draw_counts, log_dir=request.model_run_dir)]
+        if augment is not None and isinstance(parser, AudioFeatureConfig):
+            # A few clean and augmented log-mels in the ModelRun's TensorBoard, every epoch.
+            callbacks.append(
+                AugmentationImagesCallback(
+                    options.store_options().open_store(request.offset_index, request.train_split),
+                    training_inputs.class_ids(class_index, request.train_split),
+                    SpeakerAugmenter(augment, parser, num_classes, options.memory_budget_bytes),
+                    request.model_run_dir,
+                )
+            )
         return TrainingInputs(
             train_dataset,
             eval_dataset,
-            callbacks=[DrawCountsCallback(draw_counts, log_dir=request.model_run_dir)],
+            callbacks=callbacks,
             settings=settings,
             reports=[draw_counts],
             batch_size=n_c * n_p,

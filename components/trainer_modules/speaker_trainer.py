@@ -127,6 +127,9 @@ def run_fn(fn_args) -> dict[str, float]:
     audio_formats = tuple(config.get("serving_audio_formats", ("wav",)))
     serving.check_audio_formats(audio_formats)
     keras.utils.set_random_seed(int(config.get("seed", 0)))
+    # The trainer's class count (over a mix of runs, all their namespaced classes; speed-perturbed
+    # speakers included) unless the user set one.
+    num_classes = config.get("num_train_classes") or config.get("num_classes")
     # Built here, under the trainer's strategy: a resumed `fit` restores into it (and its
     # optimizer) at its start, on however many replicas this attempt has.
     with training_log.strategy_of(fn_args).scope():
@@ -134,9 +137,7 @@ def run_fn(fn_args) -> dict[str, float]:
             n_mels,
             n_samples_per_class=n_samples_per_class,
             loss=str(config.get("loss", "ge2e")),
-            # Default: the trainer's class count (over a mix of runs, all their namespaced
-            # classes; speed-perturbed speakers included).
-            num_classes=config.get("num_train_classes") or config.get("num_classes"),
+            num_classes=num_classes,
             channels=int(config.get("channels", 128)),
             embedding_dim=int(config.get("embedding_dim", 128)),
         )
@@ -174,6 +175,7 @@ def run_fn(fn_args) -> dict[str, float]:
         loss_first_epoch=float(history["loss"][0]),
         loss_last_epoch=float(history["loss"][-1]),
         epochs=float(len(history["loss"])),
+        num_train_classes=float(num_classes or 0),
     )
     logging.info("speaker model trained: %s", metrics)
     return metrics

@@ -256,3 +256,23 @@ def test_bad_options_are_refused_in_one_line(runs, build, message):
     with pytest.raises(ValueError, match=message) as raised:
         build(runs)
     assert "\n" not in str(raised.value)
+
+
+def test_the_callback_writes_clean_and_augmented_log_mels_to_tensorboard(runs, tmp_path):
+    pytest.importorskip("tensorboard")
+    from tfx_dynamic_inputs.inputs.augment_images import AugmentationImagesCallback
+
+    sampler = _sampler(runs)
+    labels = np.arange(sampler.store.num_records) % len(CLASS_SIZES)
+    callback = AugmentationImagesCallback(
+        sampler.store, labels, sampler.augmenter, str(tmp_path), num_examples=3
+    )
+    callback.on_epoch_end(0)
+    callback.on_epoch_end(1)
+    [events] = (tmp_path / "augmentation").glob("events.*")
+    images = {}
+    for record in tf.data.TFRecordDataset(str(events)):
+        event = tf.compat.v1.Event.FromString(record.numpy())
+        for value in event.summary.value:
+            images.setdefault(value.tag, []).append(event.step)
+    assert images == {"clean": [0, 1], "augmented": [0, 1]}
