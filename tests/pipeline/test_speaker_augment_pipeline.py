@@ -110,3 +110,20 @@ def test_run_local_speaker_trains_with_noise_reverb_and_speed_perturbation(tmp_p
     assert metrics["num_train_classes"] == 3 * train_speakers
     # The EER is of the held-out speakers' embeddings, unaffected by the derived classes.
     assert 0.0 <= metrics["eer"] <= metrics["eer_chance"]
+
+
+def test_the_trainer_options_name_the_channels_and_refuse_bad_augmentation():
+    from tfx_dynamic_inputs.trainer_component import ClassBalancedInputOptions
+
+    options = ClassBalancedInputOptions(augment={"noise": {"snr_db": [5, 10]}, "reverb": {}})
+    assert set(options.needed_channels()) == {keys.NOISE_EXAMPLES_KEY, keys.RIR_EXAMPLES_KEY}
+    built = options.speaker_augment("noise_uri", "rir_uri")
+    assert built.noise.run == "noise_uri" and built.noise.snr_db == (5.0, 10.0)
+    assert built.reverb.run == "rir_uri" and built.num_speeds == 1
+    for augment, message in (
+        ({"nois": {}}, "no key 'nois'"),
+        ({"noise": {"snr_db": [10, 0]}}, "low <= high"),
+        ({"speed_factors": [1.0, 3.0]}, r"in \[0.5, 2\]"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            ClassBalancedInputOptions(augment=augment)
