@@ -213,7 +213,8 @@ class SpeakerConfig(PipelineConfig):
         same way and convolved with training segments (`Reverberation`). None: no reverb.
       speed_perturb: speed perturbation 0.9 / 1.0 / 1.1, each perturbed speaker a new class (the
         model classifies 3x the training speakers).
-      min_snr_db, max_snr_db: the SNR range of the noise, in dB.
+      min_snr_db: the lowest SNR the noise is mixed at, in dB (drawn uniformly per segment).
+      max_snr_db: the highest SNR the noise is mixed at, in dB.
     """
 
     manifest: str = SPEAKER_MANIFEST

@@ -30,7 +30,8 @@ Import from here; the modules behind it hold one concept each:
 * `audio_config`: how audio records become features (`AudioFeatureConfig`, `SpecAugment`);
   `audio_features`: crop/pad, log-mel and SpecAugment in the graph;
   `speaker_augment`: noise, reverberation and speed perturbation (new classes) in the graph,
-  replayed exactly on a resume (`SpeakerAugmentConfig`, `AdditiveNoise`, `Reverberation`).
+  replayed exactly on a resume (`SpeakerAugmentConfig`, `AdditiveNoise`, `Reverberation`),
+  on `augment_signals` (its batched signal ops); `augment_images`: its TensorBoard images.
 
 None of them imports TFX.
 """

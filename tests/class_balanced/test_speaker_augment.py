@@ -13,15 +13,17 @@ from hypothesis import strategies as st
 from tests.class_balanced.runs import write_audio_run, write_clip_run
 from tests.inputs.test_elastic_resume import _contexts, _interrupted_and_resumed
 from tfx_dynamic_inputs.inputs import AudioFeatureConfig, ClassBalancedSampler, SpecAugment
+from tfx_dynamic_inputs.inputs.augment_signals import (
+    normalize_rirs,
+    perturb_speed,
+    reverberate,
+    speed_input_samples,
+)
 from tfx_dynamic_inputs.inputs.speaker_augment import (
     AdditiveNoise,
     Reverberation,
     SpeakerAugmentConfig,
     SpeakerAugmenter,
-    normalize_rirs,
-    perturb_speed,
-    reverberate,
-    speed_input_samples,
 )
 
 CLASS_SIZES = [5, 3, 6, 4, 7, 2]  # C = 6: 18 derived classes with three speeds
