@@ -110,6 +110,9 @@ def test_run_local_speaker_trains_with_noise_reverb_and_speed_perturbation(tmp_p
     assert metrics["num_train_classes"] == 3 * train_speakers
     # The EER is of the held-out speakers' embeddings, unaffected by the derived classes.
     assert 0.0 <= metrics["eer"] <= metrics["eer_chance"]
+    # The clean and augmented log-mels of a few segments, in the ModelRun's TensorBoard.
+    model_run = results["ClassBalancedTrainer"].uri(keys.MODEL_RUN_KEY)
+    assert os.listdir(os.path.join(model_run, "augmentation"))
 
 
 def test_the_trainer_options_name_the_channels_and_refuse_bad_augmentation():
