@@ -251,6 +251,11 @@ class SpeakerConfig(PipelineConfig):
             raise ValueError(
                 f"min_snr_db ({self.min_snr_db}) is above max_snr_db ({self.max_snr_db}): swap them"
             )
+        if self.mix is not None and self.augment_options() is not None:
+            raise ValueError(
+                "mix and the speaker augmentation (noise_dir, rir_dir, speed_perturb) do not run "
+                "together yet: drop one"
+            )
 
     def augment_options(self) -> dict[str, Any] | None:
         """The trainer's input option `augment` (`ClassBalancedInputOptions`), or None."""

@@ -72,6 +72,15 @@ def test_a_reversed_snr_range_is_refused_in_one_line_before_tensorflow():
     assert "\n" not in str(raised.value)
 
 
+def test_a_mix_with_augmentation_is_refused_in_one_line_before_tensorflow(tmp_path):
+    mix = tmp_path / "mix.json"
+    mix.write_text("[]")
+    args = cli.parse_local_args(["speaker", "--mix", str(mix), "--speed_perturb"])
+    with pytest.raises(cli.ConfigError, match="do not run together yet") as raised:
+        run_local.local_configs(args)
+    assert "\n" not in str(raised.value)
+
+
 @pytest.mark.slow
 def test_run_local_speaker_trains_with_noise_reverb_and_speed_perturbation(tmp_path):
     noise_dir, rir_dir = _write_folders(str(tmp_path))
