@@ -28,7 +28,8 @@ def _epoch(dataset: tf.data.Dataset) -> list[list[int]]:
 
 
 @settings(max_examples=8, deadline=None)
-@given(epoch=st.integers(0, 2), step=st.integers(0, 4), peeked=st.integers(1, 3))
+# An epoch is 6 batches: a resume at step 3 leaves 3 to read from.
+@given(epoch=st.integers(0, 2), step=st.integers(0, 3), peeked=st.integers(1, 3))
 def test_a_dropped_iteration_is_undone(epoch, step, peeked):
     reference = _reference_epochs(epoch + 2)
 

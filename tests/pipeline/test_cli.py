@@ -66,9 +66,11 @@ def test_every_config_field_and_run_setting_is_a_flag_parsed_by_its_type(pipelin
         "pipeline_root",
         "metadata_path",
     }
-    # A pair list and groups exclude each other: the group flags are parsed on their own.
+    # A pair list and groups exclude each other: the group flags are parsed on their own; so is
+    # a speaker mix, which excludes the augmentation.
     grouping = frozenset(cli.GROUP_FIELDS) if pipeline == "cyclegan" else frozenset()
-    pipeline_argv, expected = _flags(pipeline, skip=grouping)
+    exclusive = grouping if pipeline == "cyclegan" else frozenset({"mix"})
+    pipeline_argv, expected = _flags(pipeline, skip=exclusive)
     run_argv, expected_run = _flags(cli.RUN_SECTION)
 
     args = cli.parse_local_args([pipeline, *pipeline_argv, *run_argv])
@@ -88,6 +90,10 @@ def test_every_config_field_and_run_setting_is_a_flag_parsed_by_its_type(pipelin
             "y_groups": "yg.csv",
         }
         cli.PIPELINES[pipeline](**by_group.settings)
+    else:
+        mixed = cli.parse_local_args([pipeline, "--mix=corpora.json"])
+        assert mixed.settings == {"mix": "corpora.json"}
+        cli.PIPELINES[pipeline](**mixed.settings)
 
 
 def test_without_flags_the_defaults_and_the_bundled_data():
