@@ -7,6 +7,7 @@
 // xored with SplitMix64's finalizer of the other part and the round key (`rounds` rounds, or
 // `small_rounds` where bits <= small_bits), then cycle walking until the value falls inside
 // [0, size). Sizes up to `rank_max_size` take the rank of the position's keyed hash instead.
+#include <algorithm>
 #include <cstdint>
 
 #include "tensorflow/core/framework/op.h"
@@ -63,6 +64,52 @@ inline uint64_t RankOfHash(uint64_t position, uint64_t size, uint64_t key) {
   return rank;
 }
 
+// Positions in blocks of this many run the rounds lane by lane, round after round: one element's
+// rounds are a chain of dependent multiplies, and independent lanes keep the multiplier busy.
+constexpr int64_t kBlock = 256;
+
+// The same map as Feistel + cycle walking element by element, for elements that share one size
+// (above the rank sizes) and one key: each block takes one pass of the network, and the lanes
+// still outside [0, limit) are packed together for the next pass until none is left.
+void PermuteBlock(const int64_t* positions, int64_t count, uint64_t limit, uint64_t key, int bits,
+                  int rounds, int64_t* permuted) {
+  const int low_bits = bits / 2;
+  const uint64_t low_mask = (uint64_t{1} << low_bits) - 1;
+  const uint64_t high_mask = (uint64_t{1} << (bits - low_bits)) - 1;
+  uint64_t high[kBlock];
+  uint64_t low[kBlock];
+  int64_t slot[kBlock];
+  for (int64_t j = 0; j < count; ++j) {
+    const uint64_t value = static_cast<uint64_t>(positions[j]);
+    high[j] = value >> low_bits;
+    low[j] = value & low_mask;
+    slot[j] = j;
+  }
+  while (count > 0) {
+    for (int round = 0; round < rounds; ++round) {
+      const uint64_t round_key = key + static_cast<uint64_t>(round + 1) * kGolden;
+      if (round % 2 == 0) {
+        for (int64_t j = 0; j < count; ++j) high[j] ^= Mix(low[j] ^ round_key) & high_mask;
+      } else {
+        for (int64_t j = 0; j < count; ++j) low[j] ^= Mix(high[j] ^ round_key) & low_mask;
+      }
+    }
+    int64_t pending = 0;
+    for (int64_t j = 0; j < count; ++j) {
+      const uint64_t value = (high[j] << low_bits) | low[j];
+      if (value < limit) {
+        permuted[slot[j]] = static_cast<int64_t>(value);
+      } else {
+        high[pending] = high[j];
+        low[pending] = low[j];
+        slot[pending] = slot[j];
+        ++pending;
+      }
+    }
+    count = pending;
+  }
+}
+
 class PermutePositionsOp : public OpKernel {
  public:
   explicit PermutePositionsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -112,6 +159,26 @@ class PermutePositionsOp : public OpKernel {
     Tensor* output = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, positions.shape(), &output));
     auto permuted = output->flat<int64_t>();
+    const uint64_t shared_limit = one_size ? static_cast<uint64_t>(size_values(0)) : 0;
+    if (one_size && one_tweak && shared_limit > static_cast<uint64_t>(rank_max_size_)) {
+      // One permutation (an epoch's order): the key, width and rounds are the same for all.
+      const uint64_t shared_key = key(0);
+      const int bits = BitWidth(shared_limit - 1);
+      const int rounds = bits <= small_bits_ ? small_rounds_ : rounds_;
+      const int64_t* first = position.data();
+      int64_t* out = permuted.data();
+      auto blocks = [&](int64_t begin_block, int64_t end_block) {
+        for (int64_t b = begin_block; b < end_block; ++b) {
+          const int64_t begin = b * kBlock;
+          const int64_t count = std::min(kBlock, n - begin);
+          PermuteBlock(first + begin, count, shared_limit, shared_key, bits, rounds, out + begin);
+        }
+      };
+      auto* threads = ctx->device()->tensorflow_cpu_worker_threads();
+      tensorflow::Shard(threads->num_threads, threads->workers, (n + kBlock - 1) / kBlock,
+                        kBlock * 8 * rounds_, blocks);
+      return;
+    }
     auto work = [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const uint64_t limit = static_cast<uint64_t>(size(i));

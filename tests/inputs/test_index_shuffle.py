@@ -182,6 +182,37 @@ def test_the_native_op_and_the_tensorflow_ops_give_the_same_positions(sizes, see
     assert np.array_equal(results["native"], results["tensorflow"])
 
 
+@needs_native
+@settings(max_examples=30, deadline=None)
+@given(
+    size=st.one_of(st.integers(17, 5000), st.integers(17, 2**62)),
+    count=st.integers(0, 700),
+    seed=st.integers(-(2**63), 2**63 - 1),
+    tweak=st.integers(-(2**63), 2**63 - 1),
+    data=st.data(),
+)
+def test_one_shared_size_takes_the_blocked_path_and_gives_the_same_positions(
+    size, count, seed, tweak, data
+):
+    """A scalar size and tweak (an epoch's order) run the native op's block-by-block passes,
+    more than one block (256) and a partial one; the values are the element-by-element ones."""
+    positions = data.draw(st.lists(st.integers(0, size - 1), min_size=count, max_size=count))
+    results = {
+        implementation: permuted_positions(
+            tf.constant(positions, tf.int64),
+            size,
+            epoch_seed(seed, 0),
+            tweak,
+            implementation=implementation,
+        ).numpy()
+        for implementation in ("native", "tensorflow")
+    }
+    assert np.array_equal(results["native"], results["tensorflow"])
+    if size <= 5000:
+        whole = permuted_positions(tf.range(size, dtype=tf.int64), size, epoch_seed(seed, 0))
+        assert sorted(whole.numpy().tolist()) == list(range(size))
+
+
 @pytest.mark.parametrize(
     "implementation", ["tensorflow", pytest.param("native", marks=needs_native)]
 )

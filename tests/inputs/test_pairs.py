@@ -7,7 +7,7 @@ import collections
 import numpy as np
 import pytest
 import tensorflow as tf
-from hypothesis import Phase, given, settings
+from hypothesis import Phase, assume, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
@@ -87,6 +87,27 @@ def test_every_pair_valid_and_every_x_planned_each_epoch(
         tail = np.arange(len(rows), total) % len(rows)
         assert xs[len(rows) :].tolist() == xs[tail].tolist()
         assert ys[len(rows) :].tolist() == ys[tail].tolist()
+
+
+@FEW
+@given(
+    graph=pair_graphs(),
+    batch_size=st.integers(1, 9),
+    remainder=st.sampled_from(["wrap", "drop"]),
+    epoch=st.integers(0, 2**40),
+    data=st.data(),
+)
+def test_any_batch_of_x_is_computed_from_its_number_alone(
+    graph, batch_size, remainder, epoch, data
+):
+    """`epoch_order` of one batch's positions is that batch of the whole plan's x."""
+    rows, num_y = graph
+    assume(remainder == "wrap" or len(rows) >= batch_size)
+    planner = _planner(rows, num_y, batch_size=batch_size, remainder=remainder)
+    batch = data.draw(st.integers(0, planner.num_batches - 1))
+    positions = tf.range(batch * batch_size, (batch + 1) * batch_size, dtype=tf.int64)
+    alone = planner.valid_pairs.planned_x[planner.epoch_order(epoch, positions).numpy()]
+    assert alone.tolist() == planner.plan(epoch)["x_index"].numpy()[batch].tolist()
 
 
 @FEW
