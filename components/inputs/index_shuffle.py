@@ -215,6 +215,51 @@ def permuted_positions(
         return _walked_positions(positions, tf.broadcast_to(size, shape), key)
 
 
+def gather_permuted(
+    table: tf.Tensor,
+    positions: tf.Tensor,
+    size: int,
+    seed: tf.Tensor,
+    implementation: str = "auto",
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """`permuted_positions(positions, size, seed)` and `table` gathered at them, in one pass.
+
+    The native `GatherPermuted` op computes a block of positions and issues its random loads
+    together (an epoch's order and the values of its records, `pair_plan`); otherwise, and for
+    sizes up to `RANK_MAX_SIZE`, the same as `permuted_positions` then `tf.gather`.
+
+    Args:
+      table: int64 [m], m >= `size`.
+      positions: int64 [n], each in `[0, size)`.
+      size: the permutation's size (one for all elements; the tweak is 0).
+      seed: int64 [2], a stateless seed (`epoch_plan.epoch_seed`).
+      implementation: as in `permuted_positions`.
+
+    Returns:
+      `(permuted, gathered)`: int64 [n] each, `gathered[i] = table[permuted[i]]`.
+
+    Example:
+
+        order, values = gather_permuted(tf.range(10, 20, dtype=tf.int64), tf.range(10,
+            dtype=tf.int64), 10, epoch_seed(0, 0))  # values == order + 10
+    """
+    positions = tf.convert_to_tensor(positions, tf.int64)
+    op_module = None if implementation == "tensorflow" else native.op_library()
+    if op_module is not None and size > RANK_MAX_SIZE:
+        return op_module.gather_permuted(
+            tf.convert_to_tensor(table, tf.int64),
+            positions,
+            tf.constant(size, tf.int64),
+            tf.convert_to_tensor(seed, tf.int64),
+            rounds=ROUNDS,
+            small_rounds=SMALL_ROUNDS,
+            small_bits=SMALL_BITS,
+            rank_max_size=RANK_MAX_SIZE,
+        )
+    permuted = permuted_positions(positions, size, seed, implementation=implementation)
+    return permuted, tf.gather(table, permuted)
+
+
 def _ranked_positions(positions: tf.Tensor, size: tf.Tensor, key: tf.Tensor) -> tf.Tensor:
     """uint64: the rank of each position's keyed hash among those of `[0, size)`, ties by
     position (meaningful where `size <= RANK_MAX_SIZE`)."""

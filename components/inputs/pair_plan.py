@@ -37,7 +37,7 @@ from tfx_dynamic_inputs.inputs.epoch_plan import (
 )
 from tfx_dynamic_inputs.inputs.epoch_state import EpochState
 from tfx_dynamic_inputs.inputs.group_pairs import GroupPairs
-from tfx_dynamic_inputs.inputs.index_shuffle import permuted_positions
+from tfx_dynamic_inputs.inputs.index_shuffle import gather_permuted, permuted_positions
 from tfx_dynamic_inputs.inputs.valid_pairs import ValidPairs
 from tfx_dynamic_inputs.inputs.variables import index_variable
 from tfx_dynamic_inputs.inputs.worker_slices import round_batches
@@ -210,13 +210,15 @@ class PairPlanner:
             else:
                 offsets = self._least_sampled_offsets(epoch, degrees)
             chosen_y = tf.gather(self._values, starts + offsets)
-        order = self.epoch_order(epoch)
+        order, y_index = gather_permuted(
+            chosen_y,
+            self._epoch_positions(),
+            len(self.valid_pairs.planned_x),
+            self._order_seed(epoch),
+        )
         x_index = order if self._all_x_planned else tf.gather(self._planned_x, order)
         shape = [self.num_batches, self.batch_size]
-        return {
-            "x_index": tf.reshape(x_index, shape),
-            "y_index": tf.reshape(tf.gather(chosen_y, order), shape),
-        }
+        return {"x_index": tf.reshape(x_index, shape), "y_index": tf.reshape(y_index, shape)}
 
     def epoch_order(self, epoch, positions=None) -> tf.Tensor:
         """Which planned x (its position in `valid_pairs.planned_x`) each pair of the epoch is.
@@ -237,14 +239,24 @@ class PairPlanner:
 
             planner.epoch_order(3, tf.range(256, 512, dtype=tf.int64))  # batch 1 of epoch 3
         """
-        num_planned = len(self.valid_pairs.planned_x)
+        return permuted_positions(
+            self._epoch_positions(positions),
+            len(self.valid_pairs.planned_x),
+            self._order_seed(epoch),
+        )
+
+    def _epoch_positions(self, positions=None) -> tf.Tensor:
+        """The positions in the permutation of the planned x of positions in the epoch."""
         if positions is None:
             positions = tf.range(self.num_batches * self.batch_size, dtype=tf.int64)
         positions = tf.convert_to_tensor(positions, tf.int64)
+        num_planned = len(self.valid_pairs.planned_x)
         if self.num_batches * self.batch_size > num_planned:
             positions = tf.math.floormod(positions, num_planned)
-        seed = epoch_seed(self.seed, tf.convert_to_tensor(epoch, tf.int64), SALT_ORDER)
-        return permuted_positions(positions, num_planned, seed)
+        return positions
+
+    def _order_seed(self, epoch) -> tf.Tensor:
+        return epoch_seed(self.seed, tf.convert_to_tensor(epoch, tf.int64), SALT_ORDER)
 
     def _init_groups(self, pairs: GroupPairs) -> None:
         x_group = pairs.x_group if self._all_x_planned else pairs.x_group[pairs.planned_x]

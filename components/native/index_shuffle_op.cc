@@ -209,6 +209,76 @@ class PermutePositionsOp : public OpKernel {
   int rank_max_size_;
 };
 
+// GatherPermuted: PermutePositions of one size and key (the epoch's order), and `table` at the
+// permuted positions, in one pass: the random loads of a block are issued together, where a
+// separate gather reads the order back from memory and loads one element at a time.
+class GatherPermutedOp : public OpKernel {
+ public:
+  explicit GatherPermutedOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("rounds", &rounds_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("small_rounds", &small_rounds_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("small_bits", &small_bits_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("rank_max_size", &rank_max_size_));
+    OP_REQUIRES(ctx, rounds_ >= 1 && small_rounds_ >= 1,
+                errors::InvalidArgument("rounds and small_rounds must be >= 1"));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& table = ctx->input(0);
+    const Tensor& positions = ctx->input(1);
+    const Tensor& size_tensor = ctx->input(2);
+    const Tensor& seed = ctx->input(3);
+    OP_REQUIRES(ctx, table.dims() == 1 && positions.dims() == 1 && size_tensor.dims() == 0,
+                errors::InvalidArgument("table and positions must be vectors, size a scalar"));
+    OP_REQUIRES(ctx, seed.dims() == 1 && seed.dim_size(0) == 2,
+                errors::InvalidArgument("seed must have shape [2]"));
+    const int64_t size = size_tensor.scalar<int64_t>()();
+    OP_REQUIRES(ctx, size > rank_max_size_ && size <= table.dim_size(0),
+                errors::InvalidArgument("size must be in (", rank_max_size_, ", ",
+                                        table.dim_size(0), "] (the table's length), got ", size));
+    const auto position = positions.flat<int64_t>();
+    const int64_t n = position.size();
+    for (int64_t i = 0; i < n; ++i) {
+      OP_REQUIRES(ctx, position(i) >= 0 && position(i) < size,
+                  errors::InvalidArgument("position ", position(i), " at ", i,
+                                          " is outside [0, ", size, ")"));
+    }
+    const auto seed_words = seed.flat<int64_t>();
+    // As PermutePositions with a tweak of 0.
+    const uint64_t base = Mix(Mix(static_cast<uint64_t>(seed_words(0)) + kGolden) ^
+                              static_cast<uint64_t>(seed_words(1)));
+    const uint64_t key = Mix(base ^ Mix(kGolden));
+    const int bits = BitWidth(static_cast<uint64_t>(size) - 1);
+    const int rounds = bits <= small_bits_ ? small_rounds_ : rounds_;
+    Tensor* permuted_tensor = nullptr;
+    Tensor* gathered_tensor = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, positions.shape(), &permuted_tensor));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, positions.shape(), &gathered_tensor));
+    const int64_t* first = position.data();
+    const int64_t* values = table.flat<int64_t>().data();
+    int64_t* permuted = permuted_tensor->flat<int64_t>().data();
+    int64_t* gathered = gathered_tensor->flat<int64_t>().data();
+    auto blocks = [&](int64_t begin_block, int64_t end_block) {
+      for (int64_t b = begin_block; b < end_block; ++b) {
+        const int64_t begin = b * kBlock;
+        const int64_t count = std::min(kBlock, n - begin);
+        PermuteBlock(first + begin, count, static_cast<uint64_t>(size), key, bits, rounds,
+                     permuted + begin);
+        for (int64_t j = begin; j < begin + count; ++j) gathered[j] = values[permuted[j]];
+      }
+    };
+    auto* threads = ctx->device()->tensorflow_cpu_worker_threads();
+    tensorflow::Shard(threads->num_threads, threads->workers, (n + kBlock - 1) / kBlock,
+                      kBlock * 10 * rounds_, blocks);
+  }
+
+ private:
+  int rounds_;
+  int small_rounds_;
+  int small_bits_;
+  int rank_max_size_;
+};
+
 }  // namespace
 
 REGISTER_OP("PermutePositions")
@@ -227,5 +297,24 @@ REGISTER_OP("PermutePositions")
     });
 
 REGISTER_KERNEL_BUILDER(Name("PermutePositions").Device(DEVICE_CPU), PermutePositionsOp);
+
+REGISTER_OP("GatherPermuted")
+    .Input("table: int64")
+    .Input("positions: int64")
+    .Input("size: int64")
+    .Input("seed: int64")
+    .Output("permuted: int64")
+    .Output("gathered: int64")
+    .Attr("rounds: int")
+    .Attr("small_rounds: int")
+    .Attr("small_bits: int")
+    .Attr("rank_max_size: int")
+    .SetShapeFn([](::tensorflow::shape_inference::InferenceContext* c) {
+      c->set_output(0, c->input(1));
+      c->set_output(1, c->input(1));
+      return ::tensorflow::OkStatus();
+    });
+
+REGISTER_KERNEL_BUILDER(Name("GatherPermuted").Device(DEVICE_CPU), GatherPermutedOp);
 
 }  // namespace tfx_dynamic_inputs

@@ -16,7 +16,7 @@ from scipy import stats
 from tfx_dynamic_inputs import native
 from tfx_dynamic_inputs.inputs import index_shuffle
 from tfx_dynamic_inputs.inputs.epoch_plan import epoch_seed
-from tfx_dynamic_inputs.inputs.index_shuffle import permuted_positions
+from tfx_dynamic_inputs.inputs.index_shuffle import gather_permuted, permuted_positions
 
 SIZES = [1, 2, 3, 5, 7, 31, 64, 65, 97, 1000, 4099, 65537]
 
@@ -211,6 +211,30 @@ def test_one_shared_size_takes_the_blocked_path_and_gives_the_same_positions(
     if size <= 5000:
         whole = permuted_positions(tf.range(size, dtype=tf.int64), size, epoch_seed(seed, 0))
         assert sorted(whole.numpy().tolist()) == list(range(size))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    size=st.integers(1, 3000),
+    extra=st.integers(0, 5),
+    count=st.integers(0, 600),
+    seed=st.integers(-(2**63), 2**63 - 1),
+    data=st.data(),
+)
+def test_gather_permuted_is_the_permutation_then_the_gather(size, extra, count, seed, data):
+    """The fused op (native where built, sizes above the rank sizes) against the two steps in
+    TensorFlow ops, on a random table at least as long as the permutation."""
+    table = data.draw(
+        st.lists(st.integers(-(2**63), 2**63 - 1), min_size=size + extra, max_size=size + extra)
+    )
+    positions = data.draw(st.lists(st.integers(0, size - 1), min_size=count, max_size=count))
+    positions = tf.constant(positions, tf.int64)
+    order, values = gather_permuted(
+        tf.constant(table, tf.int64), positions, size, epoch_seed(seed, 1)
+    )
+    expected = permuted_positions(positions, size, epoch_seed(seed, 1), implementation="tensorflow")
+    assert order.numpy().tolist() == expected.numpy().tolist()
+    assert values.numpy().tolist() == [table[i] for i in expected.numpy().tolist()]
 
 
 @pytest.mark.parametrize(
