@@ -1,6 +1,6 @@
 """Native TensorFlow ops of the project, built from source against the installed TensorFlow.
 
-Two ops, in one library:
+Three ops, in one library:
 
 * `ReadRecordsByIndex` (`read_records_op.cc`): the disk backend of
   `tfx_dynamic_inputs.inputs.record_store.RecordStore` reads a batch of records by record number
@@ -8,7 +8,9 @@ Two ops, in one library:
   over the intra-op threads), where the Python reader pays a `os.pread` call, slices and a
   `tf.numpy_function` conversion per record;
 * `PermutePositions` (`index_shuffle_op.cc`): the keyed elementwise permutation of
-  `tfx_dynamic_inputs.inputs.index_shuffle`, bit for bit what its TensorFlow-ops form computes.
+  `tfx_dynamic_inputs.inputs.index_shuffle`, bit for bit what its TensorFlow-ops form computes;
+* `GatherPermuted` (same file): one such permutation and a table gathered at it in one pass
+  (`index_shuffle.gather_permuted`, the pair plans' epoch order).
 
 The library is built for whatever TensorFlow is installed (2.16 to 2.21 are tested), with the
 C++ compiler and TensorFlow's own compile and link flags: by `make setup`
