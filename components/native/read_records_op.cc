@@ -1,10 +1,13 @@
 // ReadRecordsByIndex: TFRecord payloads of a record set by global record number, one batch per
-// call, without Python. Each record is one pread of its whole frame (length, length CRC,
-// payload, payload CRC) into the output string; the frame is checked and the payload moved to
-// the front. The offset index (int64 [N, 3]: shard, frame offset, payload length) is mapped,
-// not loaded, so memory does not grow with the number of records. A frame that does not fit in its
-// shard (size taken once, at construction) is damaged and never read: nothing is allocated for the
-// length a damaged index claims.
+// call, without Python. A record is read as its whole frame (length, length CRC, payload,
+// payload CRC), each frame checked alone: frames that follow each other in their shard (the
+// batch sorted by shard and offset) come with one pread of the run, and their payloads are
+// copied to their places in the batch; a record alone is one pread into its output string, the
+// payload then moved to the front (`coalesce=false`: every record alone). The offset index
+// (int64 [N, 3]: shard, frame offset, payload length) is mapped, not loaded, so memory does not
+// grow with the number of records. A frame that does not fit in its shard (size taken once, at
+// construction) is damaged and never read: nothing is allocated for the length a damaged index
+// claims.
 //
 // A kernel is made each time its function is instantiated (every epoch of a tf.data pipeline), and
 // opens the files by path then: with `run_id` it first checks that the run's `summary.json` still
@@ -16,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -44,6 +48,8 @@ namespace errors = ::tensorflow::errors;
 constexpr int64_t kHeaderBytes = 12;  // uint64 length + uint32 masked CRC of the length
 constexpr int64_t kOverheadBytes = 16;  // + uint32 masked CRC of the payload
 constexpr uint32_t kMaskDelta = 0xa282ead8u;
+// The most bytes one pread of adjacent frames takes (a run longer than this is cut).
+constexpr int64_t kMaxRunBytes = 4 << 20;
 
 __attribute__((target("sse4.2"))) uint32_t Crc32cHardware(const char* data, size_t n) {
   uint64_t crc = 0xffffffffu;
@@ -96,6 +102,7 @@ class ReadRecordsByIndexOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("offsets_header_bytes", &header_bytes));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_records", &num_records_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("verify_crc", &verify_crc_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("coalesce", &coalesce_));
     std::vector<int64_t> expected_bytes;
     std::string run_id, summary_path;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("shard_bytes", &expected_bytes));
@@ -189,26 +196,106 @@ class ReadRecordsByIndexOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({count}), &ok_tensor));
     auto records = records_tensor->vec<tstring>();
     auto ok = ok_tensor->vec<bool>();
-    auto read_range = [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) ok(i) = ReadOne(indices(i), &records(i));
-    };
-    // Page-cached reads cost a few microseconds each, mostly in the kernel: spread them over
-    // the intra-op threads.
     const auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
-    ::tensorflow::Shard(workers->num_threads, workers->workers, count, /*cost_per_unit=*/20000,
-                        read_range);
+    if (!coalesce_) {
+      auto read_range = [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) ok(i) = ReadOne(indices(i), &records(i));
+      };
+      // Page-cached reads cost a few microseconds each, mostly in the kernel: spread them over
+      // the intra-op threads.
+      ::tensorflow::Shard(workers->num_threads, workers->workers, count, /*cost_per_unit=*/20000,
+                          read_range);
+      return;
+    }
+    // The batch in (shard, offset) order, cut into runs of frames that follow each other in
+    // their shard: one pread a run, then each frame checked on its own and its payload put back
+    // at its place in the batch.
+    std::vector<int64_t> order(count);
+    for (int64_t i = 0; i < count; ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      const int64_t* row_a = rows_ + 3 * indices(a);
+      const int64_t* row_b = rows_ + 3 * indices(b);
+      return row_a[0] != row_b[0] ? row_a[0] < row_b[0] : row_a[1] < row_b[1];
+    });
+    std::vector<int64_t> run_starts;
+    int64_t run_end = -1, run_shard = -1, run_begin = 0;
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t* row = rows_ + 3 * indices(order[k]);
+      const bool fits = Fits(row);
+      const bool follows = fits && row[0] == run_shard && row[1] == run_end &&
+                           row[1] + row[2] + kOverheadBytes - run_begin <= kMaxRunBytes;
+      if (!follows) {
+        run_starts.push_back(k);
+        run_begin = row[1];
+      }
+      // A frame that does not fit ends its run and is read (refused) alone.
+      run_shard = fits ? row[0] : -1;
+      run_end = fits ? row[1] + row[2] + kOverheadBytes : -1;
+    }
+    const int64_t num_runs = static_cast<int64_t>(run_starts.size());
+    run_starts.push_back(count);
+    auto read_runs = [&](int64_t begin, int64_t end) {
+      std::string buffer;
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t first = run_starts[r], last = run_starts[r + 1];
+        if (last - first == 1) {
+          ok(order[first]) = ReadOne(indices(order[first]), &records(order[first]));
+          continue;
+        }
+        const int64_t* first_row = rows_ + 3 * indices(order[first]);
+        const int64_t* last_row = rows_ + 3 * indices(order[last - 1]);
+        const int64_t start = first_row[1];
+        const int64_t bytes = last_row[1] + last_row[2] + kOverheadBytes - start;
+        buffer.resize(bytes);
+        const ssize_t got = pread(fds_[first_row[0]], &buffer[0], bytes, start);
+        for (int64_t k = first; k < last; ++k) {
+          const int64_t i = order[k];
+          const int64_t* row = rows_ + 3 * indices(i);
+          const int64_t at = row[1] - start, length = row[2];
+          // A short read damages the frames it does not hold, as a short read of one would.
+          const bool whole = got >= 0 && at + length + kOverheadBytes <= got;
+          ok(i) = whole && FrameIsGood(buffer.data() + at, length);
+          if (ok(i)) {
+            records(i).resize_uninitialized(length);
+            std::memcpy(records(i).mdata(), buffer.data() + at + kHeaderBytes, length);
+          } else {
+            records(i).clear();
+          }
+        }
+      }
+    };
+    ::tensorflow::Shard(workers->num_threads, workers->workers, num_runs,
+                        /*cost_per_unit=*/20000, read_runs);
   }
 
  private:
   // Reads record `index` (its row checked by Compute) into `out` and checks its frame; false (and
   // `out` empty) if damaged.
+  // The frame of `row` must fit in its shard before anything is allocated for it. In this order
+  // no difference overflows: offset and length are >= 0 and `room` >= -16.
+  bool Fits(const int64_t* row) const {
+    const int64_t room = shard_bytes_[row[0]] - kOverheadBytes;
+    return row[1] <= room && row[2] <= room - row[1];
+  }
+
+  // The whole frame read at `frame`: its length field says `length`, and (with verify_crc) both
+  // CRCs match.
+  bool FrameIsGood(const char* frame, int64_t length) const {
+    uint64_t stored_length;
+    std::memcpy(&stored_length, frame, sizeof(stored_length));
+    if (stored_length != static_cast<uint64_t>(length)) return false;
+    if (!verify_crc_) return true;
+    uint32_t length_crc, payload_crc;
+    std::memcpy(&length_crc, frame + 8, sizeof(length_crc));
+    std::memcpy(&payload_crc, frame + kHeaderBytes + length, sizeof(payload_crc));
+    return length_crc == MaskedCrc32c(frame, 8) &&
+           payload_crc == MaskedCrc32c(frame + kHeaderBytes, length);
+  }
+
   bool ReadOne(int64_t index, tstring* out) const {
     const int64_t* row = rows_ + 3 * index;
     const int64_t shard = row[0], offset = row[1], length = row[2];
-    // The frame must fit in the shard before anything is allocated for it. In this order no
-    // difference overflows: offset and length are >= 0 and `room` >= -16.
-    const int64_t room = shard_bytes_[shard] - kOverheadBytes;
-    if (offset > room || length > room - offset) {
+    if (!Fits(row)) {
       out->clear();
       return false;
     }
@@ -216,19 +303,7 @@ class ReadRecordsByIndexOp : public OpKernel {
     out->resize_uninitialized(frame_bytes);
     char* frame = out->mdata();
     const ssize_t got = pread(fds_[shard], frame, frame_bytes, offset);
-    bool good = got == frame_bytes;
-    if (good) {
-      uint64_t stored_length;
-      std::memcpy(&stored_length, frame, sizeof(stored_length));
-      good = stored_length == static_cast<uint64_t>(length);
-    }
-    if (good && verify_crc_) {
-      uint32_t length_crc, payload_crc;
-      std::memcpy(&length_crc, frame + 8, sizeof(length_crc));
-      std::memcpy(&payload_crc, frame + kHeaderBytes + length, sizeof(payload_crc));
-      good = length_crc == MaskedCrc32c(frame, 8) &&
-             payload_crc == MaskedCrc32c(frame + kHeaderBytes, length);
-    }
+    const bool good = got == frame_bytes && FrameIsGood(frame, length);
     if (!good) {
       out->clear();
       return false;
@@ -246,6 +321,7 @@ class ReadRecordsByIndexOp : public OpKernel {
   const int64_t* rows_ = nullptr;
   int64_t num_records_ = 0;
   bool verify_crc_ = true;
+  bool coalesce_ = true;
 };
 
 }  // namespace
@@ -259,6 +335,7 @@ REGISTER_OP("ReadRecordsByIndex")
     .Attr("offsets_header_bytes: int")
     .Attr("num_records: int")
     .Attr("verify_crc: bool = true")
+    .Attr("coalesce: bool = true")
     .Attr("shard_bytes: list(int) = []")
     .Attr("run_id: string = ''")
     .Attr("summary_path: string = ''")
@@ -278,6 +355,8 @@ ok: bool [B] false where the frame does not fit in its shard (a truncated shard 
   index: nothing is read or allocated for it), is truncated, its length disagrees with the index,
   or (with verify_crc) a CRC does not match. A row of the index that names no shard or holds a
   negative offset or length fails the call (DataLoss, naming the record).
+coalesce: read frames that follow each other in a shard with one pread (each still checked
+  alone); false: one pread a record.
 shard_bytes: the size of each shard when the store was opened; a shard of another size fails the
   kernel's construction (FailedPrecondition). Empty: not checked.
 run_id, summary_path: the run the store was opened on and its summary.json; when run_id is set,
