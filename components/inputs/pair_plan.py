@@ -270,6 +270,11 @@ class PairPlanner:
             # NumPy takes non-negative seeds: a negative int64 seed as its two's complement.
             keys = np.random.default_rng(self.seed % (1 << 64)).random(len(group_values))
             group_values = group_values[np.lexsort((keys, value_group))]
+            # Where each x starts its walk along its group's order: one draw, kept, so that no
+            # epoch draws it again.
+            sizes = tf.gather(self._group_sizes, self._planned_group)
+            walk_starts = uniform_offsets(sizes, epoch_seed(self.seed, -1, SALT_GROUP_START))
+            self._walk_starts = index_variable(walk_starts, name="walk_starts")
         self._group_values = index_variable(group_values, name="group_values")
 
     def _group_choices(self, epoch: tf.Tensor) -> tf.Tensor:
@@ -277,13 +282,9 @@ class PairPlanner:
         starts = tf.gather(self._group_starts, self._planned_group)
         sizes = tf.gather(self._group_sizes, self._planned_group)
         if self.strategy == "uniform":
-            seed = epoch_seed(self.seed, epoch, SALT_CHOICE)
+            offsets = uniform_offsets(sizes, epoch_seed(self.seed, epoch, SALT_CHOICE))
         else:
-            # The same draw every epoch: where x starts its walk along its group's order.
-            seed = epoch_seed(self.seed, -1, SALT_GROUP_START)
-        offsets = uniform_offsets(sizes, seed)
-        if self.strategy == "least_sampled":
-            offsets = tf.math.floormod(offsets + epoch, sizes)
+            offsets = tf.math.floormod(self._walk_starts + epoch, sizes)
         return tf.gather(self._group_values, starts + offsets)
 
     def _least_sampled_offsets(self, epoch: tf.Tensor, degrees: tf.Tensor) -> tf.Tensor:
