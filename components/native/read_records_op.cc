@@ -51,41 +51,21 @@ constexpr uint32_t kMaskDelta = 0xa282ead8u;
 // The most bytes one pread of adjacent frames takes (a run longer than this is cut).
 constexpr int64_t kMaxRunBytes = 4 << 20;
 
-// CRC32C of `len` zero bytes appended, as a table per byte of the register (Mark Adler's
-// crc32c.c, zlib licence): the operator on the register is a 32x32 matrix over GF(2), squared
-// for each doubling of the length.
-uint32_t Gf2Times(const uint32_t* matrix, uint32_t vector) {
-  uint32_t sum = 0;
-  for (; vector != 0; vector >>= 1, ++matrix) {
-    if (vector & 1) sum ^= *matrix;
-  }
-  return sum;
+// The crc32 register after `len` zero bytes (len a multiple of 8), from `reg`.
+__attribute__((target("sse4.2"))) uint32_t AfterZeros(uint32_t reg, size_t len) {
+  uint64_t crc = reg;
+  for (size_t at = 0; at < len; at += 8) crc = _mm_crc32_u64(crc, 0);
+  return static_cast<uint32_t>(crc);
 }
 
-void Gf2Square(uint32_t* square, const uint32_t* matrix) {
-  for (int n = 0; n < 32; ++n) square[n] = Gf2Times(matrix, matrix[n]);
-}
-
+// What `len` zero bytes do to a CRC32C register. CRC arithmetic is linear over GF(2), so the
+// register after them is the XOR of what they do to each byte of the register before: four
+// tables of 256, filled once by running the crc32 instruction over zeros from each byte value.
 struct ZerosTable {
   uint32_t byte[4][256];
   explicit ZerosTable(size_t len) {
-    uint32_t odd[32], even[32];
-    odd[0] = 0x82f63b78u;  // the reflected CRC32C polynomial: one zero bit
-    for (int n = 1; n < 32; ++n) odd[n] = uint32_t{1} << (n - 1);
-    Gf2Square(even, odd);  // two zero bits
-    Gf2Square(odd, even);  // four: one zero byte is two more squarings
-    const uint32_t* op = odd;
-    do {
-      Gf2Square(even, odd);
-      op = even;
-      len >>= 1;
-      if (len == 0) break;
-      Gf2Square(odd, even);
-      op = odd;
-      len >>= 1;
-    } while (len != 0);
-    for (uint32_t n = 0; n < 256; ++n) {
-      for (int k = 0; k < 4; ++k) byte[k][n] = Gf2Times(op, n << (8 * k));
+    for (int k = 0; k < 4; ++k) {
+      for (uint32_t n = 0; n < 256; ++n) byte[k][n] = AfterZeros(n << (8 * k), len);
     }
   }
   uint32_t Shift(uint32_t crc) const {
