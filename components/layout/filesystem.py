@@ -61,7 +61,10 @@ def create(path: str) -> IO[bytes]:
     parent = path.rsplit("/", 1)[0] if "/" in path else ""
     if parent:
         gfile().makedirs(parent)
-    return gfile().GFile(path, "wb")
+    file = gfile().GFile(path, "wb")
+    # GFile makes the file at its first write: an empty shard would not exist once closed.
+    file.write(b"")
+    return file
 
 
 def replace(source: str, target: str) -> None:
