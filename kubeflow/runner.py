@@ -38,7 +38,13 @@ import yaml
 from tfx import v1 as tfx
 from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 
-from tfx_dynamic_inputs.pipeline import cli, config, cyclegan_pipeline, speaker_pipeline
+from tfx_dynamic_inputs.pipeline import (
+    cli,
+    config,
+    cyclegan_pipeline,
+    mixed_corpora,
+    speaker_pipeline,
+)
 from tfx_dynamic_inputs.pipeline.sample_data import PAIRS_FILE, X_DIR, Y_DIR
 from tfx_dynamic_inputs.trainer_component import ClassBalancedTrainer, PairsTrainer
 
@@ -279,8 +285,16 @@ def compile_all(
       The PipelineJob paths, CycleGAN's first.
 
     Raises:
-      cli.ConfigError: `kubeflow_config.resources` names a node of neither pipeline.
+      cli.ConfigError: `kubeflow_config.resources` names a node of neither pipeline, or the
+        speaker config mixes more than one further corpus.
     """
+    further = mixed_corpora.mixed_corpora(speaker)
+    if len(further) > 1:
+        # TFX's KFP v2 compiler takes one channel an input; the trainer's mixed runs are one.
+        raise cli.ConfigError(
+            f"mix: {len(further)} further corpora do not compile for Kubeflow (KFP v2 takes one "
+            "channel an input): mix one, or run them with run_local"
+        )
     run = run_config(kubeflow_config)
     pipelines = [
         cyclegan_pipeline.create_pipeline(cyclegan, run),

@@ -49,7 +49,11 @@ def create_pipeline(config: SpeakerConfig, run: RunConfig) -> tfx.dsl.Pipeline:
     mix_arguments = {}
     if mixed:
         mix_arguments = {
-            "mixed_class_index": [m.outputs[keys.CLASS_INDEX_KEY] for m in mixed],
+            # One corpus more: its channel itself (what Kubeflow's compiler takes); more: a list,
+            # which the trainer joins (LocalDagRunner only: KFP v2 takes one channel an input).
+            "mixed_class_index": mixed[0].outputs[keys.CLASS_INDEX_KEY]
+            if len(mixed) == 1
+            else [m.outputs[keys.CLASS_INDEX_KEY] for m in mixed],
             "run_weights": (1.0, *(corpus.weight for corpus in corpora)),
             "mix_weighting": config.mix_weighting,
         }

@@ -19,7 +19,7 @@ from tfx.utils import import_utils
 from tfx_dynamic_inputs import component_keys as keys
 from tfx_dynamic_inputs import layout
 from tfx_dynamic_inputs.kubeflow import local_run, runner
-from tfx_dynamic_inputs.pipeline import common, config
+from tfx_dynamic_inputs.pipeline import cli, common, config
 from tfx_dynamic_inputs.pipeline.sample_data import X_DIR, write_digit_domains
 
 pytestmark = pytest.mark.slow
@@ -411,3 +411,72 @@ def test_the_kfp_client_loads_the_yaml_package_beside_each_spec(compiled):
             job_spec["root"]["dag"]["tasks"]
         )
         assert name.replace("_", "-") in loaded.pipeline_spec.pipeline_info.name
+
+
+@pytest.mark.parametrize("variant", ["mix", "augment"])
+def test_a_speaker_mix_and_the_augmentation_compile_their_materializations_into_the_trainer(
+    tmp_path, variant
+):
+    """The nodes a mix (`--mix`: one MaterializeAudio a further corpus) and the speaker
+    augmentation (`--noise_dir`, `--rir_dir`: MaterializeNoise, MaterializeRirs) add compile
+    into tasks the trainer task reads, in a package the KFP client loads."""
+    from kfp.client import client as kfp_client
+
+    from tfx_dynamic_inputs.pipeline import speaker_pipeline
+
+    speakers = str(tmp_path / "speakers")
+    _copy_speaker_subset(speakers)
+    manifest = os.path.join(speakers, os.path.basename(config.SPEAKER_MANIFEST))
+    if variant == "mix":
+        mix_file = tmp_path / "mix.json"
+        mix_file.write_text(
+            json.dumps([{"audio_root": speakers, "manifest": manifest, "weight": 2.0}])
+        )
+        extra = {"mix": str(mix_file)}
+        producers = {"MaterializeAudio_mix1": keys.MIXED_CLASS_INDEX_KEY}
+    else:
+        extra = {"noise_dir": speakers, "rir_dir": speakers, "speed_perturb": True}
+        producers = {
+            "MaterializeNoise": keys.NOISE_EXAMPLES_KEY,
+            "MaterializeRirs": keys.RIR_EXAMPLES_KEY,
+        }
+    speaker = config.SpeakerConfig(
+        manifest=manifest,
+        audio_root=speakers,
+        schema_file=os.path.join(config.SCHEMAS_DIR, config.AUDIO_SCHEMA),
+        epoch_mode="classes",
+        **extra,
+    )
+    kubeflow_config = config.KubeflowConfig(
+        image="tfx-dynamic-inputs:test",
+        output_dir=str(tmp_path / "specs"),
+        pipeline_root="gs://unused-bucket/root",
+    )
+    path = runner.compile_pipeline(
+        speaker_pipeline.create_pipeline(speaker, runner.run_config(kubeflow_config)),
+        kubeflow_config.output_dir,
+        kubeflow_config.image,
+    )
+    with open(path) as f:
+        tasks = json.load(f)["pipelineSpec"]["root"]["dag"]["tasks"]
+    trainer_inputs = tasks["ClassBalancedTrainer"]["inputs"]["artifacts"]
+    for producer, key in producers.items():
+        assert producer in tasks["ClassBalancedTrainer"]["dependentTasks"]
+        assert trainer_inputs[key]["taskOutputArtifact"]["producerTask"] == producer
+    loaded = kfp_client._extract_pipeline_yaml(runner.kfp_package_path(path))
+    assert set(producers) <= set(loaded.pipeline_spec.root.dag.tasks)
+
+
+def test_a_mix_of_two_further_corpora_stops_the_runner_with_one_line(tmp_path):
+    speakers = str(tmp_path / "speakers")
+    _copy_speaker_subset(speakers)
+    manifest = os.path.join(speakers, os.path.basename(config.SPEAKER_MANIFEST))
+    mix_file = tmp_path / "mix.json"
+    corpus = {"audio_root": speakers, "manifest": manifest, "weight": 1.0}
+    mix_file.write_text(json.dumps([corpus, corpus]))
+    cyclegan, speaker = runner.pipeline_configs(
+        str(tmp_path), config.SCHEMAS_DIR, speaker={"mix": str(mix_file), "epoch_mode": "classes"}
+    )
+    kubeflow_config = config.KubeflowConfig(output_dir=str(tmp_path / "specs"))
+    with pytest.raises(cli.ConfigError, match="2 further corpora do not compile for Kubeflow"):
+        runner.compile_all(kubeflow_config, cyclegan, speaker)
