@@ -35,11 +35,17 @@ WEIGHTS_FILE = "weights.npz"
 
 
 def batch_ids(batch: dict) -> tf.Tensor:
-    """int64 [B, k]: what identifies a batch: its x and y record numbers, or its records'
-    (batch-major, as every part of a batch a strategy splits over replicas)."""
+    """int64 [B, k]: what identifies a batch: its x and y record numbers, or its records' and a
+    hash of each sample's features (bit-exact: crops, augmentation and SpecAugment replayed or
+    not), batch-major, as every part of a batch a strategy splits over replicas."""
     if "x_index" in batch:
         return tf.stack([batch["x_index"], batch["y_index"]], axis=1)
-    return batch["index"][:, None]
+    digests = tf.map_fn(
+        lambda sample: tf.strings.to_hash_bucket_fast(tf.io.serialize_tensor(sample), 1 << 62),
+        batch["features"],
+        fn_output_signature=tf.int64,
+    )
+    return tf.stack([batch["index"], digests], axis=1)
 
 
 class Regressor(keras.Model):
@@ -104,7 +110,7 @@ def run_fn(fn_args) -> dict[str, float]:
     keras.utils.set_random_seed(int(fn_args.custom_config["seed"]))
     with strategy.scope():
         noted = tf.Variable(
-            tf.zeros([per_replica, 2 if "x_index" in spec else 1], tf.int64),
+            tf.zeros([per_replica, 2], tf.int64),
             trainable=False,
             synchronization=tf.VariableSynchronization.ON_READ,
             aggregation=tf.VariableAggregation.NONE,

@@ -93,6 +93,7 @@ class Case:
             parser=options.audio_features(),
             options=options,
             resume=resume,
+            augment=options.speaker_augment(None, None),
         )
 
 
@@ -223,7 +224,15 @@ def speakers_case(audio_run: dict) -> Case:
     sent_options = {
         # Epochs of every utterance: enough batches to kill one mid-epoch.
         "epoch_mode": "samples",
-        "features": {"sample_rate": 16000, "crop_seconds": 0.5, "num_mel_bins": 24},
+        "features": {
+            "sample_rate": 16000,
+            "crop_seconds": 0.5,
+            "num_mel_bins": 24,
+            "spec_augment": {"freq_mask_param": 4, "time_mask_param": 5},
+        },
+        # Speed perturbation (speakers at 0.9 and 1.1 are new classes): the retry replays the
+        # augmented features bit for bit (the batch log hashes each sample's).
+        "augment": {"speed_factors": [1.0, 0.9, 1.1]},
     }
     return _case(
         "speakers",
