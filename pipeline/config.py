@@ -251,10 +251,10 @@ class SpeakerConfig(PipelineConfig):
             raise ValueError(
                 f"min_snr_db ({self.min_snr_db}) is above max_snr_db ({self.max_snr_db}): swap them"
             )
-        if self.mix is not None and self.augment_options() is not None:
+        if self.mix is not None and self.speed_perturb:
             raise ValueError(
-                "mix and the speaker augmentation (noise_dir, rir_dir, speed_perturb) do not run "
-                "together yet: drop one"
+                "mix and speed_perturb do not run together yet (a mix does not plan the speed "
+                "classes): drop one; noise_dir and rir_dir do run with a mix"
             )
 
     def augment_options(self) -> dict[str, Any] | None:

@@ -33,6 +33,7 @@ from tfx_dynamic_inputs.inputs.mix_plan import MixedClassPlan
 from tfx_dynamic_inputs.inputs.record_store import RecordStore
 from tfx_dynamic_inputs.inputs.run import StoreOptions
 from tfx_dynamic_inputs.inputs.run_mix import RunMix, read_by_run
+from tfx_dynamic_inputs.inputs.speaker_augment import SpeakerAugmentConfig, SpeakerAugmenter
 from tfx_dynamic_inputs.inputs.variables import index_variable
 from tfx_dynamic_inputs.inputs.worker_slices import replicas_per_worker, worker_slice
 
@@ -73,10 +74,14 @@ class MixedClassBalancedSampler(EpochSampler):
       record_set: each run's labelled record set (optional when a run has only one).
       store_options: how the runs' records are read; `on_damaged` must be ``"fail"``.
       state: a `MixState` to track in a `tf.train.Checkpoint`.
+      augment: noise and reverberation (`speaker_augment.SpeakerAugmentConfig`, drawn per
+        sample as for one run), or None. Speed perturbation is refused: its derived classes are
+        not planned over a mix.
 
     Raises:
-      ValueError: runs that stored other sample rates, `on_damaged="skip"`, and the plan's
-        errors (`MixedClassPlan`: a run whose weight asks for more classes than it has).
+      ValueError: runs that stored other sample rates, `on_damaged="skip"`, an `augment` with
+        speed factors or without the audio front end, and the plan's errors
+        (`MixedClassPlan`: a run whose weight asks for more classes than it has).
       TypeError: `mix` not a `RunMix`, or `state` not a `MixState`.
 
     Attributes:
@@ -107,6 +112,7 @@ class MixedClassBalancedSampler(EpochSampler):
         record_set: str | None = None,
         store_options: StoreOptions | None = None,
         state: MixState | None = None,
+        augment: SpeakerAugmentConfig | None = None,
     ):
         if not isinstance(mix, RunMix):
             raise TypeError(f"mix must be a RunMix, got {type(mix).__name__}")
@@ -151,6 +157,16 @@ class MixedClassBalancedSampler(EpochSampler):
         )
         self.num_batches = self.plan.num_batches
         self.num_classes = self.plan.num_classes
+        self.augmenter = None
+        if augment is not None:
+            if features is None:
+                raise ValueError("augment needs the audio front end (features)")
+            if augment.speed_factors not in ((), (1.0,)):
+                raise ValueError(
+                    "speed perturbation does not run over a mix of runs yet (its derived classes "
+                    "are not planned there): drop speed_factors, or train on one run"
+                )
+            self.augmenter = SpeakerAugmenter(augment, self.features, self.num_classes)
         self.reports: dict[str, ClassReport] = dict(zip(mix.names, self.plan.reports, strict=True))
         self.classes = [
             f"{run.name}/{name}"
@@ -280,12 +296,17 @@ class MixedClassBalancedSampler(EpochSampler):
                 )
             )
         with tf.control_dependencies(checks):
-            computed = audio_features(
-                parsed["audio"],
-                self.features,
-                row["seed"],
-                index=index,
-                sample_rate=parsed["sample_rate"],
-                positions=positions,
-            )
+            if self.augmenter is not None:
+                computed = self.augmenter.features_of(
+                    parsed["audio"], label, row["seed"], positions, parsed["sample_rate"]
+                )
+            else:
+                computed = audio_features(
+                    parsed["audio"],
+                    self.features,
+                    row["seed"],
+                    index=index,
+                    sample_rate=parsed["sample_rate"],
+                    positions=positions,
+                )
         return {**batch, **computed}

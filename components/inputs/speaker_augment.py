@@ -226,7 +226,7 @@ class SpeakerAugmenter:
     Example:
 
         augmenter = SpeakerAugmenter(config, AudioFeatureConfig(), num_classes=22)
-        out = augmenter.features(audio, label, seed, positions)
+        out = augmenter.features_of(audio, label, seed, positions)
     """
 
     def __init__(

@@ -25,7 +25,7 @@ from tfx_dynamic_inputs.index_component.executor import LABEL_FEATURE_PROPERTY
 from tfx_dynamic_inputs.inputs import AudioFeatureConfig, PairCoverage, PairCoverageCallback
 from tfx_dynamic_inputs.inputs.augment_images import AugmentationImagesCallback
 from tfx_dynamic_inputs.inputs.draw_counts import DrawCounts, DrawCountsCallback
-from tfx_dynamic_inputs.inputs.speaker_augment import SpeakerAugmenter
+from tfx_dynamic_inputs.inputs.speaker_augment import SpeakerAugmentConfig, SpeakerAugmenter
 from tfx_dynamic_inputs.trainer_component import input_options, mixed_runs, training_inputs
 from tfx_dynamic_inputs.trainer_component.checkpoints import TrainingCheckpoints, checkpoint_dir
 from tfx_dynamic_inputs.trainer_component.distribution import (
@@ -285,11 +285,9 @@ class ClassBalancedExecutor(TrainerExecutor):
         )
         mixed = run.inputs.get(keys.MIXED_CLASS_INDEX_KEY) or []
         if mixed:
-            if augment is not None:
-                raise ValueError(
-                    "input option augment does not run over mixed_class_index runs yet: drop one"
-                )
-            return self._mixed_training_inputs(request, [a.uri for a in mixed], options, parser)
+            return self._mixed_training_inputs(
+                request, [a.uri for a in mixed], options, parser, augment
+            )
         # One count per training record: the class index lists each record once.
         num_records = len(training_inputs.class_ids(class_index, request.train_split))
         draw_counts = DrawCounts(num_records)
@@ -349,9 +347,11 @@ class ClassBalancedExecutor(TrainerExecutor):
         mixed_uris: list[str],
         options: input_options.ClassBalancedInputOptions,
         parser: training_inputs.ClassBalancedParser,
+        augment: SpeakerAugmentConfig | None,
     ) -> TrainingInputs:
         """The inputs over the trainer's own run and its `mixed_class_index` runs
-        (`mixed_runs`); the eval split is its own run's."""
+        (`mixed_runs`), with noise and reverberation from `augment`; the eval split is its own
+        run's."""
         if not isinstance(parser, AudioFeatureConfig):
             raise ValueError("mixed_class_index mixes audio runs; drop feature_spec")
         run = request.run
@@ -368,6 +368,7 @@ class ClassBalancedExecutor(TrainerExecutor):
             features=parser,
             options=options,
             resume=request.checkpoints.resume,
+            augment=augment,
         )
         eval_dataset = None
         if request.eval_split:

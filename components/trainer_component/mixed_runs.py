@@ -18,6 +18,7 @@ from tfx_dynamic_inputs.inputs import AudioFeatureConfig, open_run
 from tfx_dynamic_inputs.inputs.draw_counts import DrawCounts
 from tfx_dynamic_inputs.inputs.mixed_class_balanced import MixedClassBalancedSampler
 from tfx_dynamic_inputs.inputs.run_mix import MixWeighting, RunMix, WeightedRun
+from tfx_dynamic_inputs.inputs.speaker_augment import SpeakerAugmentConfig
 from tfx_dynamic_inputs.trainer_component import training_inputs
 from tfx_dynamic_inputs.trainer_component.input_options import ClassBalancedInputOptions
 
@@ -65,6 +66,7 @@ def mixed_train_dataset(
     features: AudioFeatureConfig,
     options: ClassBalancedInputOptions,
     resume: training_inputs.Resume | None = None,
+    augment: SpeakerAugmentConfig | None = None,
 ) -> tuple[tf.data.Dataset, MixedClassBalancedSampler, DrawCounts]:
     """Class-balanced batches of `record_set` over the runs of `mix`, with the `FnArgs` keys.
 
@@ -76,6 +78,7 @@ def mixed_train_dataset(
       features: the audio front end.
       options: the trainer's input options (`small_classes`, how the stores open).
       resume: the resume point finder (`training_inputs.Resume`), or None.
+      augment: noise and reverberation over the mix (no speed perturbation), or None.
 
     Returns:
       `(dataset, sampler, draw_counts)`: the batches (``features``, ``lengths``, ``label``
@@ -100,6 +103,7 @@ def mixed_train_dataset(
         features=features,
         record_set=record_set,
         store_options=options.store_options(),
+        augment=augment,
     )
     draw_counts = DrawCounts(int(sampler.record_offsets[-1]))
     draw_counts.track_plan(lambda epoch: sampler.epoch_plan(epoch)["index"])

@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.class_balanced.runs import write_audio_run
+from tests.class_balanced.runs import write_audio_run, write_clip_run
 from tests.inputs.test_elastic_resume import _contexts, _interrupted_and_resumed
 from tfx_dynamic_inputs import layout
 from tfx_dynamic_inputs.inputs import AudioFeatureConfig, StoreOptions, open_run
 from tfx_dynamic_inputs.inputs.epoch_state import StateRunError
 from tfx_dynamic_inputs.inputs.mixed_class_balanced import MixedClassBalancedSampler, MixState
 from tfx_dynamic_inputs.inputs.run_mix import MixWeighting, RunMix, WeightedRun
+from tfx_dynamic_inputs.inputs.speaker_augment import AdditiveNoise, SpeakerAugmentConfig
 
 # Both runs name their speakers spk00000, spk00001, ...: equal names, other speakers.
 SIZES = {"vox": [4, 3, 5, 2, 6, 3, 4], "mine": [3, 5, 2, 4, 3, 0, 4, 5, 3]}
@@ -186,3 +187,32 @@ def test_an_elastic_resume_continues_the_global_stream(runs, before, after, tmp_
         assert len(set(labels.tolist())) == global_classes
         for key in ("index", "label", "run"):
             np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_noise_is_mixed_into_a_mix_of_runs_and_speed_perturbation_is_refused(runs, tmp_path):
+    rng = np.random.default_rng(7)
+    noise_dir = str(tmp_path / "noise")
+    write_clip_run(noise_dir, [(rng.standard_normal(3000) * 8000).astype(np.int16)] * 3)
+    noisy = SpeakerAugmentConfig(noise=AdditiveNoise(noise_dir, snr_db=(0.0, 0.0), probability=1))
+
+    def sampled(augment):
+        sampler = MixedClassBalancedSampler(
+            make_mix(runs),
+            n_classes_per_batch=2,
+            n_samples_per_class=2,
+            seed=3,
+            features=FEATURES,
+            augment=augment,
+        )
+        return batches(sampler.dataset())
+
+    clean, augmented, again = sampled(None), sampled(noisy), sampled(noisy)
+    assert len(clean) == len(augmented) > 0
+    for plain, mixed, replayed in zip(clean, augmented, again, strict=True):
+        # The same plan; every sample's features changed by the noise, the same draws again.
+        np.testing.assert_array_equal(plain["index"], mixed["index"])
+        np.testing.assert_array_equal(plain["label"], mixed["label"])
+        assert (np.abs(plain["features"] - mixed["features"]).max(axis=(1, 2)) > 0).all()
+        np.testing.assert_array_equal(mixed["features"], replayed["features"])
+    with pytest.raises(ValueError, match="speed perturbation does not run over a mix"):
+        sampled(SpeakerAugmentConfig(speed_factors=(1.0, 0.9, 1.1)))

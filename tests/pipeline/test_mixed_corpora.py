@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from tests.pipeline.test_speaker_augment_pipeline import write_noise_and_rir_folders
 from tfx_dynamic_inputs import component_keys as keys
 from tfx_dynamic_inputs.inputs import open_run
 from tfx_dynamic_inputs.pipeline import cli, config, mixed_corpora, run_local
@@ -82,6 +83,8 @@ def test_the_cli_refuses_a_bad_mix_before_tfx_loads(tmp_path):
 
 
 def test_the_speaker_pipeline_trains_on_two_corpora_mixed_by_weight(tmp_path):
+    """With noise and reverberation mixed into the training segments of both corpora."""
+    noise_dir, rir_dir = write_noise_and_rir_folders(str(tmp_path))
     own = _subset_manifest(tmp_path / "own.csv", speakers=8, utterances=4)
     other = _subset_manifest(tmp_path / "other.csv", speakers=6, utterances=4)
     path = _mix_file(
@@ -91,6 +94,7 @@ def test_the_speaker_pipeline_trains_on_two_corpora_mixed_by_weight(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "tfx_dynamic_inputs.pipeline.run_local", "speaker"]
         + ["--manifest", own, "--audio_root", config.SPEAKER_CORPUS_DIR, "--mix", path]
+        + ["--noise_dir", noise_dir, "--rir_dir", rir_dir]
         + ["--epoch_mode", "classes", "--n_classes_per_batch", "3", "--n_samples_per_class", "2"]
         + ["--num_epochs", "1", "--crop_seconds", "0.5", "--blessing_threshold", "1.0"]
         + ["--work_dir", work_dir],
@@ -101,7 +105,8 @@ def test_the_speaker_pipeline_trains_on_two_corpora_mixed_by_weight(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     run = run_local.run_config(work_dir)
     results = run_local.latest_run(run.metadata_path, config.SpeakerConfig().pipeline_name)
-    assert results["MaterializeAudio_mix1"].state == "COMPLETE"
+    for node in ("MaterializeAudio_mix1", "MaterializeNoise", "MaterializeRirs"):
+        assert results[node].state == "COMPLETE", node
     [trainer] = [r for node, r in results.items() if node.startswith("ClassBalancedTrainer")]
     assert trainer.state == "COMPLETE"
     # The two corpora are two runs: the same voices, other run ids (namespaced classes).

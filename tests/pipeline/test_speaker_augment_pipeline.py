@@ -16,7 +16,7 @@ from tfx_dynamic_inputs import component_keys as keys
 from tfx_dynamic_inputs.pipeline import cli, config, run_local, speaker_pipeline
 
 
-def _write_folders(root) -> tuple[str, str]:
+def write_noise_and_rir_folders(root) -> tuple[str, str]:
     """MUSAN-like folders: noise/<source>/*.wav (white, pink) and rirs/<room>/*.wav
     (exponentially decaying noise, some after a direct-path delay), 16 kHz."""
     soundfile = pytest.importorskip("soundfile")
@@ -83,7 +83,7 @@ def test_a_mix_with_augmentation_is_refused_in_one_line_before_tensorflow(tmp_pa
 
 @pytest.mark.slow
 def test_run_local_speaker_trains_with_noise_reverb_and_speed_perturbation(tmp_path):
-    noise_dir, rir_dir = _write_folders(str(tmp_path))
+    noise_dir, rir_dir = write_noise_and_rir_folders(str(tmp_path))
     work_dir = str(tmp_path / "work")
     done = subprocess.run(
         [
