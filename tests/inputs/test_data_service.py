@@ -22,6 +22,7 @@ import pytest
 import tensorflow as tf
 
 from tests.class_balanced.runs import write_audio_run
+from tests.helpers.installs import NEWEST_TENSORFLOW_ONLY
 from tests.helpers.keras_callbacks import BatchesPerEpoch
 from tests.helpers.paths import REPO_ROOT
 from tests.inputs import runs
@@ -217,6 +218,7 @@ def _halves(batches: list[dict], names: tuple[str, ...], half: int) -> list[dict
     return [{name: np.array_split(b[name], 2)[half] for name in names} for b in batches]
 
 
+@NEWEST_TENSORFLOW_ONLY
 def test_a_run_resumes_on_three_service_workers_and_two_input_pipelines(
     pairs_run, audio_run, tmp_path
 ):

@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from tests.class_balanced.runs import write_audio_run
+from tests.helpers.installs import NEWEST_TENSORFLOW_ONLY
 from tests.inputs import multiworker_worker as worker
 from tfx_dynamic_inputs.inputs import ValidPairs
 from tfx_dynamic_inputs.inputs.pair_plan import PairPlanner
@@ -90,6 +91,7 @@ def _uninterrupted_classes(run_dir: str, num_steps: int) -> list[dict]:
     return stream[:num_steps]
 
 
+@NEWEST_TENSORFLOW_ONLY
 def test_workers_resume_elastically_2_to_1_to_2(tmp_path):
     run_dir = str(tmp_path / "audio_run")
     write_audio_run(run_dir, worker.CLASS_SIZES, seed=3)
