@@ -25,7 +25,7 @@ from tfx_dynamic_inputs.index_component.executor import LABEL_FEATURE_PROPERTY
 from tfx_dynamic_inputs.inputs import AudioFeatureConfig, PairCoverage, PairCoverageCallback
 from tfx_dynamic_inputs.inputs.augment_images import AugmentationImagesCallback
 from tfx_dynamic_inputs.inputs.draw_counts import DrawCounts, DrawCountsCallback
-from tfx_dynamic_inputs.inputs.speaker_augment import SpeakerAugmentConfig, SpeakerAugmenter
+from tfx_dynamic_inputs.inputs.speaker_augment import SpeakerAugmenter
 from tfx_dynamic_inputs.trainer_component import input_options, mixed_runs, training_inputs
 from tfx_dynamic_inputs.trainer_component.checkpoints import TrainingCheckpoints, checkpoint_dir
 from tfx_dynamic_inputs.trainer_component.distribution import (
@@ -284,9 +284,40 @@ class ClassBalancedExecutor(TrainerExecutor):
             *(_optional_uri(run, k) for k in (keys.NOISE_EXAMPLES_KEY, keys.RIR_EXAMPLES_KEY))
         )
         mixed = run.inputs.get(keys.MIXED_CLASS_INDEX_KEY) or []
+        if mixed and not isinstance(parser, AudioFeatureConfig):
+            raise ValueError("mixed_class_index mixes audio runs; drop feature_spec")
+        eval_dataset = None
+        if request.eval_split:
+            eval_dataset = training_inputs.class_balanced_eval_dataset(
+                request.offset_index,
+                class_index,
+                request.eval_split,
+                batch_size=eval_batch_size,
+                parser=parser,
+                store_options=options.store_options(),
+            )
+        settings.update(n_classes_per_batch=n_c, n_samples_per_class=n_p)
         if mixed:
-            return self._mixed_training_inputs(
-                request, [a.uri for a in mixed], options, parser, augment
+            mix = mixed_runs.run_mix([class_index, *(a.uri for a in mixed)], options)
+            train_dataset, sampler, draw_counts = mixed_runs.mixed_train_dataset(
+                mix,
+                request.train_split,
+                n_classes_per_batch=n_c,
+                n_samples_per_class=n_p,
+                seed=request.seed,
+                features=parser,
+                options=options,
+                resume=request.checkpoints.resume,
+                augment=augment,
+            )
+            # The eval split stays the trainer's own run's; the classes are all runs'.
+            return TrainingInputs(
+                train_dataset,
+                eval_dataset,
+                callbacks=[DrawCountsCallback(draw_counts, log_dir=request.model_run_dir)],
+                settings={**settings, **mixed_runs.mix_settings(sampler)},
+                reports=[draw_counts],
+                batch_size=n_c * n_p,
             )
         # One count per training record: the class index lists each record once.
         num_records = len(training_inputs.class_ids(class_index, request.train_split))
@@ -304,23 +335,9 @@ class ClassBalancedExecutor(TrainerExecutor):
             draw_counts=draw_counts,
             augment=augment,
         )
-        eval_dataset = None
-        if request.eval_split:
-            eval_dataset = training_inputs.class_balanced_eval_dataset(
-                request.offset_index,
-                class_index,
-                request.eval_split,
-                batch_size=eval_batch_size,
-                parser=parser,
-                store_options=options.store_options(),
-            )
         num_classes = training_inputs.num_classes(class_index, request.train_split)
-        settings.update(
-            n_classes_per_batch=n_c,
-            n_samples_per_class=n_p,
-            # Speed perturbation's derived classes are classes the model tells apart.
-            num_classes=num_classes * (augment.num_speeds if augment is not None else 1),
-        )
+        # Speed perturbation's derived classes are classes the model tells apart.
+        settings.update(num_classes=num_classes * (augment.num_speeds if augment else 1))
         callbacks = [DrawCountsCallback(draw_counts, log_dir=request.model_run_dir)]
         if augment is not None and isinstance(parser, AudioFeatureConfig):
             # A few clean and augmented log-mels in the ModelRun's TensorBoard, every epoch.
@@ -336,61 +353,6 @@ class ClassBalancedExecutor(TrainerExecutor):
             train_dataset,
             eval_dataset,
             callbacks=callbacks,
-            settings=settings,
-            reports=[draw_counts],
-            batch_size=n_c * n_p,
-        )
-
-    def _mixed_training_inputs(
-        self,
-        request: InputRequest,
-        mixed_uris: list[str],
-        options: input_options.ClassBalancedInputOptions,
-        parser: training_inputs.ClassBalancedParser,
-        augment: SpeakerAugmentConfig | None,
-    ) -> TrainingInputs:
-        """The inputs over the trainer's own run and its `mixed_class_index` runs
-        (`mixed_runs`), with noise and reverberation from `augment`; the eval split is its own
-        run's."""
-        if not isinstance(parser, AudioFeatureConfig):
-            raise ValueError("mixed_class_index mixes audio runs; drop feature_spec")
-        run = request.run
-        class_index = _required_uri(run, keys.CLASS_INDEX_KEY)
-        n_c = _required_int(run.properties, keys.N_CLASSES_PER_BATCH_KEY)
-        n_p = _required_int(run.properties, keys.N_SAMPLES_PER_CLASS_KEY)
-        mix = mixed_runs.run_mix([class_index, *mixed_uris], options)
-        train_dataset, sampler, draw_counts = mixed_runs.mixed_train_dataset(
-            mix,
-            request.train_split,
-            n_classes_per_batch=n_c,
-            n_samples_per_class=n_p,
-            seed=request.seed,
-            features=parser,
-            options=options,
-            resume=request.checkpoints.resume,
-            augment=augment,
-        )
-        eval_dataset = None
-        if request.eval_split:
-            eval_dataset = training_inputs.class_balanced_eval_dataset(
-                request.offset_index,
-                class_index,
-                request.eval_split,
-                batch_size=options.eval_batch_size or n_c * n_p,
-                parser=parser,
-                store_options=options.store_options(),
-            )
-        settings = {
-            "num_mel_bins": parser.num_mel_bins,
-            "sample_rate": parser.sample_rate,
-            "n_classes_per_batch": n_c,
-            "n_samples_per_class": n_p,
-            **mixed_runs.mix_settings(sampler),
-        }
-        return TrainingInputs(
-            train_dataset,
-            eval_dataset,
-            callbacks=[DrawCountsCallback(draw_counts, log_dir=request.model_run_dir)],
             settings=settings,
             reports=[draw_counts],
             batch_size=n_c * n_p,
