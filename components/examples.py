@@ -54,7 +54,10 @@ def bytes_feature(value: bytes) -> Feature:
     Example:
         serialize_example({"id": bytes_feature(b"a.png")})
     """
-    return _length_delimited(_FIELD_1, _length_delimited(_FIELD_1, bytes(value)))
+    value = bytes(value)
+    inner_header = _FIELD_1 + _varint(len(value))
+    # One join: nesting `_length_delimited` would copy a large value once per level.
+    return b"".join((_FIELD_1, _varint(len(inner_header) + len(value)), inner_header, value))
 
 
 def int64_feature(value: int) -> Feature:
@@ -90,10 +93,13 @@ def serialize_example(features: dict[str, Feature]) -> bytes:
         serialize_example({"label": int64_feature(3), "id": bytes_feature(b"a")})
     """
     encoded = sorted((key.encode("utf-8"), feature) for key, feature in features.items())
-    entries = b"".join(
-        _length_delimited(
-            _FIELD_1, _length_delimited(_FIELD_1, key) + _length_delimited(_MAP_VALUE, feature)
-        )
-        for key, feature in encoded
-    )
-    return _length_delimited(_FIELD_1, entries)
+    # The parts of every map entry, joined once at the end: the audio payload of an utterance is
+    # hundreds of KB, and each nested concatenation would copy it again.
+    parts: list[bytes] = []
+    for key, feature in encoded:
+        key_field = _length_delimited(_FIELD_1, key)
+        value_header = _MAP_VALUE + _varint(len(feature))
+        entry_length = len(key_field) + len(value_header) + len(feature)
+        parts += (_FIELD_1, _varint(entry_length), key_field, value_header, feature)
+    entries_length = sum(len(part) for part in parts)
+    return b"".join((_FIELD_1, _varint(entries_length), *parts))

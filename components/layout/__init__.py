@@ -97,6 +97,7 @@ from tfx_dynamic_inputs.layout.files import (
 )
 from tfx_dynamic_inputs.layout.filesystem import create, gfile
 from tfx_dynamic_inputs.layout.framing import (
+    frame_parts,
     masked_crc32c,
     tfrecord_frame,
     write_frames,
@@ -252,6 +253,7 @@ __all__ = [
     "sampled_records",
     "save_class_index",
     "save_csr",
+    "frame_parts",
     "save_group_index",
     "save_json",
     "save_lines",

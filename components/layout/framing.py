@@ -40,23 +40,33 @@ def tfrecord_frame(record: bytes) -> bytes:
     Example:
         shard.write(tfrecord_frame(example.SerializeToString()))
     """
+    header, footer = frame_parts(record)
+    return b"".join((header, record, footer))
+
+
+def frame_parts(record: bytes) -> tuple[bytes, bytes]:
+    """The header and the footer of `record`'s TFRecord frame (its frame is header + record +
+    footer): written around the record, they frame it without copying it into a joined frame,
+    which for a payload of hundreds of KB costs a fresh allocation as large.
+
+    Args:
+        record: The payload.
+
+    Returns:
+        (uint64 length and its masked CRC, the payload's masked CRC).
+    """
     length = struct.pack("<Q", len(record))
-    return b"".join(
-        (
-            length,
-            struct.pack("<I", masked_crc32c(length)),
-            record,
-            struct.pack("<I", masked_crc32c(record)),
-        )
-    )
+    header = length + struct.pack("<I", masked_crc32c(length))
+    return header, struct.pack("<I", masked_crc32c(record))
 
 
-def write_shard(path: str, records: list[bytes]) -> np.ndarray:
-    """Writes serialized records to one uncompressed TFRecord shard at any Beam `FileSystems` path.
+def write_shard(path: str, records: Iterable[bytes]) -> np.ndarray:
+    """Writes serialized records to one uncompressed TFRecord shard at any Beam `FileSystems` path,
+    streaming: each record is framed and written as it comes, never held with the others.
 
     Args:
         path: The shard's path; it is written whole or not at all (see `write_frames`).
-        records: The n serialized records of the shard, in order.
+        records: The n serialized records of the shard, in order; a generator is consumed once.
 
     Returns:
         int64 [n, 2]: the frame offset and payload length of each record, in order.
@@ -64,8 +74,24 @@ def write_shard(path: str, records: list[bytes]) -> np.ndarray:
     Example:
         offsets = write_shard(os.path.join(examples_dir(run, "x"), shard_name(0, 1)), records)
     """
-    lengths = np.fromiter((len(r) for r in records), dtype=np.int64, count=len(records))
-    return write_frames(path, (tfrecord_frame(record) for record in records), lengths)
+    lengths: list[int] = []
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with create(temporary) as f:
+        for record in records:
+            header, footer = frame_parts(record)
+            f.write(header)
+            f.write(record)
+            f.write(footer)
+            lengths.append(len(record))
+    replace(temporary, path)
+    return _frame_offsets(np.array(lengths, np.int64))
+
+
+def _frame_offsets(lengths: np.ndarray) -> np.ndarray:
+    """int64 [n, 2]: the frame offset and payload length of frames of payload `lengths`, written
+    back to back (every frame is payload + 16 bytes)."""
+    frame_ends = np.cumsum(lengths + FRAME_OVERHEAD_BYTES)
+    return np.stack([frame_ends - (lengths + FRAME_OVERHEAD_BYTES), lengths], axis=1)
 
 
 def write_frames(path: str, frames: Iterable[bytes], lengths: np.ndarray) -> np.ndarray:
@@ -88,11 +114,9 @@ def write_frames(path: str, frames: Iterable[bytes], lengths: np.ndarray) -> np.
             `path` does not exist).
     """
     lengths = np.asarray(lengths, np.int64).reshape([-1])
-    frame_ends = np.cumsum(lengths + FRAME_OVERHEAD_BYTES)
-    offsets = frame_ends - (lengths + FRAME_OVERHEAD_BYTES)
     temporary = f"{path}.tmp-{os.getpid()}"
     with create(temporary) as f:
         for frame in frames:
             f.write(frame)
     replace(temporary, path)
-    return np.stack([offsets, lengths], axis=1)
+    return _frame_offsets(lengths)

@@ -282,27 +282,26 @@ class _WriteShard(beam.DoFn):
             )
         payloads = [r[1] for r in records]
         class_ids = np.fromiter((r[2] for r in records), np.int64, len(records))
+        path = plan.shard_path(self._output_dir, shard)
         if self._make_record is None:
             frames = spill.read_frames(payloads)
+            lengths = np.fromiter((len(f) for f in frames), np.int64, len(frames))
+            offsets = layout.write_frames(path, frames, lengths - layout.FRAME_OVERHEAD_BYTES)
         else:
             classes = vocabularies[record_set]
-            frames = [
-                layout.tfrecord_frame(
+            # Each record is made and written in turn (`layout.write_shard` streams them).
+            offsets = layout.write_shard(
+                path,
+                (
                     self._make_record(record_id, payload, class_id, classes[class_id])
-                )
-                for record_id, payload, class_id in zip(
-                    plan.ids.take(record_numbers).id_list(),
-                    spill.read_payloads(payloads),
-                    class_ids.tolist(),
-                    strict=True,
-                )
-            ]
-        lengths = np.fromiter((len(f) for f in frames), np.int64, len(frames))
-        offsets = layout.write_frames(
-            plan.shard_path(self._output_dir, shard),
-            frames,
-            lengths - layout.FRAME_OVERHEAD_BYTES,
-        )
+                    for record_id, payload, class_id in zip(
+                        plan.ids.take(record_numbers).id_list(),
+                        spill.read_payloads(payloads),
+                        class_ids.tolist(),
+                        strict=True,
+                    )
+                ),
+            )
         beam.metrics.Metrics.counter(
             rejects.COUNTER_NAMESPACE, f"records_written_{record_set}"
         ).inc(len(records))

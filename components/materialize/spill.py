@@ -177,10 +177,13 @@ class SpillWriter:
             self._file = layout.create(self._path)
         refs = []
         for payload in payloads:
-            frame = layout.tfrecord_frame(payload)
+            # The frame's parts, not one joined copy of the payload (`layout.frame_parts`).
+            header, footer = layout.frame_parts(payload)
             refs.append(SpillRef(self._path, self._size, len(payload)))
-            self._file.write(frame)
-            self._size += len(frame)
+            self._file.write(header)
+            self._file.write(payload)
+            self._file.write(footer)
+            self._size += len(header) + len(payload) + len(footer)
         return refs
 
     def close(self) -> None:
