@@ -42,7 +42,7 @@ def _length_delimited(tag: bytes, payload: bytes) -> bytes:
     return tag + _varint(len(payload)) + payload
 
 
-def bytes_feature(value: bytes) -> Feature:
+def bytes_feature(value: bytes | memoryview) -> Feature:
     """A Feature holding `BytesList(value=[value])`.
 
     Args:
@@ -54,7 +54,11 @@ def bytes_feature(value: bytes) -> Feature:
     Example:
         serialize_example({"id": bytes_feature(b"a.png")})
     """
-    value = bytes(value)
+    # A memoryview (a slice of a spill file's read) is joined as it is, not copied first.
+    if not isinstance(value, bytes) and not (
+        isinstance(value, memoryview) and value.format == "B" and value.ndim == 1
+    ):
+        value = bytes(value)
     inner_header = _FIELD_1 + _varint(len(value))
     # One join: nesting `_length_delimited` would copy a large value once per level.
     return b"".join((_FIELD_1, _varint(len(inner_header) + len(value)), inner_header, value))

@@ -64,3 +64,15 @@ def test_many_keys_are_sorted_by_utf8_bytes():
 def test_int64_feature_refuses_values_outside_int64(value):
     with pytest.raises(ValueError, match="int64"):
         examples.int64_feature(value)
+
+
+@settings(max_examples=50, deadline=None)
+@given(payload=st.binary(max_size=3000), start=st.integers(0, 20))
+def test_a_memoryview_slice_serializes_as_its_bytes(payload, start):
+    # The shard writers hand over views of a spill file's read, not copies.
+    view = memoryview(b"\x00" * start + payload + b"\xff")[start : start + len(payload)]
+    assert examples.serialize_example(
+        {"audio": examples.bytes_feature(view), "n": examples.int64_feature(len(payload))}
+    ) == examples.serialize_example(
+        {"audio": examples.bytes_feature(payload), "n": examples.int64_feature(len(payload))}
+    )

@@ -328,7 +328,11 @@ def to_int16(samples: np.ndarray) -> np.ndarray:
     Example:
         to_int16(np.array([0.5, -1.0, 2.0]))  # [16384, -32768, 32767]
     """
-    return np.clip(np.round(samples * 32768.0), -32768, 32767).astype(np.int16)
+    # In place after the one scaled copy: each new array of a long clip is fresh memory.
+    scaled = np.multiply(samples, 32768.0, dtype=np.result_type(samples.dtype, np.float32))
+    np.rint(scaled, out=scaled)
+    np.clip(scaled, -32768, 32767, out=scaled)
+    return scaled.astype(np.int16)
 
 
 def _one_line(error: BaseException) -> str:

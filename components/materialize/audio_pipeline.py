@@ -147,12 +147,12 @@ class _DecodeUtterances(spill.SpillingDoFn):
                 rejects.Reject(path, error.reason, error.detail, row.split, row.id),
             )
             return
-        [pcm] = self.spill.write([waveform.samples.astype("<i2").tobytes()])
+        [pcm] = self.spill.write([waveform.samples.astype("<i2", copy=False).tobytes()])
         yield Utterance(row.split, row.id, row.speaker, pcm, len(waveform.samples))
 
 
 def audio_example(
-    record_id: str, pcm: bytes, sample_rate: int, class_id: int, speaker: str
+    record_id: str, pcm: bytes | memoryview, sample_rate: int, class_id: int, speaker: str
 ) -> bytes:
     """The serialized Example of one utterance; `pcm`: its little-endian int16 mono samples.
 
@@ -185,7 +185,9 @@ class _AudioRecord:
 
     sample_rate: int
 
-    def __call__(self, record_id: str, pcm: bytes, class_id: int, speaker: str) -> bytes:
+    def __call__(
+        self, record_id: str, pcm: bytes | memoryview, class_id: int, speaker: str
+    ) -> bytes:
         return audio_example(record_id, pcm, self.sample_rate, class_id, speaker)
 
 

@@ -227,14 +227,15 @@ def payload_length(payload: Payload) -> int:
     return payload.length if isinstance(payload, SpillRef) else len(payload)
 
 
-def read_frames(payloads: Sequence[Payload]) -> list[bytes]:
+def read_frames(payloads: Sequence[Payload]) -> list[bytes | memoryview]:
     """The whole TFRecord frame of each payload, in order: refs read back, bytes framed.
 
     Args:
         payloads: bytes or `SpillRef`s, mixed.
 
     Returns:
-        One frame (header, payload, footer, CRCs included) per payload.
+        One frame (header, payload, footer, CRCs included) per payload; a ref's is a
+        memoryview of what was read from its spill file.
 
     Raises:
         RuntimeError: when a spill file is shorter than its refs say.
@@ -242,7 +243,7 @@ def read_frames(payloads: Sequence[Payload]) -> list[bytes]:
     return _resolve(payloads, frames=True)
 
 
-def read_payloads(payloads: Sequence[Payload]) -> list[bytes]:
+def read_payloads(payloads: Sequence[Payload]) -> list[bytes | memoryview]:
     """The bytes of each payload (a ref's frame without header and footer), in order.
 
     Args:
@@ -257,13 +258,13 @@ def read_payloads(payloads: Sequence[Payload]) -> list[bytes]:
     return _resolve(payloads, frames=False)
 
 
-def _resolve(payloads: Sequence[Payload], frames: bool) -> list[bytes]:
+def _resolve(payloads: Sequence[Payload], frames: bool) -> list[bytes | memoryview]:
     """Refs are read file by file in offset order, neighbouring frames in one read, so a shard
     whose records came from a few decode bundles costs a few sequential reads."""
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
 
-    resolved: list[bytes] = []
+    resolved: list[bytes | memoryview] = []
     refs: dict[int, SpillRef] = {}
     for i, payload in enumerate(payloads):
         if isinstance(payload, SpillRef):
@@ -289,8 +290,10 @@ def _resolve(payloads: Sequence[Payload], frames: bool) -> list[bytes]:
                 data = f.read(end - start)
                 if len(data) != end - start:
                     raise RuntimeError(f"spill file {path} is shorter than its refs ({start}+)")
+                # Views of the run read, not copies: the writers only write them.
+                view = memoryview(data)
                 for k in range(first, last):
-                    resolved[members[k]] = data[begins[k] - start + head : ends[k] - start - tail]
+                    resolved[members[k]] = view[begins[k] - start + head : ends[k] - start - tail]
     return resolved
 
 

@@ -253,3 +253,22 @@ def test_damaged_files_are_decoded_or_rejected_never_crash(name, cut, flips):
             assert waveform.samples.dtype == np.int16 and len(waveform.samples) > 0
     except rejects.RejectedInput as error:
         assert error.reason in rejects.RECORD_REASONS and error.detail
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(
+        st.floats(-2.0, 2.0, allow_nan=False, width=32)
+        | st.sampled_from([0.5 / 32768, -0.5 / 32768, 1.5 / 32768, 32767.5 / 32768, -1.0]),
+        max_size=300,
+    ),
+    dtype=st.sampled_from([np.float32, np.float64]),
+)
+def test_to_int16_rounds_half_to_even_and_clips_as_the_plain_formula(values, dtype):
+    # `to_int16` works in place on one scaled copy; its samples are those of the plain
+    # formula, ties to even included, at either float width.
+    samples = np.array(values, dtype)
+    expected = np.clip(np.round(samples * 32768.0), -32768, 32767).astype(np.int16)
+    got = audio.to_int16(samples)
+    assert got.dtype == np.int16
+    np.testing.assert_array_equal(got, expected)

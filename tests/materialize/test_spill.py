@@ -83,7 +83,7 @@ def test_run_job_removes_the_spill_files_whether_or_not_the_job_fails(tmp_path, 
             | beam.Create([b"p0", b"p1"])
             | beam.ParDo(_SpillThenMaybeFail(spill.spill_dir(output_dir, run_id), fail))
             | beam.Reshuffle()  # a later stage reads the refs, as in the jobs
-            | beam.Map(lambda ref: spill.read_payloads([ref])[0].decode())
+            | beam.Map(lambda ref: bytes(spill.read_payloads([ref])[0]).decode())
         )
         _ = (
             pipeline
