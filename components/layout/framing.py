@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import google_crc32c
 import numpy as np
@@ -75,16 +75,25 @@ def write_shard(path: str, records: Iterable[bytes]) -> np.ndarray:
         offsets = write_shard(os.path.join(examples_dir(run, "x"), shard_name(0, 1)), records)
     """
     lengths: list[int] = []
-    temporary = f"{path}.tmp-{os.getpid()}"
-    with create(temporary) as f:
+
+    def pieces() -> Iterator[bytes]:
         for record in records:
             header, footer = frame_parts(record)
-            f.write(header)
-            f.write(record)
-            f.write(footer)
             lengths.append(len(record))
-    replace(temporary, path)
+            yield from (header, record, footer)
+
+    _write_whole(path, pieces())
     return _frame_offsets(np.array(lengths, np.int64))
+
+
+def _write_whole(path: str, pieces: Iterable[bytes]) -> None:
+    """Writes `pieces` in turn to a temporary name beside `path`, then renames it to `path`, so
+    a reader never sees half a shard."""
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with create(temporary) as f:
+        for piece in pieces:
+            f.write(piece)
+    replace(temporary, path)
 
 
 def _frame_offsets(lengths: np.ndarray) -> np.ndarray:
@@ -114,9 +123,5 @@ def write_frames(path: str, frames: Iterable[bytes], lengths: np.ndarray) -> np.
             `path` does not exist).
     """
     lengths = np.asarray(lengths, np.int64).reshape([-1])
-    temporary = f"{path}.tmp-{os.getpid()}"
-    with create(temporary) as f:
-        for frame in frames:
-            f.write(frame)
-    replace(temporary, path)
+    _write_whole(path, frames)
     return _frame_offsets(lengths)
