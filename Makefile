@@ -80,8 +80,9 @@ test: setup
 	$(MAKE) --no-print-directory test-core
 
 # The core install where its users are: the wheel in a clean venv with TensorFlow 2.21 and no
-# Beam or TFX; the README's quickstart runs from an empty folder outside the checkout (so the
-# wheel is what it imports), then the tests marked `core` (tests/conftest.py).
+# Beam or TFX, then the tests marked `core` (tests/conftest.py), among them the README's
+# quickstart and the other `core` blocks, each run from an empty folder (so the wheel is what
+# they import: tests/docs/test_snippets.py).
 test-core: setup
 	@py=$$($(FIND_PY312) | head -n 1); \
 	if [ -z "$$py" ]; then \
@@ -91,8 +92,6 @@ test-core: setup
 	$(VENV)/bin/uv build --quiet --wheel --out-dir $(WHEEL_DIR) .; \
 	$(VENV)/bin/uv venv --quiet --python "$$py" $(CORE_VENV); \
 	$(VENV)/bin/uv pip install --quiet --python $(CORE_PY) $(WHEEL_DIR)/*.whl -r tests/core/requirements.txt
-	work=$$(mktemp -d) && cd "$$work" && $(abspath $(CORE_PY)) $(abspath tests/docs/snippets.py) \
-	  --tag core $(abspath README.md) $(abspath docs/migration.md); status=$$?; rm -rf "$$work"; exit $$status
 	$(CORE_PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m core $(PYTEST_ARGS) $(CORE_TESTS)
 
 lint: setup

@@ -1,17 +1,19 @@
 """Benchmark: the audio job's decode + resample + write, and soxr against tensorflow-io's resampler.
 
-1. Materialization rate of `run_audio` (`--speaker_from_path`, DirectRunner in memory) on a
-   corpus of 16-bit WAV clips of 3-8 s, half at 44.1 kHz (resampled to 16 kHz) and half at
-   16 kHz (stored as they are), against a plain Python loop that lists, decodes (the same
-   `audio.decode_audio`), builds the same Examples and writes the same shards and class index;
+1. Materialization rate of `run_audio` (`--speaker_from_path`, the DirectRunner in memory, and
+   with 2 worker processes: `JOB_MODES`) on a corpus of 16-bit WAV clips of 3-8 s, half at
+   44.1 kHz (resampled to 16 kHz) and half at 16 kHz (stored as they are), against a plain
+   Python loop that lists, decodes (the same `audio.decode_audio`), builds the same Examples
+   and writes the same shards and class index;
    the outputs are asserted byte-identical (run ids aside). Medians of `--repeats` interleaved
-   runs, after a warm-up job; the job's fixed start-up (a 4-clip run) is reported beside it,
-   and the same comparison runs once more on `--scale_clips` clips, where it is amortized.
+   runs, after a warm-up job; the job's fixed start-up (a 4-clip run, in each mode) is reported
+   beside it, and the same comparison runs once more on `--scale_clips` clips, where it is
+   amortized.
 2. The resampler alone, 44.1 -> 16 kHz on a 4 s clip: soxr (HQ, what the job uses) against
    `tfio.audio.resample`, which takes hundreds of ms per clip, so only `--tfio_clips` clips.
 
-Rates are clips/s and hours of audio per CPU hour (process CPU time; the in-memory runner runs
-in this process).
+Rates are clips/s and hours of audio per CPU hour (CPU time of this process, where the in-memory
+runner runs, and of its finished children, the worker processes).
 
     .venv/bin/python bench/bench_audio.py [--quick] [--clips N] [--repeats R] [--scale_clips N]
 
@@ -21,6 +23,7 @@ Prints ratios and a JSON result (also written to bench/results/bench_audio.json)
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -52,6 +55,9 @@ SAMPLE_RATE = 16000
 NUM_SHARDS = 4
 NUM_SPEAKERS = 20
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+TWO_PROCESSES = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+# The job's runs, by name: its Beam pipeline arguments.
+JOB_MODES = {"beam_in_memory": IN_MEMORY, "beam_2_processes": TWO_PROCESSES}
 
 
 def make_corpus(root: str, num_clips: int, seed: int = 0) -> float:
@@ -107,7 +113,7 @@ def plain_loop(root: str, output_dir: str) -> int:
     return len(ids)
 
 
-def beam_job(root: str, output_dir: str) -> int:
+def beam_job(root: str, output_dir: str, pipeline_args: list[str] = IN_MEMORY) -> int:
     summary = run_audio(
         AudioConfig(
             root=root,
@@ -117,7 +123,7 @@ def beam_job(root: str, output_dir: str) -> int:
             eval_fraction=0.0,
             sharding=ShardingConfig(num_shards=NUM_SHARDS),
             overwrite=True,
-            beam_pipeline_args=tuple(IN_MEMORY),
+            beam_pipeline_args=tuple(pipeline_args),
         )
     )
     return sum(s["num_records"] for s in summary["record_sets"].values())
@@ -144,14 +150,20 @@ def comparable_files(output_dir: str) -> dict[str, str]:
 
 
 def timed(fn: Callable[[], object], repeats: int) -> tuple[float, float, object]:
-    """Median wall and process CPU seconds of `repeats` calls, and the last result."""
+    """Median wall and CPU seconds of `repeats` calls, and the last result. CPU is this
+    process's and its finished children's (the worker processes of `TWO_PROCESSES`)."""
     walls, cpus, result = [], [], None
     for _ in range(repeats):
-        wall, cpu = time.perf_counter(), time.process_time()
+        wall, cpu = time.perf_counter(), _cpu_seconds()
         result = fn()
         walls.append(time.perf_counter() - wall)
-        cpus.append(time.process_time() - cpu)
+        cpus.append(_cpu_seconds() - cpu)
     return statistics.median(walls), statistics.median(cpus), result
+
+
+def _cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 def resampler_rates(num_soxr: int, num_tfio: int) -> dict:
@@ -187,26 +199,33 @@ def resampler_rates(num_soxr: int, num_tfio: int) -> dict:
 
 
 def compare(root: str, workdir: str, repeats: int) -> dict[str, tuple[float, float]]:
-    """Median (wall, CPU) seconds of the plain loop and the Beam job on `root`, interleaved
-    so that load from other processes hits both alike; asserts their outputs byte-identical."""
-    plain_dir, beam_dir = os.path.join(workdir, "plain"), os.path.join(workdir, "beam")
+    """Median (wall, CPU) seconds of the plain loop and of the Beam job in each of `JOB_MODES`,
+    interleaved so that load from other processes hits them alike; asserts their outputs
+    byte-identical."""
+    plain_dir = os.path.join(workdir, "plain")
 
     def fresh_plain() -> int:
         shutil.rmtree(plain_dir, ignore_errors=True)
         return plain_loop(root, plain_dir)
 
-    runs: dict[str, list[tuple[float, float]]] = {"plain_loop": [], "beam_in_memory": []}
+    runs: dict[str, list[tuple[float, float]]] = {"plain_loop": [], **{m: [] for m in JOB_MODES}}
     for _ in range(repeats):
         wall, cpu, written = timed(fresh_plain, 1)
         runs["plain_loop"].append((wall, cpu))
-        wall, cpu, beam_written = timed(lambda: beam_job(root, beam_dir), 1)
-        runs["beam_in_memory"].append((wall, cpu))
-        assert beam_written == written, (beam_written, written)
-    assert comparable_files(beam_dir) == comparable_files(plain_dir), (
-        "the Beam job's output differs from the plain loop's"
-    )
+        for mode, pipeline_args in JOB_MODES.items():
+            output_dir = os.path.join(workdir, mode)
+            wall, cpu, beam_written = timed(
+                functools.partial(beam_job, root, output_dir, pipeline_args), 1
+            )
+            runs[mode].append((wall, cpu))
+            assert beam_written == written, (mode, beam_written, written)
+    for mode in JOB_MODES:
+        output_dir = os.path.join(workdir, mode)
+        assert comparable_files(output_dir) == comparable_files(plain_dir), (
+            f"the Beam job's output ({mode}) differs from the plain loop's"
+        )
+        shutil.rmtree(output_dir)
     shutil.rmtree(plain_dir)
-    shutil.rmtree(beam_dir)
     return {
         name: (statistics.median(w for w, _ in times), statistics.median(c for _, c in times))
         for name, times in runs.items()
@@ -225,7 +244,7 @@ def summarize(num_clips: int, audio_seconds: float, timings: dict, startup_s: fl
             name: round(audio_seconds / cpu, 1) for name, (_, cpu) in timings.items()
         },
         "ratio_vs_plain": {
-            "beam_in_memory": round(rates["beam_in_memory"] / rates["plain_loop"], 3),
+            **{mode: round(rates[mode] / rates["plain_loop"], 3) for mode in JOB_MODES},
             "beam_in_memory_without_startup": round(steady / rates["plain_loop"], 3),
         },
         "outputs_byte_identical": True,
@@ -241,7 +260,7 @@ def main() -> None:
         "--scale_clips",
         type=int,
         default=None,
-        help="clips of a second comparison, one repeat, where the job's start-up is amortized "
+        help="clips of a second comparison, where the job's start-up is amortized "
         "(default 2000, 0 with --quick; 0 skips it)",
     )
     parser.add_argument("--tfio_clips", type=int, default=5)
@@ -259,6 +278,7 @@ def main() -> None:
         tiny_out = os.path.join(workdir, "tiny_out")
         beam_job(tiny, tiny_out)
         startup_s, _, _ = timed(lambda: beam_job(tiny, tiny_out), repeats)
+        startup_2_s, _, _ = timed(lambda: beam_job(tiny, tiny_out, TWO_PROCESSES), repeats)
         root = os.path.join(workdir, "vox")
         audio_seconds = make_corpus(root, num_clips)
         result = {
@@ -266,12 +286,13 @@ def main() -> None:
             "repeats": repeats,
             **summarize(num_clips, audio_seconds, compare(root, workdir, repeats), startup_s),
             "beam_startup_s": round(startup_s, 3),
+            "beam_2_processes_startup_s": round(startup_2_s, 3),
         }
         shutil.rmtree(root)
         if scale_clips:
             root = os.path.join(workdir, "scale")
             scale_seconds = make_corpus(root, scale_clips, seed=2)
-            timings = compare(root, workdir, 1)
+            timings = compare(root, workdir, repeats)
             result["scale"] = summarize(scale_clips, scale_seconds, timings, startup_s)
         result["resampling_44k1_to_16k"] = resampler_rates(num_soxr=200, num_tfio=tfio_clips)
     finally:
@@ -279,7 +300,7 @@ def main() -> None:
 
     runs = [result] + ([result["scale"]] if "scale" in result else [])
     for run in runs:
-        for name in ("beam_in_memory", "beam_in_memory_without_startup"):
+        for name in (*JOB_MODES, "beam_in_memory_without_startup"):
             label = f"{name}, {run['clips']} clips"
             print(f"{label:50s} {run['ratio_vs_plain'][name]:.2f}x the plain loop")
     label = "resampling a 4 s clip, soxr vs tensorflow-io"

@@ -258,7 +258,8 @@ class AudioConfig(JobSettings):
     longer than `max_audio_seconds` is a `too_long` reject, one whose own rate is outside
     [`min_input_sample_rate`, `max_input_sample_rate`] an `implausible_rate` reject (`limits`).
     `spill` (`SPILL_MODES`) is how the PCM reaches the shard writers
-    (`spill.resolve_spill_root`).
+    (`spill.resolve_spill_root`). Files are decoded `files_per_batch` to a Beam element, each
+    batch by two threads.
     """
 
     root: str

@@ -6,8 +6,8 @@ runs in the core venv, against the installed wheel. Shell blocks (```` ```sh ```
 The blocks of one page run in order in one fresh interpreter, in an empty working folder, so a
 block may use what an earlier block of its page defined, and nothing else.
 
-As a script (the core check of `make test`, run from outside the checkout so that the installed
-wheel, not the checkout, is what the blocks import):
+As a script (from outside the checkout, so that the installed wheel, not the checkout, is what
+the blocks import; `make test-core` runs the same through `test_snippets.py`):
 
     python tests/docs/snippets.py --tag core README.md
 """

@@ -13,6 +13,11 @@ from tests.docs import snippets
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PAGES = [os.path.join(ROOT, "README.md"), *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]
 PAGES_WITH_CODE = [page for page in PAGES if snippets.python_blocks(page)]
+CORE_PAGES = [
+    page
+    for page in PAGES
+    if any(snippets.CORE_TAG in block.tags for block in snippets.python_blocks(page))
+]
 
 
 def _ids(pages: list[str]) -> list[str]:
@@ -32,10 +37,13 @@ def test_every_python_block_of_the_page_runs(page):
 @pytest.mark.core
 @pytest.mark.skipif(
     importlib.util.find_spec("apache_beam") is not None,
-    reason="the full install runs every README block (test_every_python_block_of_the_page_runs)",
+    reason="the full install runs every block (test_every_python_block_of_the_page_runs)",
 )
-def test_the_readme_quickstart_runs_on_the_core_install():
-    _assert_ran(snippets.run_page(PAGES[0], snippets.CORE_TAG))
+@pytest.mark.parametrize("page", CORE_PAGES, ids=_ids(CORE_PAGES))
+def test_the_core_blocks_run_on_the_core_install(page):
+    """The README quickstart and the other `core` blocks, from an empty folder: in the core
+    venv the installed wheel is what they import."""
+    _assert_ran(snippets.run_page(page, snippets.CORE_TAG))
 
 
 @pytest.mark.core

@@ -193,6 +193,41 @@ def test_every_bad_audio_input_is_a_counted_reject_and_nothing_good_is_lost(tmp_
     assert summary["rejects"]["records"] == len(lines)
 
 
+def test_every_files_per_batch_writes_the_same_run(tmp_path):
+    """Files are decoded in batches of `files_per_batch` by several threads: batches of one
+    file, of a few and of more than the corpus write the same run, bad files in any batch."""
+    rng = np.random.default_rng(4)
+    root = tmp_path / "audio"
+    rows, _ = write_corpus(str(root), rng, num_speakers=3)
+    tone = generate.tone(rng, 800)
+    for i in range(3):
+        generate.write_file(str(root), f"speaker{i}/cut.wav", generate.wav_bytes(tone, 16000)[:99])
+        rows.append({"path": f"speaker{i}/cut.wav", "speaker": f"speaker{i}"})
+    rows.append({"path": "speaker0/missing.wav", "speaker": "speaker0"})
+    manifest = tmp_path / "manifest.csv"
+    generate.write_manifest_csv(str(manifest), rows)
+    runs = {}
+    for files_per_batch in (1, 3, 16, 1000):
+        output = f"out{files_per_batch}"
+        summary = run_audio(
+            _config(
+                tmp_path,
+                manifest,
+                output,
+                files_per_batch=files_per_batch,
+                eval_fraction=0.34,
+                max_reject_fraction=0.5,
+            )
+        )
+        assert summary["rejects"]["by_reason"] == {
+            rejects.CORRUPT_AUDIO: 3,
+            rejects.MISSING_FILE: 1,
+        }
+        runs[files_per_batch] = readback.run_files(str(tmp_path / output))
+    assert any(name.endswith(".tfrecord") for name in runs[1])
+    assert runs[3] == runs[1] and runs[16] == runs[1] and runs[1000] == runs[1]
+
+
 def test_nothing_left_fails_with_one_clear_error(tmp_path):
     root = tmp_path / "audio"
     generate.write_file(str(root), "a.wav", b"RIFF....WAVEjunk")

@@ -125,9 +125,11 @@ def test_audio_worker_code_does_not_import_tensorflow(tmp_path):
         decode = audio_pipeline._DecodeUtterances(
             {str(root)!r}, 16000, {str(tmp_path / "out")!r}, AudioLimits()
         )
+        decode.setup()
         decode.start_bundle()
-        outputs = [out for row in sorted(rows) for out in decode.process(row)]
+        outputs = list(decode.process(sorted(rows)))
         decode.finish_bundle()
+        decode.teardown()
         kept = [out for out in outputs if isinstance(out, audio_pipeline.Utterance)]
         spill.read_payloads([utterance.pcm for utterance in kept])
         print("ROWS", len(rows), "REJECTED", len(rejected), "KEPT", len(kept))
