@@ -16,7 +16,9 @@ the splits and the speaker plan are its own.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import itertools
 import operator
 import posixpath
 from collections.abc import Callable, Iterator
@@ -167,13 +169,29 @@ class _DecodeUtterances(spill.SpillingDoFn):
 
     def process(self, batch: list[ManifestRow]):
         # Each file's PCM is spilled as it comes, while the threads decode the next ones.
-        for row, decoded in zip(batch, self._pool.map(self._decode, batch), strict=True):
+        for row, decoded in self._decode_in_order(batch):
             if isinstance(decoded, rejects.Reject):
                 yield beam.pvalue.TaggedOutput(REJECTED, decoded)
                 continue
             pcm, num_samples = decoded
             [spilled] = self.spill.write([pcm])
             yield Utterance(row.split, row.id, row.speaker, spilled, num_samples)
+
+    def _decode_in_order(self, batch: list[ManifestRow]):
+        """(row, `_decode(row)`) in batch order, at most `2 x DECODE_THREADS` files decoded
+        ahead of the one handed on: what is held is bounded by the threads, not by
+        `files_per_batch`."""
+        rows = iter(batch)
+        pending = collections.deque(
+            (row, self._pool.submit(self._decode, row))
+            for row in itertools.islice(rows, 2 * DECODE_THREADS)
+        )
+        while pending:
+            row, future = pending.popleft()
+            following = next(rows, None)
+            if following is not None:
+                pending.append((following, self._pool.submit(self._decode, following)))
+            yield row, future.result()
 
 
 def audio_example(

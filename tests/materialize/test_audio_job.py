@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 
 import numpy as np
 import pytest
 
 from tests.materialize import generate, readback
 from tfx_dynamic_inputs import layout
-from tfx_dynamic_inputs.materialize import AudioConfig, MaterializeError, rejects, run_audio, splits
+from tfx_dynamic_inputs.materialize import (
+    AudioConfig,
+    MaterializeError,
+    audio_pipeline,
+    manifest,
+    rejects,
+    run_audio,
+    splits,
+)
 from tfx_dynamic_inputs.materialize import __main__ as materialize_cli
+from tfx_dynamic_inputs.materialize.config import AudioLimits
 
 SAMPLE_RATE = 16000
 
@@ -226,6 +237,39 @@ def test_every_files_per_batch_writes_the_same_run(tmp_path):
         runs[files_per_batch] = readback.run_files(str(tmp_path / output))
     assert any(name.endswith(".tfrecord") for name in runs[1])
     assert runs[3] == runs[1] and runs[16] == runs[1] and runs[1000] == runs[1]
+
+
+def test_a_batch_is_decoded_at_most_a_few_files_ahead_of_the_spill(tmp_path):
+    """However many files a batch holds, at most 2 x DECODE_THREADS of them are decoded and not
+    yet handed on: what the decoder holds is bounded by its threads, not by the batch."""
+    rows, _ = write_corpus(str(tmp_path / "audio"), np.random.default_rng(5), num_speakers=8)
+    lock = threading.Lock()
+    counts = {"decoded": 0, "handed_on": 0, "most_ahead": 0}
+
+    class CountingDecoder(audio_pipeline._DecodeUtterances):
+        def _decode(self, row):
+            decoded = super()._decode(row)
+            with lock:
+                counts["decoded"] += 1
+                ahead = counts["decoded"] - counts["handed_on"]
+                counts["most_ahead"] = max(counts["most_ahead"], ahead)
+            return decoded
+
+    decode = CountingDecoder(str(tmp_path / "audio"), SAMPLE_RATE, None, AudioLimits())
+    decode.setup()
+    decode.start_bundle()
+    batch = [manifest.ManifestRow(row["path"], row["speaker"], "train") for row in rows]
+    handed_on = []
+    for utterance in decode.process(batch):
+        with lock:
+            counts["handed_on"] += 1
+        handed_on.append(utterance.id)
+        time.sleep(0.01)  # a slow consumer: an unbounded decoder would run far ahead
+    decode.finish_bundle()
+    decode.teardown()
+    assert handed_on == [row.id for row in batch]
+    assert len(batch) > 4 * audio_pipeline.DECODE_THREADS
+    assert 1 <= counts["most_ahead"] <= 2 * audio_pipeline.DECODE_THREADS + 1
 
 
 def test_nothing_left_fails_with_one_clear_error(tmp_path):
