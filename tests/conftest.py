@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
@@ -18,3 +19,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         folder = os.path.relpath(str(item.path), _HERE).split(os.sep)[0]
         if folder in CORE_FOLDERS:
             item.add_marker(pytest.mark.core)
+
+
+@pytest.fixture
+def unrun_pipelines() -> list:
+    """Pipelines a test builds only to inspect them, appended by the test. Beam makes each
+    pipeline's local temp folder (`beam-pipeline-temp*` in the system temp folder) when the
+    pipeline is created and removes it only in `run()`: these are removed after the test."""
+    pipelines: list = []
+    yield pipelines
+    for pipeline in pipelines:
+        shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)

@@ -102,13 +102,14 @@ def test_pair_index_matches_the_stores_and_its_count(pairs_run, digit_domains):
 
 
 def test_multi_processing_beam_args_run_lean_workers_and_write_the_same_artifacts(
-    pairs_run, digit_domains, tmp_path
+    pairs_run, digit_domains, tmp_path, unrun_pipelines
 ):
     two_processes = ("--direct_running_mode=multi_processing", "--direct_num_workers=2")
     executor = materialize_executor.PairsExecutor(
         materialize_executor.PairsExecutor.Context(beam_pipeline_args=list(two_processes))
     )
-    assert type(executor._make_beam_pipeline().runner).__name__ == "LeanWorkersRunner"
+    unrun_pipelines.append(executor._make_beam_pipeline())
+    assert type(unrun_pipelines[-1].runner).__name__ == "LeanWorkersRunner"
     outputs = materialize(
         MaterializePairs,
         str(tmp_path),

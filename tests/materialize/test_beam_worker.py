@@ -57,12 +57,14 @@ def _write_facts(rows, path: str) -> None:
         ["--runner=FlinkRunner", *TWO_PROCESSES],
     ],
 )
-def test_other_runs_keep_beams_own_runner(args):
+def test_other_runs_keep_beams_own_runner(args, unrun_pipelines):
     pipeline = beam_worker.local_pipeline(PipelineOptions(args))
+    unrun_pipelines.append(pipeline)
     assert not type(pipeline.runner).__name__.startswith("LeanWorkers")
 
 
-def test_multi_processing_gets_the_lean_runner():
+def test_multi_processing_gets_the_lean_runner(unrun_pipelines):
     options = PipelineOptions(["--runner=DirectRunner", *TWO_PROCESSES])
     pipeline = beam_worker.local_pipeline(options)
+    unrun_pipelines.append(pipeline)
     assert type(pipeline.runner).__name__ == "LeanWorkersRunner"

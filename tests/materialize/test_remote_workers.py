@@ -437,7 +437,9 @@ def test_cli_job_on_remote_workers_writes_what_the_direct_runner_writes(cluster,
 
 
 @pytest.mark.slow
-def test_tfx_executor_stages_the_wheel_for_remote_workers(cluster, wheel, tmp_path):
+def test_tfx_executor_stages_the_wheel_for_remote_workers(
+    cluster, wheel, tmp_path, unrun_pipelines
+):
     """TFX's Beam executor takes the same path (`_make_beam_pipeline` ->
     `common.make_default_pipeline`), after TFX has added its own sdist to the arguments."""
     from tests.components.conftest import make_artifact, materialize, pairs_properties
@@ -456,7 +458,8 @@ def test_tfx_executor_stages_the_wheel_for_remote_workers(cluster, wheel, tmp_pa
     )
     [ephemeral] = [arg for arg in executor._beam_pipeline_args if "tfx_ephemeral" in arg]
     try:
-        options = executor._make_beam_pipeline().options.view_as(SetupOptions)
+        unrun_pipelines.append(executor._make_beam_pipeline())
+        options = unrun_pipelines[-1].options.view_as(SetupOptions)
         assert options.extra_packages == [wheel]
         remote = {
             key: [make_artifact(output.type, str(tmp_path / "remote" / key))]

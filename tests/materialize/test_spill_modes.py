@@ -152,21 +152,34 @@ def test_a_bad_spill_value_is_one_line_naming_the_flag(tmp_path, capsys, value):
     assert not os.path.exists(tmp_path / "out")
 
 
-def _pipeline(runner, *args: str) -> beam.Pipeline:
-    return beam.Pipeline(runner=runner, options=PipelineOptions(list(args)))
+def _pipeline(unrun: list, runner, *args: str) -> beam.Pipeline:
+    pipeline = beam.Pipeline(runner=runner, options=PipelineOptions(list(args)))
+    unrun.append(pipeline)
+    return pipeline
 
 
-def test_auto_spills_on_local_runners_only(tmp_path):
+def test_auto_spills_on_local_runners_only(tmp_path, unrun_pipelines):
     output_dir = str(tmp_path / "out")
     _claimed(output_dir, "b2" * 16, os.getpid())
     # The spill folder is named by the run id of the claim: only this run's is ever removed.
     folder = os.path.join(output_dir, spill.SPILL_PREFIX + "b2" * 16)
     for runner in ("DirectRunner", FnApiRunner(), "BundleBasedDirectRunner"):
-        assert spill.resolve_spill_root("auto", _pipeline(runner), output_dir) == folder
+        assert (
+            spill.resolve_spill_root("auto", _pipeline(unrun_pipelines, runner), output_dir)
+            == folder
+        )
     for runner in (PortableRunner(), "FlinkRunner", "SparkRunner"):
-        assert spill.resolve_spill_root("auto", _pipeline(runner), output_dir) is None
-        assert spill.resolve_spill_root("files", _pipeline(runner), output_dir) == folder
-    assert spill.resolve_spill_root("none", _pipeline("DirectRunner"), output_dir) is None
+        assert (
+            spill.resolve_spill_root("auto", _pipeline(unrun_pipelines, runner), output_dir) is None
+        )
+        assert (
+            spill.resolve_spill_root("files", _pipeline(unrun_pipelines, runner), output_dir)
+            == folder
+        )
+    assert (
+        spill.resolve_spill_root("none", _pipeline(unrun_pipelines, "DirectRunner"), output_dir)
+        is None
+    )
     assert os.listdir(output_dir) == [layout.CLAIM_FILE]  # nothing written but the claim
 
 
@@ -175,10 +188,12 @@ def _claimed(output_dir: str, run_id: str, pid: int) -> None:
     assert claims.try_claim(output_dir, claims.Claim(run_id, socket.gethostname(), pid, "t"))
 
 
-def test_spill_files_below_the_temp_location_are_found_through_the_output_dir(tmp_path):
+def test_spill_files_below_the_temp_location_are_found_through_the_output_dir(
+    tmp_path, unrun_pipelines
+):
     output_dir, temp_location = str(tmp_path / "out"), str(tmp_path / "tmp")
     _claimed(output_dir, "c3" * 16, os.getpid())
-    pipeline = _pipeline("DirectRunner", f"--temp_location={temp_location}")
+    pipeline = _pipeline(unrun_pipelines, "DirectRunner", f"--temp_location={temp_location}")
     root = spill.resolve_spill_root("files", pipeline, output_dir)
     assert root == os.path.join(temp_location, spill.TEMP_ROOT_PREFIX + "c3" * 16)
     writer = spill.SpillWriter(root)
@@ -193,12 +208,14 @@ def test_spill_files_below_the_temp_location_are_found_through_the_output_dir(tm
     assert os.listdir(temp_location) == []
 
 
-def test_a_stale_claim_takeover_removes_spill_files_below_the_temp_location(tmp_path):
+def test_a_stale_claim_takeover_removes_spill_files_below_the_temp_location(
+    tmp_path, unrun_pipelines
+):
     output_dir, temp_location = str(tmp_path / "out"), str(tmp_path / "tmp")
     launcher = subprocess.Popen(["sleep", "120"])
     try:
         _claimed(output_dir, "d4" * 16, launcher.pid)
-        pipeline = _pipeline("DirectRunner", f"--temp_location={temp_location}")
+        pipeline = _pipeline(unrun_pipelines, "DirectRunner", f"--temp_location={temp_location}")
         writer = spill.SpillWriter(spill.resolve_spill_root("auto", pipeline, output_dir))
         [orphan] = writer.write([b"left by a launcher that was killed"])
         writer.close()
