@@ -219,9 +219,10 @@ def compare(root: str, workdir: str, repeats: int) -> dict[str, tuple[float, flo
             )
             runs[mode].append((wall, cpu))
             assert beam_written == written, (mode, beam_written, written)
+    expected = comparable_files(plain_dir)
     for mode in JOB_MODES:
         output_dir = os.path.join(workdir, mode)
-        assert comparable_files(output_dir) == comparable_files(plain_dir), (
+        assert comparable_files(output_dir) == expected, (
             f"the Beam job's output ({mode}) differs from the plain loop's"
         )
         shutil.rmtree(output_dir)
