@@ -94,6 +94,7 @@ def test_parsers_are_checked(parsers, message):
         )
 
 
+@pytest.mark.full
 def test_feature_spec_from_the_image_schema_parses_materialized_records():
     pytest.importorskip("tensorflow_metadata", reason="schemas need the [tfx] extra")
     spec = feature_spec_from_schema(SCHEMA)

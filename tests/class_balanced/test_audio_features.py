@@ -186,6 +186,7 @@ def test_spec_augment_masks_are_bands_within_limits(seed, freq_param, time_param
     np.testing.assert_array_equal(out, again)
 
 
+@pytest.mark.full
 def test_spec_augment_band_has_the_tensorflow_io_mask_shape():
     """One frequency mask is a contiguous band of width < param, like tfio.audio.freq_mask."""
     tfio = pytest.importorskip("tensorflow_io")

@@ -16,6 +16,9 @@ from tfx_dynamic_inputs.inputs.epoch_plan import EpochState
 from tfx_dynamic_inputs.inputs.record_store import RecordStore
 from tfx_dynamic_inputs.inputs.run import StoreOptions
 
+# Also run in the full install: the library on its lowest TensorFlow (2.16, the TFX stack's).
+pytestmark = pytest.mark.full
+
 SIZES = [5, 3, 1, 0, 8, 6, 4, 7, 2, 9, 3, 5]
 CROP = AudioFeatureConfig(crop_seconds=0.1, num_mel_bins=20)
 

@@ -41,7 +41,10 @@ def _sampler(run_dir: str) -> ClassBalancedSampler:
         pytest.param(
             True,
             id="tensorboard",
-            marks=pytest.mark.skipif(not HAS_TENSORBOARD, reason="TensorBoard is not installed"),
+            marks=[
+                pytest.mark.full,
+                pytest.mark.skipif(not HAS_TENSORBOARD, reason="TensorBoard is not installed"),
+            ],
         ),
     ],
 )

@@ -146,6 +146,7 @@ def test_rirs_are_taken_from_their_direct_path_peak_at_unit_energy(runs):
     np.testing.assert_allclose(wet[0, :kept], normalized[0], atol=1e-6)
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("factor", [0.9, 1.1])
 def test_speed_perturbation_matches_soxr_on_band_limited_signals(factor):
     soxr = pytest.importorskip("soxr")
@@ -260,6 +261,7 @@ def test_bad_options_are_refused_in_one_line(runs, build, message):
     assert "\n" not in str(raised.value)
 
 
+@pytest.mark.full
 def test_the_callback_writes_clean_and_augmented_log_mels_to_tensorboard(runs, tmp_path):
     pytest.importorskip("tensorboard")
     from tfx_dynamic_inputs.inputs.augment_images import AugmentationImagesCallback

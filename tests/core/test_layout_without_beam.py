@@ -53,6 +53,7 @@ def test_without_beam_the_layout_is_written_through_gfile_and_reads_back(tmp_pat
     assert filesystem.read_at(shard_paths[0], [0, 2], 1) == b"nw"
 
 
+@pytest.mark.full
 @pytest.mark.skipif(not filesystem.has_beam(), reason="needs Beam to compare with")
 def test_beam_and_gfile_writers_write_the_same_bytes(tmp_path, monkeypatch):
     _write_run(str(tmp_path / "beam"))

@@ -63,6 +63,7 @@ def test_observed_dataset_reaches_full_coverage_as_planned(strategy):
         assert totals[-1] == 1.0  # max degree 3: every pair within 3 epochs
 
 
+@pytest.mark.full
 @pytest.mark.skipif(not HAS_TENSORBOARD, reason="TensorBoard is not installed")
 def test_callback_logs_each_epoch_and_writes_tensorboard(tmp_path):
     coverage = PairCoverage(ROWS)

@@ -24,6 +24,9 @@ from tfx_dynamic_inputs.inputs import (
 from tfx_dynamic_inputs.inputs.pair_plan import PairPlanner
 from tfx_dynamic_inputs.inputs.valid_pairs import EMPTY_VALID_LIST, X_OUT_OF_RANGE, Y_OUT_OF_RANGE
 
+# Also run in the full install: the library on its lowest TensorFlow (2.16, the TFX stack's).
+pytestmark = pytest.mark.full
+
 FEW = settings(max_examples=12, deadline=None)
 # Tests that build datasets per example: fewer examples, and no shrinking (slow on 2 cores).
 FEW_DATASETS = settings(

@@ -15,6 +15,9 @@ from tfx_dynamic_inputs import layout, native
 from tfx_dynamic_inputs.inputs.record_store import DamagedRecordError, RecordStore
 from tfx_dynamic_inputs.layout import masked_crc32c
 
+# Also run in the full install: the library on its lowest TensorFlow (2.16, the TFX stack's).
+pytestmark = pytest.mark.full
+
 # The memory backend, and the disk backend with each of its readers.
 STORES = ["memory", "disk-native", "disk-python"]
 DISK_STORES = ["disk-native", "disk-python"]

@@ -7,16 +7,11 @@ import json
 import os
 
 import numpy as np
-import pytest
 import tensorflow as tf
+from PIL import Image
 
-from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs import layout, materialize
 from tfx_dynamic_inputs.inputs import ImageSpec, StoreOptions, dynamic_pairs, open_run
-
-# The Beam job writes the runs read here: the `[beam]` extra (skipped in the core venv).
-pytest.importorskip("apache_beam")
-Image = pytest.importorskip("PIL.Image")
-materialize = pytest.importorskip("tfx_dynamic_inputs.materialize")
 
 
 def _write_png(path: str, pixels: np.ndarray) -> None:
