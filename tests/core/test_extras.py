@@ -12,6 +12,8 @@ from tfx_dynamic_inputs import extras
 HAS_BEAM = importlib.util.find_spec("apache_beam") is not None
 
 
+# Both installs: which modules the message names depends on what is installed.
+@pytest.mark.full
 def test_require_names_the_missing_modules_and_the_pip_install(monkeypatch):
     monkeypatch.setitem(extras.EXTRA_MODULES, "beam", ("apache_beam", "no_such_module_here"))
     with pytest.raises(extras.MissingExtraError) as error:
@@ -40,6 +42,8 @@ def test_without_beam_importing_the_jobs_says_which_extra():
     assert "pip install 'tfx-dynamic-inputs[beam]'" in last
 
 
+# Both installs: only where the extras are installed could importing the core pull them in.
+@pytest.mark.full
 def test_the_core_imports_without_beam_or_tfx():
     """What the core install brings (the samplers, the store, open_run) pulls in no extra."""
     script = (
