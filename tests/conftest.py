@@ -8,21 +8,20 @@ op's tests skip on both installs)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 
 import pytest
 
+from tests.helpers.installs import CORE_INSTALL
 from tfx_dynamic_inputs import native
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # The folders of the record store, the samplers and their plans; a test in them that needs an
 # extra skips itself where it is missing (`pytest.importorskip`) and is marked `full`.
 CORE_FOLDERS = ("inputs", "class_balanced", "core")
-# The core install is the one without Beam (`make test-core`'s venv); its skips are checked
-# where nothing but an extra can be missing.
-CHECK_SKIPS = importlib.util.find_spec("apache_beam") is None and native.compiler() is not None
+# The core install's skips are checked where nothing but an extra can be missing.
+CHECK_SKIPS = CORE_INSTALL and native.compiler() is not None
 UNMARKED_SKIP = (
     "skipped on the core install, and not marked `full`, so no install runs it: "
     "mark it @pytest.mark.full (tests/conftest.py)"

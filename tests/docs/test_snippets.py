@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import glob
-import importlib.util
 import os
 
 import pytest
 
 from tests.docs import snippets
+from tests.helpers.installs import CORE_INSTALL
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PAGES = [os.path.join(ROOT, "README.md"), *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]
@@ -36,7 +36,7 @@ def test_every_python_block_of_the_page_runs(page):
 
 @pytest.mark.core
 @pytest.mark.skipif(
-    importlib.util.find_spec("apache_beam") is not None,
+    not CORE_INSTALL,
     reason="the full install runs every block (test_every_python_block_of_the_page_runs)",
 )
 @pytest.mark.parametrize("page", CORE_PAGES, ids=_ids(CORE_PAGES))

@@ -7,6 +7,9 @@ import importlib.util
 
 import pytest
 
+# The core install is the one without Beam (`make test-core`'s venv; `tests/conftest.py`).
+CORE_INSTALL = importlib.util.find_spec("apache_beam") is None
+
 # The library's multi-process runs (MultiWorkerMirroredStrategy workers, tf.data service
 # workers) each start several TensorFlow processes, 20-45 s a test. They run once, in the core
 # install on the newest TensorFlow, where the library's users are: the full install's pipelines
