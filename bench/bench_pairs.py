@@ -6,7 +6,8 @@
      reimplemented here yielding indices only. A full epoch takes minutes, so it is timed on the
      first `--baseline-x` x and extrapolated (reported as such);
    * ours: `PairPlanner.plan` (uniform and least_sampled) inside a `tf.function`, whole epoch.
-2. **Scale**: one uniform (and one least_sampled) plan of 10M x, average degree 8 (`--quick`: 1M).
+2. **Scale**: one uniform (and one least_sampled) plan of 10M x, average degree 8 (`--quick`: 1M),
+   whole epoch (`plan`) and one batch alone (`plan_batches`, what the datasets run per batch).
 3. **End to end** records/s (2 records per pair) of `dynamic_pairs` on the disk backend, reading
    and `parse_example`-ing x and y records by index, vs a sequential `TFRecordDataset` +
    `batch` + `parse_example` pass over the same shards. Page cache warm (one pass first).
@@ -173,6 +174,21 @@ def time_plan(valid: ValidPairs, strategy: str, repeats: int) -> float:
     return statistics.median(times)
 
 
+def time_batch_plan(valid: ValidPairs, strategy: str, repeats: int) -> float:
+    """Median seconds to plan one batch alone (`plan_batches`, what the datasets run per batch),
+    at batch numbers spread over the epoch, interleaved over epochs."""
+    planner = PairPlanner(valid, strategy=strategy, seed=0, batch_size=BATCH_SIZE)
+    plan = tf.function(planner.plan_batches)
+    plan(tf.constant(0, tf.int64), tf.constant([0], tf.int64))["y_index"].numpy()  # trace
+    numbers = np.linspace(0, planner.num_batches - 1, 5 * repeats).astype(np.int64)
+    times = []
+    for epoch, number in enumerate(numbers, start=1):
+        start = time.perf_counter()
+        plan(tf.constant(epoch, tf.int64), tf.constant([number], tf.int64))["y_index"].numpy()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def plan_rate(run_dir: str, baseline_x: int, repeats: int) -> dict:
     row_splits, values = layout.load_csr(layout.pairs_index_dir(run_dir), mmap=False)
     num_x = len(row_splits) - 1
@@ -200,6 +216,7 @@ def scale(num_x: int, repeats: int) -> dict:
     result = {"num_x": num_x, "num_pairs": valid.num_pairs}
     for strategy in ("uniform", "least_sampled"):
         result[f"{strategy}_plan_s"] = time_plan(valid, strategy, repeats)
+        result[f"{strategy}_batch_plan_s"] = time_batch_plan(valid, strategy, repeats)
     return result
 
 
@@ -399,7 +416,9 @@ def print_summary(report: dict) -> None:
         print(
             f"scale, {scale_result['num_x']} x: uniform plan "
             f"{scale_result['uniform_plan_s']:.2f} s, least_sampled "
-            f"{scale_result['least_sampled_plan_s']:.2f} s"
+            f"{scale_result['least_sampled_plan_s']:.2f} s; one batch of {BATCH_SIZE} alone "
+            f"{scale_result['uniform_batch_plan_s'] * 1e3:.2f} / "
+            f"{scale_result['least_sampled_batch_plan_s'] * 1e3:.2f} ms"
         )
     if "end_to_end" in report:
         e2e = report["end_to_end"]

@@ -25,6 +25,7 @@ samples left out as damaged, `skip_log`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import tensorflow as tf
 
@@ -33,6 +34,11 @@ from tfx_dynamic_inputs.inputs.worker_slices import batches_per_worker
 
 # Batch numbers of an unbounded `epoch_range_dataset` run up to the largest int64.
 _LAST_BATCH_NUMBER = (1 << 63) - 1
+# A `batch_plan_fn` call plans this many of a worker's batches: its fixed cost is paid once for
+# them, and the first batch of an epoch still costs O(block), not O(records). Measured on 400k
+# pairs in batches of 256 (2 cores): the rows of an epoch cost 0.17 s of CPU planned whole,
+# 0.65 s a batch per call, 0.29 s in blocks of 16 and 0.23 s in blocks of 64.
+PLAN_BLOCK_BATCHES = 64
 
 # Salts separate the random streams drawn for different purposes within one (seed, epoch).
 SALT_ORDER = 0
@@ -74,8 +80,9 @@ def stateless_permutation(n, seed) -> tf.Tensor:
 
 
 def epoch_dataset(
-    plan_fn: Callable[[tf.Tensor], object],
+    plan_fn: Callable[[tf.Tensor], object] | None = None,
     *,
+    batch_plan_fn: Callable[[tf.Tensor, tf.Tensor], object] | None = None,
     num_batches: int,
     state: EpochState,
     num_workers: int = 1,
@@ -88,7 +95,12 @@ def epoch_dataset(
     Args:
       plan_fn: `plan_fn(epoch)` (int64 scalar tensor) returns a structure of int64 tensors, each
         with leading dimension `num_batches`: the global plan of that epoch. It is traced once
-        and runs inside the tf.data graph.
+        and runs inside the tf.data graph, once per epoch.
+      batch_plan_fn: instead of `plan_fn` (give one of them), `batch_plan_fn(epoch,
+        batch_numbers)` (int64 scalar and [n]) returns the same structure with leading
+        dimension `n`: those rows of the epoch's plan, computed from their numbers alone. It
+        runs once per `PLAN_BLOCK_BATCHES` of this worker's batches, so no plan of the epoch's
+        size is held and the first batch costs O(batch), not O(records).
       num_batches: global batches per epoch; a multiple of `num_workers`.
       state: the `EpochState` whose `epoch` picks (and is advanced by) each iteration.
       num_workers, worker_index: this worker keeps batch rows `b` with
@@ -107,12 +119,14 @@ def epoch_dataset(
       Its cardinality is `num_batches // num_workers` when `initial_step == 0`.
 
     Raises:
-      ValueError: `num_batches` below 1 or not a multiple of `num_workers`, a bad worker slice,
-        `initial_step` outside `[0, num_batches // num_workers)`, or a plan whose leading
-        dimension is known and is not `num_batches`.
+      ValueError: not exactly one of `plan_fn` and `batch_plan_fn`, `num_batches` below 1 or
+        not a multiple of `num_workers`, a bad worker slice, `initial_step` outside
+        `[0, num_batches // num_workers)`, or a plan whose leading dimension is known and is not
+        `num_batches`.
       tf.errors.InvalidArgumentError: when iterated, resuming (`initial_step > 0`) with
         `state.epoch == 0`, or a plan whose leading dimension turns out not `num_batches`.
     """
+    _one_plan_fn(plan_fn, batch_plan_fn)
     worker_batches = batches_per_worker(num_batches, num_workers, worker_index)
     if not 0 <= initial_step < worker_batches:
         raise ValueError(
@@ -135,20 +149,30 @@ def epoch_dataset(
             lambda: _epoch_in_progress(state.epoch),
             lambda: state.epoch.assign_add(1, read_value=True) - 1,
         )
+        if batch_plan_fn is not None:
+            # Only the epoch and the blocks of batch numbers here: a map in this inner dataset
+            # would instantiate its function again for every epoch's iterator (about 50 ms).
+            first = worker_index + skip * num_workers
+            numbers = tf.data.Dataset.range(first, num_batches, num_workers)
+            blocks = numbers.batch(PLAN_BLOCK_BATCHES)
+            return tf.data.Dataset.zip(tf.data.Dataset.from_tensors(epoch).repeat(), blocks)
         plan = plan_fn(epoch)
         mine = tf.nest.map_structure(lambda rows: _check_rows(rows, num_batches), plan)
         mine = tf.nest.map_structure(lambda rows: rows[worker_index::num_workers], mine)
         return tf.data.Dataset.from_tensor_slices(mine).skip(skip)
 
     dataset = tf.data.Dataset.range(1).flat_map(one_epoch)
+    if batch_plan_fn is not None:
+        dataset = dataset.map(partial(_batch_rows, batch_plan_fn)).unbatch()
     if initial_step == 0:
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(worker_batches))
     return dataset
 
 
 def epoch_range_dataset(
-    plan_fn: Callable[[tf.Tensor], dict[str, tf.Tensor]],
+    plan_fn: Callable[[tf.Tensor], dict[str, tf.Tensor]] | None = None,
     *,
+    batch_plan_fn: Callable[[tf.Tensor, tf.Tensor], dict[str, tf.Tensor]] | None = None,
     num_batches: int,
     start_epoch: int,
     num_epochs: int | None = None,
@@ -165,15 +189,19 @@ def epoch_range_dataset(
     own number (never from a counter the workers cannot share), and iterating the dataset again
     yields the same epochs again.
 
-    A plan costs O(records), so the dataset does not plan per batch: it keeps the rows of the last
-    epoch it planned (per iterator: on the service, per worker task) and plans again when a
-    batch of another epoch comes, about once per epoch per worker since each worker receives its
-    batch numbers in increasing order.
+    With `batch_plan_fn` the source is the numbers of blocks of `PLAN_BLOCK_BATCHES` batches (the
+    last block of an epoch may be shorter), each planned alone, so the service hands out blocks
+    and a worker holds one block's rows. A whole plan (`plan_fn`) costs O(records), so then the
+    dataset keeps the rows of the last epoch it planned (per iterator: on the service, per worker
+    task) and plans again when a batch of another epoch comes, about once per epoch per worker
+    since each worker receives its batch numbers in increasing order.
 
     Args:
       plan_fn: `plan_fn(epoch)` (int64 scalar tensor) returns a dict of int64 tensors, each with
         leading dimension `num_batches`: the global plan of that epoch. It must be a pure function
         of the epoch (stateless plans): the service plans an epoch on every worker that needs it.
+      batch_plan_fn: instead of `plan_fn` (give one of them), as in `epoch_dataset`: a pure
+        function of the epoch and the batch numbers.
       num_batches: global batches per epoch; a multiple of `num_workers`.
       start_epoch: the first epoch (>= 0).
       num_epochs: epochs to yield (>= 1); None for an unbounded range.
@@ -182,14 +210,16 @@ def epoch_range_dataset(
 
     Returns:
       A dataset of dicts: the plan's keys, each row without its leading dimension, plus
-      ``epoch`` (int64 scalar). Its cardinality is `num_epochs * steps`.
+      ``epoch`` (int64 scalar). Its cardinality is `num_epochs * steps` with `plan_fn`, unknown
+      with `batch_plan_fn` (the rows of blocks).
 
     Raises:
-      ValueError: `num_batches` below 1 or not a multiple of `num_workers`, a bad worker slice,
-        `start_epoch` below 0, `num_epochs` below 1, a `plan_fn` that does not return a dict
-        or returns one with an ``epoch`` key, or one whose known leading dimension is not
-        `num_batches`.
+      ValueError: not exactly one of `plan_fn` and `batch_plan_fn`, `num_batches` below 1 or
+        not a multiple of `num_workers`, a bad worker slice, `start_epoch` below 0, `num_epochs`
+        below 1, a plan function that does not return a dict or returns one with an ``epoch``
+        key, or one whose known leading dimension is not `num_batches`.
     """
+    _one_plan_fn(plan_fn, batch_plan_fn)
     steps = batches_per_worker(num_batches, num_workers, worker_index)
     if start_epoch < 0:
         raise ValueError(f"start_epoch must be >= 0, got {start_epoch}")
@@ -201,10 +231,11 @@ def epoch_range_dataset(
         if num_epochs is None
         else (start_epoch + num_epochs) * steps
     )
+    if batch_plan_fn is not None:
+        return _blocks_of_epochs(batch_plan_fn, first, last, steps, num_workers, worker_index)
+
     # Traced once more for the row shapes only (a graph, nothing runs).
-    spec = tf.data.Dataset.range(1).map(plan_fn).element_spec
-    if not isinstance(spec, dict) or "epoch" in spec:
-        raise ValueError(f"plan_fn must return a dict without an 'epoch' key, got {spec}")
+    spec = _check_keys(tf.data.Dataset.range(1).map(plan_fn))
 
     def this_slice(epoch: tf.Tensor) -> dict[str, tf.Tensor]:
         return {
@@ -229,6 +260,62 @@ def epoch_range_dataset(
     return tf.data.Dataset.range(first, last).scan(nothing_planned, step)
 
 
+def _blocks_of_epochs(
+    batch_plan_fn: Callable,
+    first: int,
+    last: int,
+    steps: int,
+    num_workers: int,
+    worker_index: int,
+) -> tf.data.Dataset:
+    """`epoch_range_dataset`'s rows of batch numbers `[first, last)` (multiples of `steps`, this
+    worker's batches per epoch), from a source of block numbers: each block is up to
+    `PLAN_BLOCK_BATCHES` consecutive batches of one epoch, planned in one `batch_plan_fn` call."""
+    blocks_per_epoch = -(-steps // PLAN_BLOCK_BATCHES)
+
+    def planned_block(block_number: tf.Tensor) -> dict[str, tf.Tensor]:
+        epoch = block_number // blocks_per_epoch
+        start = block_number % blocks_per_epoch * PLAN_BLOCK_BATCHES
+        rows_of_worker = tf.range(start, tf.minimum(start + PLAN_BLOCK_BATCHES, steps))
+        numbers = rows_of_worker * num_workers + worker_index
+        rows = _batch_rows(batch_plan_fn, epoch, numbers)
+        return {**rows, "epoch": tf.fill(tf.shape(numbers), epoch)}
+
+    epochs = (first // steps, last // steps)
+    blocks = tf.data.Dataset.range(epochs[0] * blocks_per_epoch, epochs[1] * blocks_per_epoch)
+    _check_keys(blocks.map(lambda number: _batch_rows(batch_plan_fn, number, number[None])))
+    # No assert_cardinality: under the service's distributed_epoch each worker holds a share.
+    return blocks.map(planned_block).unbatch()
+
+
+def _one_plan_fn(plan_fn: Callable | None, batch_plan_fn: Callable | None) -> None:
+    if (plan_fn is None) == (batch_plan_fn is None):
+        raise ValueError("give one of plan_fn (whole epochs) and batch_plan_fn (batches alone)")
+
+
+def _batch_rows(batch_plan_fn: Callable, epoch: tf.Tensor, numbers: tf.Tensor):
+    """`batch_plan_fn(epoch, numbers)`, each tensor checked to have a row per number."""
+    count = tf.size(numbers, out_type=tf.int64)
+
+    def checked(rows: tf.Tensor) -> tf.Tensor:
+        check = tf.debugging.Assert(
+            tf.equal(tf.shape(rows, out_type=tf.int64)[0], count),
+            ["the batch plan function returned a row count other than its batch numbers'"],
+        )
+        with tf.control_dependencies([check]):
+            return tf.identity(rows)
+
+    return tf.nest.map_structure(checked, batch_plan_fn(epoch, numbers))
+
+
+def _check_keys(rows: tf.data.Dataset) -> dict:
+    """The element spec of a dataset of plan rows, which must be a dict without ``epoch``."""
+    spec = rows.element_spec
+    if not isinstance(spec, dict) or "epoch" in spec:
+        raise ValueError(f"the plan function must return a dict without an 'epoch' key, got {spec}")
+    return spec
+
+
 def _epoch_in_progress(next_epoch: tf.Variable) -> tf.Tensor:
     # tf.debugging.Assert, not assert_positive: the latter's message ops cost milliseconds at
     # every iterator creation, that is every epoch.
@@ -244,16 +331,17 @@ def _epoch_in_progress(next_epoch: tf.Variable) -> tf.Tensor:
 
 
 def _check_rows(rows: tf.Tensor, num_batches: int) -> tf.Tensor:
+    """`rows`, checked to have `num_batches` rows (now where the shape is known)."""
     if rows.shape.rank is not None and rows.shape.rank > 0 and rows.shape[0] is not None:
         if rows.shape[0] != num_batches:
             raise ValueError(
-                f"plan_fn returned a plan whose leading dimension ({rows.shape[0]}) is not "
-                f"num_batches ({num_batches})"
+                f"the plan function returned rows whose leading dimension ({rows.shape[0]}) "
+                f"is not {num_batches}"
             )
         return rows
     check = tf.debugging.Assert(
         tf.equal(tf.shape(rows, out_type=tf.int64)[0], num_batches),
-        ["plan_fn returned a plan whose leading dimension is not num_batches"],
+        [f"the plan function returned rows whose leading dimension is not {num_batches}"],
     )
     with tf.control_dependencies([check]):
         return tf.identity(rows)

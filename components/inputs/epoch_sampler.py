@@ -17,7 +17,9 @@ class EpochSampler:
 
     A sampler sets `state` (`EpochState`), `worker_index`, `num_workers` and `num_batches`
     (global batches per epoch, a multiple of `num_workers`), and implements `_plan(epoch)` (the
-    global plan: a dict of int64 tensors with leading dimension `num_batches`),
+    global plan: a dict of int64 tensors with leading dimension `num_batches`) or, with
+    `plans_batches_alone`, `_plan_batches(epoch, batch_numbers)` (those rows of it, computed
+    from their numbers alone: the datasets then plan a batch at a time),
     `_load_batch(row, for_service=...)` (read and parse one batch; the row also holds its
     ``epoch``, for `SkipLog`), `_stores()` (the record stores it reads) and may extend
     `_service_problems()` (what keeps its dataset off tf.data service workers).
@@ -27,6 +29,9 @@ class EpochSampler:
     worker_index: int
     num_workers: int
     num_batches: int
+    # Whether `_plan_batches` computes any batch of an epoch from its number alone; if not, the
+    # datasets plan whole epochs (`_plan`).
+    plans_batches_alone: bool = False
     # The resume step of the datasets `dataset()` builds, and where `rewind` puts them back.
     _steps_to_skip: tf.Variable | None = None
     _built_at: tuple[list, int] | None = None
@@ -91,13 +96,22 @@ class EpochSampler:
         # Where `rewind` puts the dataset back: the state as it is now, the resume step armed.
         self._built_at = ([v.numpy() for v in self.state.variables], initial_step)
 
-        def plan_with_epoch(epoch: tf.Tensor) -> dict[str, tf.Tensor]:
+        def checked(epoch: tf.Tensor) -> tf.Tensor:
             with tf.control_dependencies([self.state.check_run(run_key, stream)]):
-                epoch = tf.identity(epoch)
+                return tf.identity(epoch)
+
+        def plan_with_epoch(epoch: tf.Tensor) -> dict[str, tf.Tensor]:
+            epoch = checked(epoch)
             return {**self._plan(epoch), "epoch": tf.fill([num_batches], epoch)}
 
+        def batches_with_epoch(epoch: tf.Tensor, numbers: tf.Tensor) -> dict[str, tf.Tensor]:
+            epoch = checked(epoch)
+            rows = self._plan_batches(epoch, numbers)
+            return {**rows, "epoch": tf.fill(tf.shape(numbers), epoch)}
+
         rows = epoch_dataset(
-            plan_with_epoch,
+            None if self.plans_batches_alone else plan_with_epoch,
+            batch_plan_fn=batches_with_epoch if self.plans_batches_alone else None,
             num_batches=num_batches,
             state=self.state,
             num_workers=self.num_workers,
@@ -144,7 +158,8 @@ class EpochSampler:
         """The batches of epochs `[start_epoch, start_epoch + num_epochs)` in one iteration, as a
         dataset that tf.data service workers can run (what `distributed_dataset` distributes).
 
-        Each batch is computed from its batch number (`epoch_range_dataset`), so its plan is the
+        Each batch is computed from its batch number (`epoch_range_dataset`; with
+        `plans_batches_alone`, a block of batches from the block's number), so its plan is the
         one `dataset()` yields for that epoch; the batches also hold ``epoch`` (int64 scalar),
         the epoch they belong to. Iterating again yields the same epochs again.
 
@@ -177,7 +192,8 @@ class EpochSampler:
         if start_epoch is None:
             start_epoch = int(self.state.epoch.numpy())
         rows = epoch_range_dataset(
-            self._plan,
+            None if self.plans_batches_alone else self._plan,
+            batch_plan_fn=self._plan_batches if self.plans_batches_alone else None,
             num_batches=self.num_batches,
             start_epoch=start_epoch,
             num_epochs=num_epochs,
@@ -213,8 +229,9 @@ class EpochSampler:
         dispatcher; start workers with `python -m tfx_dynamic_inputs.data_service_worker`).
 
         `processing_mode`:
-          * ``"distributed_epoch"``: the service hands each batch number to one worker, so the
-            client receives every batch of every epoch once (at most once if a worker is lost:
+          * ``"distributed_epoch"``: the service hands each batch number (with
+            `plans_batches_alone`, each block of batch numbers) to one worker, so the client
+            receives every batch of every epoch once (at most once if a worker is lost:
             the service's own guarantee), with each epoch's batches exactly `dataset()`'s for that
             epoch; the order across workers is not deterministic, and a few batches of
             consecutive epochs can interleave at their boundary (each batch carries ``epoch``).
@@ -265,6 +282,9 @@ class EpochSampler:
         raise NotImplementedError
 
     def _plan(self, epoch: tf.Tensor) -> dict[str, tf.Tensor]:
+        raise NotImplementedError
+
+    def _plan_batches(self, epoch: tf.Tensor, batch_numbers: tf.Tensor) -> dict[str, tf.Tensor]:
         raise NotImplementedError
 
     def _load_batch(

@@ -97,6 +97,8 @@ class MixedPairsSampler(EpochSampler):
         for batch in sampler.dataset(): ...   # x_index, y_index are global numbers
     """
 
+    plans_batches_alone = True
+
     def __init__(
         self,
         runs,
@@ -154,6 +156,9 @@ class MixedPairsSampler(EpochSampler):
 
     def _plan(self, epoch: tf.Tensor) -> dict[str, tf.Tensor]:
         return self.planner.plan(epoch)
+
+    def _plan_batches(self, epoch: tf.Tensor, batch_numbers: tf.Tensor) -> dict[str, tf.Tensor]:
+        return self.planner.plan_batches(epoch, batch_numbers)
 
     def _stores(self) -> list[RecordStore]:
         return [*self.x_stores, *self.y_stores]

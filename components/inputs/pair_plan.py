@@ -5,7 +5,8 @@ The valid pairs are a CSR index over the x records (`ValidPairs`: `row_splits` i
 (`GroupPairs`). An epoch's plan is computed in TF, vectorized over all x, from stateless
 randomness seeded by `(seed, epoch)`:
 
-* `uniform`: each x takes a uniformly random entry of its row (of its group);
+* `uniform`: each x takes a uniformly random entry of its row (of its group), drawn from a keyed
+  hash of the x and `(seed, epoch)` (`index_shuffle.keyed_uniform`);
 * `least_sampled`: each x takes one of its least-planned pairs: an x with d valid partners walks
   them in a fresh random order every d epochs (epoch `e` is step `e % d` of round `e // d`, the
   order a keyed permutation of the row, `index_shuffle`, keyed by x and the round). So within a
@@ -15,8 +16,10 @@ randomness seeded by `(seed, epoch)`:
   tf.data service worker). Group pairs walk their group's fixed random order (`group_pairs`).
 
 The x order of every epoch is a keyed permutation of `(seed, epoch)` (`index_shuffle`), cut into
-batches (`worker_slices.round_batches`): any batch's x come from its positions alone
-(`PairPlanner.epoch_order`); the y choices are still drawn for all x at once. With
+batches (`worker_slices.round_batches`). Every part of the plan is elementwise, so any batch of
+any epoch comes from its number alone in O(batch) time and memory
+(`PairPlanner.plan_batches`, what the samplers' datasets run), equal to that row of the whole
+epoch's plan (`PairPlanner.plan`, which chooses in x order, for sequential index reads). With
 `R` replicas, batches `[s * R, (s + 1) * R)` are step `s`'s global batch, and the order does not
 depend on `R`, so the stream of global batches is the same on any replica count that keeps
 `batch_size x R` (`PairPlanner.stream`).
@@ -37,7 +40,11 @@ from tfx_dynamic_inputs.inputs.epoch_plan import (
 )
 from tfx_dynamic_inputs.inputs.epoch_state import EpochState
 from tfx_dynamic_inputs.inputs.group_pairs import GroupPairs
-from tfx_dynamic_inputs.inputs.index_shuffle import gather_permuted, permuted_positions
+from tfx_dynamic_inputs.inputs.index_shuffle import (
+    gather_permuted,
+    keyed_uniform,
+    permuted_positions,
+)
 from tfx_dynamic_inputs.inputs.valid_pairs import ValidPairs
 from tfx_dynamic_inputs.inputs.variables import index_variable
 from tfx_dynamic_inputs.inputs.worker_slices import round_batches
@@ -109,7 +116,9 @@ class PairPlanner:
     Example:
 
         pairs = ValidPairs.build([[0, 1], [1], [0]])  # x 0 pairs with y 0 or 1, ...
-        PairPlanner(pairs, strategy="uniform", seed=0, batch_size=2).plan(0)["y_index"]  # [2, 2]
+        planner = PairPlanner(pairs, strategy="uniform", seed=0, batch_size=2)
+        planner.plan(0)["y_index"]  # int64 [2, 2]
+        planner.plan_batches(0, [1])["y_index"]  # int64 [1, 2], row 1 of the above
     """
 
     def __init__(
@@ -196,22 +205,9 @@ class PairPlanner:
         # Choices are made in x order, where every read of the index is sequential. The epoch's
         # order is then the keyed permutation of the planned x's positions, one position per
         # pair of the plan, and the pairs are gathered at it: half the time of shuffling the
-        # stacked (x, y) rows at 10M x, and any position's x is computable alone.
-        if isinstance(self.valid_pairs, GroupPairs):
-            chosen_y = self._group_choices(epoch)
-        else:
-            starts = self._row_splits[:-1]
-            degrees = self._row_splits[1:] - starts
-            if not self._all_x_planned:
-                starts = tf.gather(starts, self._planned_x)
-                degrees = tf.gather(degrees, self._planned_x)
-            if self.strategy == "uniform":
-                offsets = uniform_offsets(degrees, epoch_seed(self.seed, epoch, SALT_CHOICE))
-            else:
-                offsets = self._least_sampled_offsets(epoch, degrees)
-            chosen_y = tf.gather(self._values, starts + offsets)
+        # stacked (x, y) rows at 10M x.
         order, y_index = gather_permuted(
-            chosen_y,
+            self._choices(epoch),
             self._epoch_positions(),
             len(self.valid_pairs.planned_x),
             self._order_seed(epoch),
@@ -219,6 +215,45 @@ class PairPlanner:
         x_index = order if self._all_x_planned else tf.gather(self._planned_x, order)
         shape = [self.num_batches, self.batch_size]
         return {"x_index": tf.reshape(x_index, shape), "y_index": tf.reshape(y_index, shape)}
+
+    def plan_batches(self, epoch, batch_numbers) -> dict[str, tf.Tensor]:
+        """Rows `batch_numbers` of `plan(epoch)`, computed from their numbers alone.
+
+        O(len(batch_numbers) x batch_size) time and memory: nothing of the epoch's size is
+        built, so a batch (a resume, a tf.data service worker's share) costs the same at 10M x as
+        at 1,000.
+
+        Args:
+          epoch: int64 scalar, a Python int or a tensor.
+          batch_numbers: int64 [n], global batch numbers, each in `[0, num_batches)`.
+
+        Returns:
+          ``x_index`` and ``y_index``: int64 [n, batch_size], equal to
+          `tf.gather(plan(epoch)[key], batch_numbers)`.
+
+        Raises:
+          tf.errors.InvalidArgumentError: when run, a batch number outside `[0, num_batches)`.
+
+        Example:
+
+            planner.plan_batches(3, [0, 5])["y_index"]  # batches 0 and 5 of epoch 3
+        """
+        epoch = tf.convert_to_tensor(epoch, tf.int64)
+        batch_numbers = tf.convert_to_tensor(batch_numbers, tf.int64)
+        in_range = tf.debugging.Assert(
+            tf.reduce_all((batch_numbers >= 0) & (batch_numbers < self.num_batches)),
+            [f"plan_batches: a batch number is outside [0, {self.num_batches})"],
+        )
+        with tf.control_dependencies([in_range]):
+            columns = tf.range(self.batch_size, dtype=tf.int64)
+            positions = tf.reshape(batch_numbers[:, None] * self.batch_size + columns, [-1])
+        planned = self.epoch_order(epoch, positions)
+        x_index = planned if self._all_x_planned else tf.gather(self._planned_x, planned)
+        shape = [-1, self.batch_size]
+        return {
+            "x_index": tf.reshape(x_index, shape),
+            "y_index": tf.reshape(self._choices(epoch, planned), shape),
+        }
 
     def epoch_order(self, epoch, positions=None) -> tf.Tensor:
         """Which planned x (its position in `valid_pairs.planned_x`) each pair of the epoch is.
@@ -258,6 +293,24 @@ class PairPlanner:
     def _order_seed(self, epoch) -> tf.Tensor:
         return epoch_seed(self.seed, tf.convert_to_tensor(epoch, tf.int64), SALT_ORDER)
 
+    def _choices(self, epoch: tf.Tensor, planned: tf.Tensor | None = None) -> tf.Tensor:
+        """int64 [n]: the y each of the `planned` x (positions in `valid_pairs.planned_x`; None:
+        all of them, in order) takes in `epoch`. Each x's choice depends on that x alone."""
+        x = self._planned_x if planned is None else tf.gather(self._planned_x, planned)
+        if isinstance(self.valid_pairs, GroupPairs):
+            return self._group_choices(epoch, planned, x)
+        if planned is None and self._all_x_planned:
+            starts = self._row_splits[:-1]
+            degrees = self._row_splits[1:] - starts
+        else:
+            starts = tf.gather(self._row_splits, x)
+            degrees = tf.gather(self._row_splits, x + 1) - starts
+        if self.strategy == "uniform":
+            offsets = keyed_offsets(degrees, epoch_seed(self.seed, epoch, SALT_CHOICE), x)
+        else:
+            offsets = self._least_sampled_offsets(epoch, degrees, x)
+        return tf.gather(self._values, starts + offsets)
+
     def _init_groups(self, pairs: GroupPairs) -> None:
         x_group = pairs.x_group if self._all_x_planned else pairs.x_group[pairs.planned_x]
         self._planned_group = index_variable(x_group, tf.int64, name="planned_group")
@@ -273,29 +326,37 @@ class PairPlanner:
             # Where each x starts its walk along its group's order: one draw, kept, so that no
             # epoch draws it again.
             sizes = tf.gather(self._group_sizes, self._planned_group)
-            walk_starts = uniform_offsets(sizes, epoch_seed(self.seed, -1, SALT_GROUP_START))
+            walk_starts = keyed_offsets(
+                sizes, epoch_seed(self.seed, -1, SALT_GROUP_START), self._planned_x
+            )
             self._walk_starts = index_variable(walk_starts, name="walk_starts")
         self._group_values = index_variable(group_values, name="group_values")
 
-    def _group_choices(self, epoch: tf.Tensor) -> tf.Tensor:
-        """int64 [num_planned]: the y each planned x takes in `epoch`, drawn from its group."""
-        starts = tf.gather(self._group_starts, self._planned_group)
-        sizes = tf.gather(self._group_sizes, self._planned_group)
+    def _group_choices(self, epoch: tf.Tensor, planned: tf.Tensor | None, x: tf.Tensor):
+        """int64 [n]: the y each of the `planned` x (record numbers `x`) takes in `epoch`, drawn
+        from its group."""
+        group = self._planned_group if planned is None else tf.gather(self._planned_group, planned)
+        starts = tf.gather(self._group_starts, group)
+        sizes = tf.gather(self._group_sizes, group)
         if self.strategy == "uniform":
-            offsets = uniform_offsets(sizes, epoch_seed(self.seed, epoch, SALT_CHOICE))
+            offsets = keyed_offsets(sizes, epoch_seed(self.seed, epoch, SALT_CHOICE), x)
         else:
-            offsets = tf.math.floormod(self._walk_starts + epoch, sizes)
+            walk_starts = (
+                self._walk_starts if planned is None else tf.gather(self._walk_starts, planned)
+            )
+            offsets = tf.math.floormod(walk_starts + epoch, sizes)
         return tf.gather(self._group_values, starts + offsets)
 
-    def _least_sampled_offsets(self, epoch: tf.Tensor, degrees: tf.Tensor) -> tf.Tensor:
-        """int64 [num_planned]: the offset in its row of the pair each planned x takes.
+    def _least_sampled_offsets(self, epoch: tf.Tensor, degrees: tf.Tensor, x: tf.Tensor):
+        """int64 [n]: the offset in its row (of size `degrees`) of the pair each x (record
+        numbers `x`) takes.
 
         Step `epoch % d` of round `epoch // d` of a walk over the row in the round's random order
         (the module docstring); the key of the order is the x and the round.
         """
         rounds = epoch // degrees
         # Unique per (x, round) while rounds * num_x stays in int64 (10M x: 9e11 rounds).
-        tweak = self._planned_x + rounds * self.valid_pairs.num_x
+        tweak = x + rounds * self.valid_pairs.num_x
         return permuted_positions(
             tf.math.floormod(epoch, degrees),
             degrees,
@@ -304,15 +365,22 @@ class PairPlanner:
         )
 
 
-def uniform_offsets(sizes: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-    """A uniform random offset into each row, a pure function of the stateless `seed`.
+def keyed_offsets(sizes: tf.Tensor, seed: tf.Tensor, keys: tf.Tensor) -> tf.Tensor:
+    """A uniform random offset into each row, drawn for each key alone: a pure function of
+    `(seed, key)`, so an x draws the same in a whole epoch's plan and in any batch of it.
 
     Args:
       sizes: int64 [n], the row sizes (all >= 1).
-      seed: int64 [2] stateless seed.
+      seed: int64 [2] stateless seed (`epoch_plan.epoch_seed`).
+      keys: int64 [n], what each draw is for (the x record numbers); distinct keys draw
+        independently.
 
     Returns:
       int64 [n]: entry `i` is uniform in `[0, sizes[i])`.
+
+    Example:
+
+        keyed_offsets(tf.constant([3, 1], tf.int64), epoch_seed(0, 2), tf.range(2, dtype=tf.int64))
     """
-    uniform = tf.random.stateless_uniform(tf.shape(sizes), seed, dtype=tf.float64)
+    uniform = keyed_uniform(seed, keys, salt=0)
     return tf.minimum(tf.cast(uniform * tf.cast(sizes, tf.float64), tf.int64), sizes - 1)

@@ -158,6 +158,8 @@ class DynamicPairsSampler(EpochSampler):
         model.fit(sampler.dataset(), epochs=10, steps_per_epoch=sampler.steps_per_epoch)
     """
 
+    plans_batches_alone = True
+
     def __init__(
         self,
         x,
@@ -256,6 +258,9 @@ class DynamicPairsSampler(EpochSampler):
 
     def _plan(self, epoch: tf.Tensor) -> dict[str, tf.Tensor]:
         return self.planner.plan(epoch)
+
+    def _plan_batches(self, epoch: tf.Tensor, batch_numbers: tf.Tensor) -> dict[str, tf.Tensor]:
+        return self.planner.plan_batches(epoch, batch_numbers)
 
     def _stores(self) -> list[RecordStore]:
         return [self.x_store, self.y_store]

@@ -35,6 +35,7 @@ from tfx_dynamic_inputs.inputs import (
     ServiceUnsupportedError,
     StoreOptions,
     ValidPairs,
+    epoch_plan,
 )
 from tfx_dynamic_inputs.inputs.epoch_plan import epoch_dataset, epoch_range_dataset
 from tfx_dynamic_inputs.inputs.epoch_state import EpochState
@@ -565,6 +566,43 @@ def test_epoch_range_yields_the_epochs_epoch_dataset_yields(num_workers, worker_
             np.testing.assert_array_equal(row[key], want[key])
     # Iterating again replays the same range.
     assert [r["epoch"] for r in ranged.as_numpy_iterator()] == [r["epoch"] for r in got]
+
+
+@pytest.mark.parametrize("num_workers, worker_index, block", [(1, 0, 4), (3, 2, 64), (2, 1, 1)])
+def test_epoch_range_of_batches_planned_alone(monkeypatch, num_workers, worker_index, block):
+    """With `batch_plan_fn`, the same rows as the whole-epoch form, planned in blocks of
+    `PLAN_BLOCK_BATCHES` of one epoch each (the last block of an epoch shorter)."""
+    monkeypatch.setattr(epoch_plan, "PLAN_BLOCK_BATCHES", block)
+    num_batches, calls = 12, tf.Variable(0, dtype=tf.int64)
+    whole = _plan(num_batches, 3)
+
+    def batch_plan_fn(epoch, numbers):
+        tf.debugging.assert_less_equal(tf.size(numbers), block)
+        with tf.control_dependencies([calls.assign_add(1)]):
+            return {key: tf.gather(rows, numbers) for key, rows in whole(epoch).items()}
+
+    slice_args = {"num_workers": num_workers, "worker_index": worker_index}
+    expected = epoch_range_dataset(
+        whole, num_batches=num_batches, start_epoch=2, num_epochs=2, **slice_args
+    )
+    ranged = epoch_range_dataset(
+        batch_plan_fn=batch_plan_fn,
+        num_batches=num_batches,
+        start_epoch=2,
+        num_epochs=2,
+        **slice_args,
+    )
+    steps = num_batches // num_workers
+    got = list(ranged.as_numpy_iterator())
+    want = list(expected.as_numpy_iterator())
+    assert len(got) == len(want) == 2 * steps
+    assert int(calls.numpy()) == 2 * -(-steps // block)
+    for row, wanted in zip(got, want, strict=True):
+        assert row.keys() == wanted.keys()
+        for key in row:
+            np.testing.assert_array_equal(row[key], wanted[key])
+    with pytest.raises(ValueError, match="give one of plan_fn"):
+        epoch_range_dataset(whole, batch_plan_fn=batch_plan_fn, num_batches=6, start_epoch=0)
 
 
 def test_epoch_range_arguments():

@@ -69,17 +69,34 @@ def _plan(num_batches: int, width: int, seed: int = 0):
     return plan_fn
 
 
+FORMS = ("whole_epochs", "batches_alone")
+
+
+def _plans(form: str, num_batches: int, width: int, seed: int = 0) -> dict:
+    """`epoch_dataset`'s plan argument in either form, of the same plan: `plan_fn`, or
+    `batch_plan_fn` returning the rows asked for."""
+    plan_fn = _plan(num_batches, width, seed)
+    if form == "whole_epochs":
+        return {"plan_fn": plan_fn}
+
+    def batch_plan_fn(epoch, numbers):
+        return {"ids": tf.gather(plan_fn(epoch)["ids"], numbers)}
+
+    return {"batch_plan_fn": batch_plan_fn}
+
+
 def _rows(dataset) -> list[list[int]]:
     return [element["ids"].tolist() for element in dataset.as_numpy_iterator()]
 
 
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("num_workers", [1, 2, 3])
-def test_each_iteration_is_the_next_epoch(num_workers):
+def test_each_iteration_is_the_next_epoch(num_workers, form):
     num_batches, width = 6, 4
     for worker in range(num_workers):
         state = EpochState()
         ds = epoch_dataset(
-            _plan(num_batches, width),
+            **_plans(form, num_batches, width),
             num_batches=num_batches,
             state=state,
             num_workers=num_workers,
@@ -98,13 +115,14 @@ def test_each_iteration_is_the_next_epoch(num_workers):
     num_workers=st.integers(1, 4),
     batches_per_worker=st.integers(1, 5),
     seed=st.integers(0, 1000),
+    form=st.sampled_from(FORMS),
 )
-def test_worker_slices_are_disjoint_and_cover_the_plan(num_workers, batches_per_worker, seed):
+def test_worker_slices_are_disjoint_and_cover_the_plan(num_workers, batches_per_worker, seed, form):
     num_batches, width = num_workers * batches_per_worker, 3
     per_worker = [
         _rows(
             epoch_dataset(
-                _plan(num_batches, width, seed),
+                **_plans(form, num_batches, width, seed),
                 num_batches=num_batches,
                 state=EpochState(),
                 num_workers=num_workers,
@@ -119,21 +137,28 @@ def test_worker_slices_are_disjoint_and_cover_the_plan(num_workers, batches_per_
 
 
 @FEW
-@given(epoch=st.integers(0, 3), step=st.integers(1, 5), num_workers=st.sampled_from([1, 2]))
-def test_resume_from_checkpoint_yields_exactly_the_rest(tmp_path_factory, epoch, step, num_workers):
+@given(
+    epoch=st.integers(0, 3),
+    step=st.integers(1, 5),
+    num_workers=st.sampled_from([1, 2]),
+    form=st.sampled_from(FORMS),
+)
+def test_resume_from_checkpoint_yields_exactly_the_rest(
+    tmp_path_factory, epoch, step, num_workers, form
+):
     num_batches = 6 * num_workers
-    plan = _plan(num_batches, 2)
+    plan = _plans(form, num_batches, 2)
     directory = tmp_path_factory.mktemp("ckpt")
 
     # Reference: an uninterrupted run of epochs 0..epoch+1 on worker 0.
     state = EpochState()
-    ds = epoch_dataset(plan, num_batches=num_batches, state=state, num_workers=num_workers)
+    ds = epoch_dataset(**plan, num_batches=num_batches, state=state, num_workers=num_workers)
     reference = [_rows(ds) for _ in range(epoch + 2)]
 
     # Interrupted run: stop after `step` batches of `epoch`, checkpointing the state then.
     state = EpochState()
     checkpoint = tf.train.Checkpoint(sampler=state)
-    ds = epoch_dataset(plan, num_batches=num_batches, state=state, num_workers=num_workers)
+    ds = epoch_dataset(**plan, num_batches=num_batches, state=state, num_workers=num_workers)
     for _ in range(epoch):
         _rows(ds)
     iterator = iter(ds)
@@ -144,7 +169,7 @@ def test_resume_from_checkpoint_yields_exactly_the_rest(tmp_path_factory, epoch,
     restored = EpochState()
     tf.train.Checkpoint(sampler=restored).read(path).assert_consumed()
     resumed = epoch_dataset(
-        plan, num_batches=num_batches, state=restored, num_workers=num_workers, initial_step=step
+        **plan, num_batches=num_batches, state=restored, num_workers=num_workers, initial_step=step
     )
     rest_of_epoch = _rows(resumed)
     assert seen + rest_of_epoch == reference[epoch]
@@ -167,10 +192,14 @@ def test_bad_arguments_are_rejected():
         epoch_dataset(plan, num_batches=0, state=EpochState())
     with pytest.raises(ValueError, match="initial_epoch"):
         EpochState(initial_epoch=-1)
-    with pytest.raises(ValueError, match=r"leading dimension \(4\) is not num_batches \(3\)"):
+    with pytest.raises(ValueError, match=r"leading dimension \(4\) is not 3"):
         epoch_dataset(plan, num_batches=3, state=EpochState())
+    with pytest.raises(ValueError, match="give one of plan_fn"):
+        epoch_dataset(num_batches=4, state=EpochState())
+    with pytest.raises(ValueError, match="give one of plan_fn"):
+        epoch_dataset(plan, batch_plan_fn=lambda e, b: plan(e), num_batches=4, state=EpochState())
     dynamic = epoch_dataset(
         lambda epoch: {"ids": tf.zeros([epoch + 1, 2], tf.int64)}, num_batches=3, state=EpochState()
     )
-    with pytest.raises(tf.errors.InvalidArgumentError, match="not num_batches"):
+    with pytest.raises(tf.errors.InvalidArgumentError, match="leading dimension is not 3"):
         _rows(dynamic)

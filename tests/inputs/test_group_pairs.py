@@ -88,6 +88,27 @@ def test_uniform_draws_each_x_once_per_epoch_from_its_group(records, seed, batch
 
 
 @SETTINGS
+@given(
+    records=grouped_records(),
+    strategy=st.sampled_from(["uniform", "least_sampled"]),
+    seed=st.integers(0, 2**31 - 1),
+    batch_size=st.integers(1, 7),
+    epoch=st.integers(0, 2**40),
+    data=st.data(),
+)
+def test_any_batch_of_group_pairs_is_planned_alone(
+    records, strategy, seed, batch_size, epoch, data
+):
+    x_groups, y_groups = records
+    pairs = ValidPairs.from_groups(x_groups, y_groups)
+    planner = PairPlanner(pairs, strategy=strategy, seed=seed, batch_size=batch_size)
+    numbers = data.draw(st.lists(st.integers(0, planner.num_batches - 1), min_size=1, max_size=3))
+    whole, alone = planner.plan(epoch), planner.plan_batches(epoch, numbers)
+    for key in ("x_index", "y_index"):
+        assert alone[key].numpy().tolist() == whole[key].numpy()[numbers].tolist(), key
+
+
+@SETTINGS
 @given(records=grouped_records(), seed=st.integers(0, 2**31 - 1), start=st.integers(0, 5))
 def test_least_sampled_meets_every_y_of_the_group_once_per_group_size_epochs(records, seed, start):
     x_groups, y_groups = records

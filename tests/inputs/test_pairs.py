@@ -13,6 +13,7 @@ from scipy import stats
 
 from tests.inputs import runs
 from tfx_dynamic_inputs.inputs import (
+    DynamicPairsSampler,
     ImageSpec,
     PairingState,
     StoreOptions,
@@ -111,6 +112,63 @@ def test_any_batch_of_x_is_computed_from_its_number_alone(
     positions = tf.range(batch * batch_size, (batch + 1) * batch_size, dtype=tf.int64)
     alone = planner.valid_pairs.planned_x[planner.epoch_order(epoch, positions).numpy()]
     assert alone.tolist() == planner.plan(epoch)["x_index"].numpy()[batch].tolist()
+
+
+@FEW
+@given(
+    graph=pair_graphs(),
+    strategy=st.sampled_from(["uniform", "least_sampled"]),
+    batch_size=st.integers(1, 9),
+    remainder=st.sampled_from(["wrap", "drop"]),
+    unplanned=st.sets(st.integers(0, 39), max_size=10),
+    epoch=st.integers(0, 2**40),
+    data=st.data(),
+)
+def test_any_batch_is_planned_alone_as_in_the_whole_epoch(
+    graph, strategy, batch_size, remainder, unplanned, epoch, data
+):
+    """`plan_batches` of any batch numbers is those rows of `plan`, x and y, for both strategies,
+    both remainders and with x left out of the plan (an empty valid list)."""
+    rows, num_y = graph
+    rows = [[] if x in unplanned else row for x, row in enumerate(rows)]
+    assume(any(rows))
+    valid = ValidPairs.build(rows, num_y=num_y, on_invalid="skip")
+    assume(remainder == "wrap" or len(valid.planned_x) >= batch_size)
+    planner = PairPlanner(
+        valid, strategy=strategy, seed=7, batch_size=batch_size, remainder=remainder
+    )
+    numbers = data.draw(st.lists(st.integers(0, planner.num_batches - 1), min_size=1, max_size=4))
+    whole, alone = planner.plan(epoch), planner.plan_batches(epoch, numbers)
+    for key in ("x_index", "y_index"):
+        assert alone[key].numpy().tolist() == whole[key].numpy()[numbers].tolist(), key
+
+
+def test_plan_batches_refuses_a_batch_number_out_of_range():
+    planner = _planner([[0], [1], [0, 1]], 2, batch_size=2)
+    assert planner.num_batches == 2
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"outside \[0, 2\)"):
+        planner.plan_batches(0, [2])
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_each_x_draws_uniformly_and_afresh_every_epoch(seed):
+    """Over epochs, each x's uniform choice is uniform over its row, and a choice does not
+    predict the next epoch's (the draw is keyed by the x and the epoch)."""
+    degree, epochs = 3, 900
+    rows = [list(range(degree)), [2, 0, 1, 3], [1, 0, 3]]
+    planner = _planner(rows, 4, seed=seed, batch_size=3)
+    plan = tf.function(planner.plan)
+    chosen = np.empty((epochs, len(rows)), np.int64)
+    for epoch in range(epochs):
+        planned = plan(tf.constant(epoch, tf.int64))
+        xs, ys = planned["x_index"].numpy().ravel(), planned["y_index"].numpy().ravel()
+        chosen[epoch, xs] = ys
+    for x, row in enumerate(rows):
+        counts = np.bincount(chosen[:, x], minlength=4)[row]
+        assert stats.chisquare(counts).pvalue > 1e-3, (x, counts)
+    # Consecutive epochs of x 0: the 9 (this, next) pairs of choices are equally frequent.
+    transitions = np.bincount(chosen[:-1, 0] * degree + chosen[1:, 0], minlength=degree**2)
+    assert stats.chisquare(transitions).pvalue > 1e-3, transitions
 
 
 @FEW
@@ -429,6 +487,29 @@ def test_damaged_records_skip_their_pairs(tmp_path):
     xs = [x for b in skipping.as_numpy_iterator() for x in b["x_index"].tolist()]
     assert sorted(xs) == [i for i in range(12) if i != 5]
     assert x_store.damaged_count.numpy() == 1
+
+
+@pytest.mark.parametrize("strategy", ["uniform", "least_sampled"])
+def test_the_datasets_plan_a_batch_at_a_time(monkeypatch, strategy):
+    """`dataset()` and `epochs_dataset()` never build a whole epoch's plan: each batch is
+    planned from its number, and is the row of the whole plan all the same."""
+    rows = [[0, 1], [1], [2], [3, 0], [0], [2, 3], [1, 2]]
+    sampler = DynamicPairsSampler(
+        np.arange(7), np.arange(4), rows, batch_size=2, strategy=strategy, seed=3
+    )
+    expected = [sampler.planner.plan(epoch) for epoch in range(2)]
+
+    def whole_epoch(epoch):
+        raise AssertionError("the dataset planned a whole epoch")
+
+    monkeypatch.setattr(sampler.planner, "plan", whole_epoch)
+    dataset = sampler.dataset()
+    for epoch in range(2):
+        got = [batch["y_index"].tolist() for batch in dataset.as_numpy_iterator()]
+        assert got == expected[epoch]["y_index"].numpy().tolist()
+    ranged = sampler.epochs_dataset(start_epoch=0, num_epochs=2)
+    got = [batch["y_index"].tolist() for batch in ranged.as_numpy_iterator()]
+    assert got == [row for plan in expected for row in plan["y_index"].numpy().tolist()]
 
 
 def test_datasets_as_inputs():
