@@ -163,7 +163,10 @@ def epoch_dataset(
 
     dataset = tf.data.Dataset.range(1).flat_map(one_epoch)
     if batch_plan_fn is not None:
-        dataset = dataset.map(partial(_batch_rows, batch_plan_fn)).unbatch()
+        # The next block is planned while the reads of this one's batches run (without the
+        # prefetch, the parallel read map waited on each block: about 5% of the pairs' rate).
+        rows = dataset.map(partial(_batch_rows, batch_plan_fn)).unbatch()
+        dataset = rows.prefetch(PLAN_BLOCK_BATCHES)
     if initial_step == 0:
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(worker_batches))
     return dataset
