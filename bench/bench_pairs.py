@@ -7,7 +7,8 @@
      first `--baseline-x` x and extrapolated (reported as such);
    * ours: `PairPlanner.plan` (uniform and least_sampled) inside a `tf.function`, whole epoch.
 2. **Scale**: one uniform (and one least_sampled) plan of 10M x, average degree 8 (`--quick`: 1M),
-   whole epoch (`plan`) and one batch alone (`plan_batches`, what the datasets run per batch).
+   whole epoch (`plan`) and one batch alone (`plan_batches`); and the time to an epoch's first
+   plan row, planned whole against a block planned alone (what the datasets run).
 3. **End to end** records/s (2 records per pair) of `dynamic_pairs` on the disk backend, reading
    and `parse_example`-ing x and y records by index, vs a sequential `TFRecordDataset` +
    `batch` + `parse_example` pass over the same shards. Page cache warm (one pass first).
@@ -44,6 +45,8 @@ from tfx_dynamic_inputs.inputs import (  # noqa: E402
     dynamic_pairs,
     open_pairs_run,
 )
+from tfx_dynamic_inputs.inputs.epoch_plan import epoch_dataset  # noqa: E402
+from tfx_dynamic_inputs.inputs.epoch_state import EpochState  # noqa: E402
 from tfx_dynamic_inputs.inputs.pair_plan import PairPlanner  # noqa: E402
 
 BATCH_SIZE = 256
@@ -189,6 +192,29 @@ def time_batch_plan(valid: ValidPairs, strategy: str, repeats: int) -> float:
     return statistics.median(times)
 
 
+def time_first_rows(valid: ValidPairs, strategy: str, repeats: int) -> dict[str, float]:
+    """Median seconds to an epoch's first plan row from a fresh iterator of `epoch_dataset`
+    (what every epoch of the pairs datasets starts with), planned whole (`plan`) against a block
+    planned alone (`plan_batches`), interleaved."""
+    planner = PairPlanner(valid, strategy=strategy, seed=0, batch_size=BATCH_SIZE)
+    forms = {
+        "whole_epoch": {"plan_fn": planner.plan},
+        "blocks_alone": {"batch_plan_fn": planner.plan_batches},
+    }
+    datasets = {
+        form: epoch_dataset(**plan, num_batches=planner.num_batches, state=EpochState())
+        for form, plan in forms.items()
+    }
+    times: dict[str, list[float]] = {form: [] for form in forms}
+    for attempt in range(repeats + 1):
+        for form, dataset in datasets.items():
+            start = time.perf_counter()
+            next(iter(dataset))
+            if attempt:  # the first is the warm-up (tracing)
+                times[form].append(time.perf_counter() - start)
+    return {form: statistics.median(seconds) for form, seconds in times.items()}
+
+
 def plan_rate(run_dir: str, baseline_x: int, repeats: int) -> dict:
     row_splits, values = layout.load_csr(layout.pairs_index_dir(run_dir), mmap=False)
     num_x = len(row_splits) - 1
@@ -217,6 +243,9 @@ def scale(num_x: int, repeats: int) -> dict:
     for strategy in ("uniform", "least_sampled"):
         result[f"{strategy}_plan_s"] = time_plan(valid, strategy, repeats)
         result[f"{strategy}_batch_plan_s"] = time_batch_plan(valid, strategy, repeats)
+        first_rows = time_first_rows(valid, strategy, repeats)
+        result[f"{strategy}_first_row_whole_epoch_s"] = first_rows["whole_epoch"]
+        result[f"{strategy}_first_row_blocks_alone_s"] = first_rows["blocks_alone"]
     return result
 
 
@@ -419,6 +448,15 @@ def print_summary(report: dict) -> None:
             f"{scale_result['least_sampled_plan_s']:.2f} s; one batch of {BATCH_SIZE} alone "
             f"{scale_result['uniform_batch_plan_s'] * 1e3:.2f} / "
             f"{scale_result['least_sampled_batch_plan_s'] * 1e3:.2f} ms"
+        )
+        print(
+            "  an epoch's first plan row: uniform {:.3f} s planned in blocks vs {:.3f} s whole, "
+            "least_sampled {:.3f} vs {:.3f} s".format(
+                scale_result["uniform_first_row_blocks_alone_s"],
+                scale_result["uniform_first_row_whole_epoch_s"],
+                scale_result["least_sampled_first_row_blocks_alone_s"],
+                scale_result["least_sampled_first_row_whole_epoch_s"],
+            )
         )
     if "end_to_end" in report:
         e2e = report["end_to_end"]
