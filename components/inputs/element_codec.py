@@ -9,7 +9,7 @@ elements (audio of any length) comes back as a `tf.RaggedTensor` [B, None, ...].
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -163,6 +163,9 @@ def _lists_for_integer_keys(node):
 
 # --------------------------------------------------------------------------------- encoding
 
+# Rows `ExampleEncoder.encode_rows` makes records of at once (their layout copied that often).
+ROWS_PER_BLOCK = 4096
+
 
 class ExampleEncoder:
     """Encodes elements as Examples, one bytes feature per component.
@@ -208,6 +211,66 @@ class ExampleEncoder:
                 f"element has components {sorted(feature)}, expected {sorted(expected)}"
             )
         return examples.serialize_example(feature)
+
+    def encode_rows(self, arrays: Sequence[np.ndarray], keys: Sequence[str]) -> Iterator[bytes]:
+        """The records of the rows of numeric arrays: record `i` holds row `i` of each array as
+        the component of its key, the same bytes as `encode` of that element.
+
+        Every row has the same components, so every record the same layout: only the component
+        bytes differ, at fixed places. The records are made a block of `ROWS_PER_BLOCK` rows at
+        a time by writing those bytes into copies of the layout (NumPy), not element by element
+        (about 37 us an element through `encode`).
+
+        Args:
+          arrays: numeric arrays with a common first dimension, one per component.
+          keys: each array's component key (`Component.key`).
+
+        Yields:
+          The serialized `tf.train.Example` of each row, in order.
+
+        Raises:
+          ValueError: a string array, or the errors of `encode` (components that are not the
+            declared ones, or differ from the elements before).
+
+        Example:
+
+            encoder = ExampleEncoder(None)
+            records = list(encoder.encode_rows([np.zeros([3, 2], np.float32)], [SINGLE_KEY]))
+        """
+        num_rows = len(arrays[0])
+        if not num_rows:
+            return
+        for key, array in zip(keys, arrays, strict=True):
+            if self._observe(key, np.asarray(array[0])).dtype == tf.string:
+                raise ValueError(f"component {key!r}: encode_rows takes numeric arrays only")
+        expected = self._declared if self._declared is not None else self._observed
+        if set(keys) != set(expected):
+            raise ValueError(
+                f"elements have components {sorted(keys)}, expected {sorted(expected)}"
+            )
+        # The component bytes of each row, as `_component_bytes` makes them, in the records'
+        # order of features (their keys' UTF-8 bytes, as `examples.serialize_example` sorts).
+        order = sorted(range(len(keys)), key=lambda i: keys[i].encode("utf-8"))
+        row_bytes = [
+            _little_endian(arrays[i]).reshape(len(arrays[i]), -1).view(np.uint8) for i in order
+        ]
+        widths = {keys[i]: rows.shape[1] for i, rows in zip(order, row_bytes, strict=True)}
+        # Two records whose component bytes are all 0x00 and all 0xff differ exactly there.
+        zeros, ones = (
+            np.frombuffer(
+                examples.serialize_example(
+                    {key: examples.bytes_feature(fill * width) for key, width in widths.items()}
+                ),
+                np.uint8,
+            )
+            for fill in (b"\x00", b"\xff")
+        )
+        component_at = np.flatnonzero(zeros != ones)
+        for start in range(0, num_rows, ROWS_PER_BLOCK):
+            stop = min(start + ROWS_PER_BLOCK, num_rows)
+            records = np.repeat(zeros[None], stop - start, axis=0)
+            records[:, component_at] = np.concatenate([rows[start:stop] for rows in row_bytes], 1)
+            yield from (record.tobytes() for record in records)
 
     def components(self) -> list[Component]:
         """The components seen so far, a dimension None where it varied (for `tensor_parser`).
@@ -258,7 +321,15 @@ def _component_bytes(array: np.ndarray, component: Component) -> bytes:
     if component.dtype == tf.string:
         item = array.item()
         return item.encode() if isinstance(item, str) else bytes(item)
-    return np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+    return _little_endian(array).tobytes()
+
+
+def _little_endian(array: np.ndarray) -> np.ndarray:
+    """`array` in C order and little-endian bytes, the stored form of a numeric component; a
+    bool is stored as byte 0 or 1 (a bool array viewed from other bytes may hold any byte)."""
+    if array.dtype.kind == "b":
+        return np.ascontiguousarray(array).view(np.uint8) != 0
+    return np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False)
 
 
 # --------------------------------------------------------------------------------- decoding

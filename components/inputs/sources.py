@@ -93,8 +93,8 @@ def record_store_from(
         encode_fn = encoder.encode
     sink = _RecordSink(cache_dir, record_set, memory_budget_bytes, shard_bytes)
     try:
-        for element in _elements(source, load_fn):
-            sink.add(encode_fn(element))
+        for record in _records(source, load_fn, encode_fn, encoder):
+            sink.add(record)
         if sink.count == 0:
             raise ValueError("source has no elements")
         components = encoder.components() if encoder is not None else None
@@ -106,6 +106,17 @@ def record_store_from(
         raise
 
 
+def _records(source, load_fn, encode_fn, encoder: ExampleEncoder | None) -> Iterator[bytes]:
+    """The records of `source`'s elements: numeric arrays with the default encoding a block of
+    rows at a time (`ExampleEncoder.encode_rows`), anything else element by element."""
+    if encoder is not None and load_fn is None and not isinstance(source, tf.data.Dataset):
+        arrays = _arrays(source)
+        if all(array.dtype.kind not in "SOU" for array in arrays):
+            keys = [component.key for component in declared_components(source)]
+            return encoder.encode_rows(arrays, keys)
+    return (encode_fn(element) for element in _elements(source, load_fn))
+
+
 def _elements(source, load_fn) -> Iterator:
     if load_fn is not None:
         if isinstance(source, (str, bytes)) or not isinstance(source, Iterable):
@@ -115,6 +126,12 @@ def _elements(source, load_fn) -> Iterator:
         if source.cardinality() == tf.data.INFINITE_CARDINALITY:
             raise ValueError("source dataset is infinite; take() the part to store first")
         return source.as_numpy_iterator()
+    arrays = _arrays(source)
+    return (tf.nest.pack_sequence_as(source, [a[i] for a in arrays]) for i in range(len(arrays[0])))
+
+
+def _arrays(source) -> list[np.ndarray]:
+    """The leaves of an array source, checked to share their first dimension."""
     flat = tf.nest.flatten(source)
     if not flat:
         raise ValueError("source is empty")
@@ -125,8 +142,7 @@ def _elements(source, load_fn) -> Iterator:
             "array sources need a common first dimension (one element per row); got shapes "
             f"{[a.shape for a in arrays]}"
         )
-    (length,) = lengths
-    return (tf.nest.pack_sequence_as(source, [a[i] for a in arrays]) for i in range(length))
+    return arrays
 
 
 # --------------------------------------------------------------------------------- storage
