@@ -212,9 +212,9 @@ class ExampleEncoder:
             )
         return examples.serialize_example(feature)
 
-    def encode_rows(self, arrays: Sequence[np.ndarray], keys: Sequence[str]) -> Iterator[bytes]:
+    def encode_rows(self, arrays: Sequence[np.ndarray]) -> Iterator[bytes]:
         """The records of the rows of numeric arrays: record `i` holds row `i` of each array as
-        the component of its key, the same bytes as `encode` of that element.
+        its declared component, the same bytes as `encode` of that element.
 
         Every row has the same components, so every record the same layout: only the component
         bytes differ, at fixed places. The records are made a block of `ROWS_PER_BLOCK` rows at
@@ -222,32 +222,33 @@ class ExampleEncoder:
         (about 37 us an element through `encode`).
 
         Args:
-          arrays: numeric arrays with a common first dimension, one per component.
-          keys: each array's component key (`Component.key`).
+          arrays: numeric arrays with a common first dimension, one per declared component, in
+            their order (`declared_components` of the arrays' structure).
 
         Yields:
           The serialized `tf.train.Example` of each row, in order.
 
         Raises:
-          ValueError: a string array, or the errors of `encode` (components that are not the
-            declared ones, or differ from the elements before).
+          ValueError: an encoder without declared components, an array count other than theirs,
+            a string array, or the errors of `encode` (a component that differs from the
+            elements before).
 
         Example:
 
-            encoder = ExampleEncoder(None)
-            records = list(encoder.encode_rows([np.zeros([3, 2], np.float32)], [SINGLE_KEY]))
+            arrays = [np.zeros([3, 2], np.float32)]
+            records = list(ExampleEncoder(declared_components(arrays[0])).encode_rows(arrays))
         """
+        if self._declared is None:
+            raise ValueError("encode_rows needs the encoder's components declared")
+        keys = list(self._declared)
+        if len(arrays) != len(keys):
+            raise ValueError(f"{len(arrays)} arrays for the {len(keys)} components {keys}")
         num_rows = len(arrays[0])
         if not num_rows:
             return
         for key, array in zip(keys, arrays, strict=True):
             if self._observe(key, np.asarray(array[0])).dtype == tf.string:
                 raise ValueError(f"component {key!r}: encode_rows takes numeric arrays only")
-        expected = self._declared if self._declared is not None else self._observed
-        if set(keys) != set(expected):
-            raise ValueError(
-                f"elements have components {sorted(keys)}, expected {sorted(expected)}"
-            )
         # The component bytes of each row, as `_component_bytes` makes them, in the records'
         # order of features (their keys' UTF-8 bytes, as `examples.serialize_example` sorts).
         order = sorted(range(len(keys)), key=lambda i: keys[i].encode("utf-8"))

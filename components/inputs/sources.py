@@ -109,25 +109,21 @@ def record_store_from(
 def _records(source, load_fn, encode_fn, encoder: ExampleEncoder | None) -> Iterator[bytes]:
     """The records of `source`'s elements: numeric arrays with the default encoding a block of
     rows at a time (`ExampleEncoder.encode_rows`), anything else element by element."""
-    if encoder is not None and load_fn is None and not isinstance(source, tf.data.Dataset):
-        arrays = _arrays(source)
-        if all(array.dtype.kind not in "SOU" for array in arrays):
-            keys = [component.key for component in declared_components(source)]
-            return encoder.encode_rows(arrays, keys)
-    return (encode_fn(element) for element in _elements(source, load_fn))
-
-
-def _elements(source, load_fn) -> Iterator:
     if load_fn is not None:
         if isinstance(source, (str, bytes)) or not isinstance(source, Iterable):
             raise TypeError("with load_fn, source must be a sequence of ids")
-        return (load_fn(item) for item in source)
+        return (encode_fn(load_fn(item)) for item in source)
     if isinstance(source, tf.data.Dataset):
         if source.cardinality() == tf.data.INFINITE_CARDINALITY:
             raise ValueError("source dataset is infinite; take() the part to store first")
-        return source.as_numpy_iterator()
+        return (encode_fn(element) for element in source.as_numpy_iterator())
     arrays = _arrays(source)
-    return (tf.nest.pack_sequence_as(source, [a[i] for a in arrays]) for i in range(len(arrays[0])))
+    if encoder is not None and all(array.dtype.kind not in "SOU" for array in arrays):
+        return encoder.encode_rows(arrays)
+    elements = (
+        tf.nest.pack_sequence_as(source, [a[i] for a in arrays]) for i in range(len(arrays[0]))
+    )
+    return (encode_fn(element) for element in elements)
 
 
 def _arrays(source) -> list[np.ndarray]:

@@ -90,7 +90,7 @@ def test_array_rows_encode_to_the_bytes_of_each_element(source, rows_per_block):
     rows = ExampleEncoder(components)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(element_codec, "ROWS_PER_BLOCK", rows_per_block)
-        assert list(rows.encode_rows(arrays, [c.key for c in components])) == expected
+        assert list(rows.encode_rows(arrays)) == expected
     assert rows.components() == one_by_one.components()
 
 
