@@ -207,12 +207,12 @@ class PairPlanner:
         # pair of the plan, and the pairs are gathered at it: half the time of shuffling the
         # stacked (x, y) rows at 10M x.
         order, y_index = gather_permuted(
-            self._choices(epoch),
+            self._choices(epoch, None, self._planned_x),
             self._epoch_positions(),
             len(self.valid_pairs.planned_x),
             self._order_seed(epoch),
         )
-        x_index = order if self._all_x_planned else tf.gather(self._planned_x, order)
+        x_index = self._record_numbers(order)
         shape = [self.num_batches, self.batch_size]
         return {"x_index": tf.reshape(x_index, shape), "y_index": tf.reshape(y_index, shape)}
 
@@ -248,12 +248,17 @@ class PairPlanner:
             columns = tf.range(self.batch_size, dtype=tf.int64)
             positions = tf.reshape(batch_numbers[:, None] * self.batch_size + columns, [-1])
         planned = self.epoch_order(epoch, positions)
-        x_index = planned if self._all_x_planned else tf.gather(self._planned_x, planned)
+        x_index = self._record_numbers(planned)
         shape = [-1, self.batch_size]
         return {
             "x_index": tf.reshape(x_index, shape),
-            "y_index": tf.reshape(self._choices(epoch, planned), shape),
+            "y_index": tf.reshape(self._choices(epoch, planned, x_index), shape),
         }
+
+    def _record_numbers(self, planned: tf.Tensor) -> tf.Tensor:
+        """The x record numbers of positions in `valid_pairs.planned_x` (themselves when every
+        x is planned)."""
+        return planned if self._all_x_planned else tf.gather(self._planned_x, planned)
 
     def epoch_order(self, epoch, positions=None) -> tf.Tensor:
         """Which planned x (its position in `valid_pairs.planned_x`) each pair of the epoch is.
@@ -293,10 +298,10 @@ class PairPlanner:
     def _order_seed(self, epoch) -> tf.Tensor:
         return epoch_seed(self.seed, tf.convert_to_tensor(epoch, tf.int64), SALT_ORDER)
 
-    def _choices(self, epoch: tf.Tensor, planned: tf.Tensor | None = None) -> tf.Tensor:
+    def _choices(self, epoch: tf.Tensor, planned: tf.Tensor | None, x: tf.Tensor) -> tf.Tensor:
         """int64 [n]: the y each of the `planned` x (positions in `valid_pairs.planned_x`; None:
-        all of them, in order) takes in `epoch`. Each x's choice depends on that x alone."""
-        x = self._planned_x if planned is None else tf.gather(self._planned_x, planned)
+        all of them, in order) takes in `epoch`; `x` are their record numbers. Each x's choice
+        depends on that x alone."""
         if isinstance(self.valid_pairs, GroupPairs):
             return self._group_choices(epoch, planned, x)
         if planned is None and self._all_x_planned:
