@@ -619,3 +619,7 @@ def test_epoch_range_arguments():
         epoch_range_dataset(
             lambda e: {"epoch": tf.zeros([4], tf.int64)}, num_batches=4, start_epoch=0
         )
+    with pytest.raises(ValueError, match="'epoch' key"):
+        epoch_range_dataset(
+            batch_plan_fn=lambda e, numbers: {"epoch": numbers}, num_batches=4, start_epoch=0
+        )
