@@ -20,8 +20,9 @@ Import from here; the modules behind it hold one concept each:
   `data_service`: what a dataset needs to run on tf.data service workers, checked at build;
 * `valid_pairs`, `group_pairs`, `pair_plan`, `pairs`, `coverage`: the valid-pair index (edges,
   or groups), the pair plan, the dynamic-pairs sampler, pair coverage;
-* `class_plan`, `class_fillers`, `class_balanced`: the class-balanced plan, the classes that
-  complete its short batches, and the sampler that reads it;
+* `class_report`, `class_plan`, `class_fillers`, `class_balanced`: which classes a plan uses, the
+  class-balanced plan, the classes that complete its short batches, and the sampler that reads
+  it;
   `run_mix`, `mix_plan`, `mixed_class_balanced`: several runs with a weight each, their
   class-balanced plan (classes namespaced by run) and the sampler that reads it;
   `mixed_pairs`: dynamic pairs over several pairs runs (x, y and valid pairs concatenated);
@@ -38,7 +39,8 @@ None of them imports TFX.
 
 from tfx_dynamic_inputs.inputs.audio_config import AudioFeatureConfig, SpecAugment
 from tfx_dynamic_inputs.inputs.class_balanced import ClassBalancedSampler, class_balanced
-from tfx_dynamic_inputs.inputs.class_plan import ClassBalancedPlan, ClassReport
+from tfx_dynamic_inputs.inputs.class_plan import ClassBalancedPlan
+from tfx_dynamic_inputs.inputs.class_report import ClassReport
 from tfx_dynamic_inputs.inputs.coverage import PairCoverage, PairCoverageCallback
 from tfx_dynamic_inputs.inputs.damaged_records import DamagedRecord, DamagedRecordError
 from tfx_dynamic_inputs.inputs.data_service import ServiceUnsupportedError

@@ -18,14 +18,11 @@ import tensorflow as tf
 
 from tfx_dynamic_inputs import layout
 from tfx_dynamic_inputs.inputs import labelled_sources
+from tfx_dynamic_inputs.inputs.arguments import int_argument, seed_argument
 from tfx_dynamic_inputs.inputs.audio_config import AudioFeatureConfig
 from tfx_dynamic_inputs.inputs.audio_features import audio_features, parse_audio_examples
-from tfx_dynamic_inputs.inputs.class_plan import (
-    ClassBalancedPlan,
-    ClassReport,
-    int_argument,
-    seed_argument,
-)
+from tfx_dynamic_inputs.inputs.class_plan import ClassBalancedPlan
+from tfx_dynamic_inputs.inputs.class_report import ClassReport
 from tfx_dynamic_inputs.inputs.damaged_records import describe_damaged
 from tfx_dynamic_inputs.inputs.epoch_sampler import EpochSampler
 from tfx_dynamic_inputs.inputs.epoch_state import EpochState
@@ -154,6 +151,7 @@ class ClassBalancedSampler(EpochSampler):
             replicas_per_worker=replicas_per_worker(input_context),
         )
         self.num_batches = self.plan.num_batches
+        self.plans_batches_alone = self.plan.plans_batches_alone
         self.report = self.plan.report
         _log_report(self.report)
         self.state = state if state is not None else EpochState()
@@ -187,7 +185,20 @@ class ClassBalancedSampler(EpochSampler):
 
             first_batch = sampler.epoch_plan(0)["index"][0]   # int64 [n_c * n_p]
         """
-        planned = self.plan.plan(epoch)
+        return self._in_records(self.plan.plan(epoch))
+
+    @property
+    def stream(self) -> str:
+        return self.plan.stream
+
+    def _plan(self, epoch: tf.Tensor) -> dict[str, tf.Tensor]:
+        return self.epoch_plan(epoch)
+
+    def _plan_batches(self, epoch: tf.Tensor, batch_numbers: tf.Tensor) -> dict[str, tf.Tensor]:
+        return self._in_records(self.plan.plan_batches(epoch, batch_numbers))
+
+    def _in_records(self, planned: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """Plan rows with record numbers (``index``) in place of CSR positions."""
         # A derived class's positions are its source class's, shifted by k * N.
         position = planned["position"] % self._num_positions
         return {
@@ -196,13 +207,6 @@ class ClassBalancedSampler(EpochSampler):
             "seed": planned["seed"],
             "slice_start": planned["slice_start"],
         }
-
-    @property
-    def stream(self) -> str:
-        return self.plan.stream
-
-    def _plan(self, epoch: tf.Tensor) -> dict[str, tf.Tensor]:
-        return self.epoch_plan(epoch)
 
     def _stores(self) -> list[RecordStore]:
         return [self.store]
@@ -456,8 +460,8 @@ def _with_parsed(batch: dict[str, tf.Tensor], parsed) -> dict:
 
 def _record_number_lookup(values: np.ndarray, memory_budget_bytes: int) -> tuple[Callable, bool]:
     """positions (int64 tensor) -> `values[positions]`: in the graph when `values` fits the
-    budget, else from the memory-mapped index file (one `numpy_function` per epoch plan). Also
-    returns whether the lookup runs in Python."""
+    budget, else from the memory-mapped index file (one `numpy_function` per plan: a block of
+    batches, or an epoch). Also returns whether the lookup runs in Python."""
     if not isinstance(values, np.memmap) or values.nbytes <= memory_budget_bytes:
         table = index_variable(np.asarray(values, np.int64), tf.int64, "record_numbers")
         return (lambda positions: tf.gather(table, positions)), False

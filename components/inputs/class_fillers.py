@@ -16,8 +16,11 @@ take other usable classes, distinct from its members and from each other, in one
   is the greedy that keeps the most classes eligible for the units still to fill, and it fills
   with the big classes, whose records are drawn least often by each appearance.
 
-Both return `(class, unit, slot, appearance)` of every filler, each int64 [F]; a filler's
-appearance number continues after its class's own chunks and its earlier fillers this epoch.
+Both return the fillers of every short unit as rows `[S, g]`: entry `j` of a unit's row is the
+filler of its slot `members + j` (-1 past its free slots), with its class and appearance number;
+a filler's appearance number continues after its class's own chunks and its earlier fillers this
+epoch (in unit order, then slot order). They are computed for all `S` short units at once, which
+costs O(S x g) (O(S x usable classes) under the cap): nothing of the number of records.
 """
 
 from __future__ import annotations
@@ -37,83 +40,67 @@ class ShortUnits:
     """The short units of a plan (epoch-independent), as int64 [S] variables.
 
     Attributes:
-      unit: the unit of each.
-      first_member: the position (in the epoch's item order) of its first member.
+      unit: the unit of each, ascending.
+      round: the round its members come from (0 for a unit added for the replicas).
+      first_member: the round position (in the epoch's order of the round) of its first member.
       members: its members, `< classes_per_unit`; the rest of its slots are free.
       classes_per_unit: `g`.
     """
 
     unit: tf.Variable
+    round: tf.Variable
     first_member: tf.Variable
     members: tf.Variable
     classes_per_unit: int
 
 
-def _member_classes(item_class: tf.Tensor, short: ShortUnits) -> tf.Tensor:
-    """int64 [S, g]: each short unit's member classes, -1 past its members."""
-    column = tf.range(short.classes_per_unit, dtype=tf.int64)[tf.newaxis, :]
-    positions = short.first_member[:, None] + column
-    is_member = column < short.members[:, None]
-    return tf.where(is_member, tf.gather(item_class, tf.where(is_member, positions, 0)), -1)
-
-
 def random_fillers(
-    item_class: tf.Tensor,
-    short: ShortUnits,
-    *,
-    num_usable: int,
-    chunks: tf.Tensor,
-    class_order: tf.Tensor,
-    starts: tf.Tensor,
-) -> tuple[tf.Tensor, ...]:
-    """Fillers from the epoch's random class order (see the module docstring).
+    member_classes: tf.Tensor, members: tf.Tensor, candidates: tf.Tensor, chunks: tf.Tensor
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """Fillers from windows of the epoch's random class order (see the module docstring).
 
     Args:
-      item_class: int64 [items], the epoch's items' classes in order.
-      short: the plan's short units.
-      num_usable: the usable classes.
-      chunks: int64 [num_usable], each class's own appearances (chunks) per epoch.
-      class_order: int64 [num_usable], the epoch's random order of the classes.
-      starts: int64 [S], the offset into `class_order` of each short unit's candidates.
+      member_classes: int64 [S, g], each short unit's member classes, -1 past its members.
+      members: int64 [S], each short unit's members.
+      candidates: int64 [S, g], each short unit's window of `g` consecutive classes of the
+        epoch's random class order, from its random offset: distinct classes.
+      chunks: int64 [U], each usable class's own appearances (chunks) per epoch.
 
     Returns:
-      `(class, unit, slot, appearance)`, each int64 [F].
+      `(class, appearance)`, each int64 [S, g]: entry `j` fills slot `members + j`, -1 past
+      the unit's free slots.
     """
-    g = short.classes_per_unit
-    column = tf.range(g, dtype=tf.int64)[tf.newaxis, :]
-    members = _member_classes(item_class, short)
-    candidates = tf.gather(class_order, (starts[:, None] + column) % num_usable)
-    taken = tf.reduce_any(tf.equal(candidates[:, :, None], members[:, None, :]), axis=2)
+    g = member_classes.shape[1]
+    sorted_members = tf.sort(member_classes, axis=1)
+    found = tf.searchsorted(sorted_members, candidates, side="left")
+    found_class = tf.gather(sorted_members, tf.minimum(found, g - 1), batch_dims=1)
+    taken = tf.equal(found_class, candidates)
     rank = tf.cumsum(tf.cast(~taken, tf.int64), axis=1) - 1
-    chosen = (~taken) & (rank < (g - short.members)[:, None])
-    fill_class = tf.boolean_mask(candidates, chosen)
-    fill_unit = tf.boolean_mask(tf.tile(short.unit[:, None], [1, g]), chosen)
-    fill_slot = tf.boolean_mask(short.members[:, None] + rank, chosen)
-    # Appearance numbers continue after the class's own chunks, counting its earlier fillers.
-    by_class = tf.cast(tf.argsort(fill_class, stable=True), tf.int64)
-    sorted_class = tf.gather(fill_class, by_class)
-    earlier = tf.range(tf.size(fill_class, out_type=tf.int64)) - tf.searchsorted(
-        sorted_class, sorted_class, side="left", out_type=tf.int64
-    )
-    earlier = tf.scatter_nd(by_class[:, None], earlier, tf.shape(fill_class, out_type=tf.int64))
-    return fill_class, fill_unit, fill_slot, tf.gather(chunks, fill_class) + earlier
+    chosen = (~taken) & (rank < (g - members)[:, None])
+    where = tf.where(chosen)
+    # The chosen candidates of a unit, in window order, are its fillers 0, 1, ...
+    row_and_rank = tf.stack([where[:, 0], tf.gather_nd(rank, where)], axis=1)
+    fill_class = tf.gather_nd(candidates, where)
+    appearance = tf.gather(chunks, fill_class) + _earlier_fillers(fill_class)
+    shape = tf.shape(candidates, out_type=tf.int64)
+    return _rows(row_and_rank, fill_class, shape), _rows(row_and_rank, appearance, shape)
 
 
 def capped_fillers(
-    item_class: tf.Tensor,
-    short: ShortUnits,
+    member_classes: tf.Tensor,
+    members: tf.Tensor,
     *,
     chunks: tf.Tensor,
     max_appearances: tf.Tensor,
     class_rank: tf.Tensor,
     max_draws_per_record: int,
-) -> tuple[tf.Tensor, ...]:
+) -> tuple[tf.Tensor, tf.Tensor]:
     """Fillers with the most appearances left first, within `max_appearances` (see the module
     docstring).
 
     Args:
-      item_class: int64 [items], the epoch's items' classes in order.
-      short: the plan's short units.
+      member_classes: int64 [S, g], each short unit's member classes, -1 past its members.
+      members: int64 [S], each short unit's members.
       chunks: int64 [U], each usable class's own appearances per epoch.
       max_appearances: int64 [U], the appearances that keep each class's records within the cap.
       class_rank: int64 [U], each class's place in the epoch's random order (the tie-break),
@@ -121,20 +108,20 @@ def capped_fillers(
       max_draws_per_record: the cap, named in the error.
 
     Returns:
-      `(class, unit, slot, appearance)`, each int64 [F].
+      `(class, appearance)`, each int64 [S, g]: entry `j` fills slot `members + j`, -1 past
+      the unit's free slots.
 
     Raises:
       tf.errors.InvalidArgumentError: when run, a unit whose free slots outnumber the eligible
         classes (every other class at its cap or in the unit).
     """
-    g = short.classes_per_unit
-    members = _member_classes(item_class, short)
-    num_short = tf.shape(members, out_type=tf.int64)[0]
+    g = member_classes.shape[1]
+    num_short = tf.shape(member_classes, out_type=tf.int64)[0]
     num_usable = tf.shape(chunks, out_type=tf.int64)[0]
     order = (1 << ORDER_BITS) - 1 - class_rank
 
     def fill(i, appearances, classes, numbers):
-        unit_members = members[i]
+        unit_members = member_classes[i]
         present = tf.boolean_mask(unit_members, unit_members >= 0)
         in_unit = tf.scatter_nd(
             present[:, None], tf.ones_like(present), tf.reshape(num_usable, [1])
@@ -143,7 +130,7 @@ def capped_fillers(
         key = tf.bitwise.bitwise_or(tf.bitwise.left_shift(left, ORDER_BITS), order)
         eligible = tf.logical_and(tf.equal(in_unit, 0), left > 0)
         key = tf.where(eligible, key, -1)
-        free = g - short.members[i]
+        free = g - members[i]
         _, best = tf.math.top_k(key, k=g, sorted=True)
         best = tf.cast(best, tf.int64)
         taken = tf.range(g, dtype=tf.int64) < free
@@ -169,15 +156,22 @@ def capped_fillers(
         fill,
         [tf.constant(0, tf.int64), chunks, rows(), rows()],
     )
-    classes, numbers = classes.stack(), numbers.stack()
-    chosen = classes >= 0
-    slot = short.members[:, None] + tf.range(g, dtype=tf.int64)[tf.newaxis, :]
-    return (
-        tf.boolean_mask(classes, chosen),
-        tf.boolean_mask(tf.tile(short.unit[:, None], [1, g]), chosen),
-        tf.boolean_mask(slot, chosen),
-        tf.boolean_mask(numbers, chosen),
+    return classes.stack(), numbers.stack()
+
+
+def _earlier_fillers(fill_class: tf.Tensor) -> tf.Tensor:
+    """int64 [F]: how many fillers before each one (in order) are of its class."""
+    by_class = tf.cast(tf.argsort(fill_class, stable=True), tf.int64)
+    sorted_class = tf.gather(fill_class, by_class)
+    earlier = tf.range(tf.size(fill_class, out_type=tf.int64)) - tf.searchsorted(
+        sorted_class, sorted_class, side="left", out_type=tf.int64
     )
+    return tf.scatter_nd(by_class[:, None], earlier, tf.shape(fill_class, out_type=tf.int64))
+
+
+def _rows(indices: tf.Tensor, values: tf.Tensor, shape: tf.Tensor) -> tf.Tensor:
+    """int64 `shape`: `values` at `indices` ([F, 2]), -1 elsewhere."""
+    return tf.tensor_scatter_nd_update(tf.fill(shape, tf.constant(-1, tf.int64)), indices, values)
 
 
 def max_appearances(

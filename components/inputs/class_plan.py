@@ -4,7 +4,11 @@ epoch.
 Given a class index in CSR form (`row_splits` [C + 1] over the record numbers of each class),
 `ClassBalancedPlan` computes, for each epoch, int64 [num_batches, n_c * n_p] record positions.
 It is a pure function of (class CSR, seed, epoch), vectorized in TF (no Python loop over classes
-or samples), so every worker computes the same global plan and a resumed run recomputes it.
+or samples), so every worker computes the same global plan and a resumed run recomputes it. Every
+random order in it is a keyed permutation (`index_shuffle`): the units' order, each round's order
+of its classes, each class's order of its records. So any batch is planned from its number alone
+(`plan_batches`, what the datasets use); only the fillers of the epoch's few short units are
+computed for the epoch (`class_fillers`).
 
 * **Classes.** A class with fewer than `n_p` records is *small*. With
   ``small_classes="replace"`` it is used and its records repeat inside its batches; with
@@ -45,19 +49,17 @@ or samples), so every worker computes the same global plan and a resumed run rec
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import tensorflow as tf
 
 from tfx_dynamic_inputs.inputs import class_fillers, epoch_plan
 from tfx_dynamic_inputs.inputs.arguments import int_argument, seed_argument
-from tfx_dynamic_inputs.inputs.index_shuffle import permuted_positions
+from tfx_dynamic_inputs.inputs.class_report import class_report
+from tfx_dynamic_inputs.inputs.index_shuffle import keyed_offsets, keyed_seeds, permuted_positions
 from tfx_dynamic_inputs.inputs.variables import index_variable
 from tfx_dynamic_inputs.inputs.worker_slices import round_batches
 
 EPOCH_MODES = ("classes", "samples")
-SMALL_CLASS_POLICIES = ("replace", "skip")
 
 # Streams within one (seed, epoch); values after epoch_plan's shared salts.
 _SALT_ROUND_ORDER = 10
@@ -66,118 +68,6 @@ _SALT_FILL_OFFSET = 12
 _SALT_WITHIN_CLASS = 13
 _SALT_BATCH_ORDER = 14
 _SALT_BATCH_SEEDS = 15
-
-
-@dataclasses.dataclass(frozen=True)
-class ClassReport:
-    """What a plan does with each class of the index (made by `class_report`).
-
-    Args:
-      num_classes: rows of the class index (C).
-      n_samples_per_class: the `n_p` the report was made for.
-      policy: the small-class policy, ``"replace"`` or ``"skip"``.
-      usable_classes: int64 [U] class ids that the plans use, ascending.
-      small_classes: int64 class ids with 0 < records < n_p.
-      empty_classes: int64 class ids without records (never usable).
-      class_sizes: int64 [C] records per class.
-
-    Example:
-
-        report = class_report([0, 5, 6, 6], n_samples_per_class=2)
-        report.usable_classes, report.small_classes, report.empty_classes  # [0 1], [1], [2]
-    """
-
-    num_classes: int
-    n_samples_per_class: int
-    policy: str
-    usable_classes: np.ndarray
-    small_classes: np.ndarray
-    empty_classes: np.ndarray
-    class_sizes: np.ndarray
-
-    @property
-    def skipped_classes(self) -> np.ndarray:
-        """Class ids left out of every plan: the empty ones, plus the small ones under "skip"."""
-        if self.policy == "skip":
-            return np.union1d(self.small_classes, self.empty_classes)
-        return self.empty_classes
-
-    @property
-    def replaced_classes(self) -> np.ndarray:
-        """Class ids whose records repeat inside a batch (small classes under "replace")."""
-        return self.small_classes if self.policy == "replace" else self.small_classes[:0]
-
-    def summary(self, max_listed: int = 10) -> str:
-        """One line for logs and errors: usable, small and empty classes.
-
-        Args:
-          max_listed: the most class ids listed per kind (then "...").
-
-        Returns:
-          For example ``"2 of 3 classes usable; 1 classes without records skipped: [2]"``.
-        """
-
-        def listed(ids: np.ndarray) -> str:
-            head = ", ".join(str(i) for i in ids[:max_listed])
-            return f"[{head}{', ...' if len(ids) > max_listed else ''}]"
-
-        parts = [f"{len(self.usable_classes)} of {self.num_classes} classes usable"]
-        if len(self.small_classes):
-            action = "skipped" if self.policy == "skip" else "filled with replacement"
-            parts.append(
-                f"{len(self.small_classes)} classes with fewer than {self.n_samples_per_class} "
-                f"records {action}: {listed(self.small_classes)}"
-            )
-        if len(self.empty_classes):
-            parts.append(
-                f"{len(self.empty_classes)} classes without records skipped: "
-                f"{listed(self.empty_classes)}"
-            )
-        return "; ".join(parts)
-
-
-def class_report(
-    row_splits, n_samples_per_class: int, small_classes: str = "replace"
-) -> ClassReport:
-    """Classifies the classes of a CSR class index into usable, small and empty.
-
-    Args:
-      row_splits: int [C + 1], non-decreasing from 0: class `c` holds the records at CSR
-        positions `[row_splits[c], row_splits[c + 1])`.
-      n_samples_per_class: `n_p`; a class with fewer (but some) records is small.
-      small_classes: ``"replace"`` (small classes are usable) or ``"skip"``.
-
-    Returns:
-      The `ClassReport`.
-
-    Raises:
-      ValueError: an unknown `small_classes`, `n_samples_per_class` below 1, or `row_splits`
-        not a non-decreasing vector starting at 0.
-      TypeError: `n_samples_per_class` not an int.
-    """
-    if small_classes not in SMALL_CLASS_POLICIES:
-        raise ValueError(
-            f"small_classes must be one of {SMALL_CLASS_POLICIES}, got {small_classes!r}"
-        )
-    n_samples_per_class = int_argument("n_samples_per_class", n_samples_per_class, 1)
-    row_splits = np.asarray(row_splits)
-    if row_splits.ndim != 1 or len(row_splits) < 1 or row_splits[0] != 0:
-        raise ValueError("row_splits must be a vector [C + 1] starting at 0")
-    sizes = np.diff(row_splits.astype(np.int64))
-    if np.any(sizes < 0):
-        raise ValueError("row_splits must be non-decreasing")
-    small = np.flatnonzero((sizes > 0) & (sizes < n_samples_per_class))
-    empty = np.flatnonzero(sizes == 0)
-    minimum = n_samples_per_class if small_classes == "skip" else 1
-    return ClassReport(
-        num_classes=len(sizes),
-        n_samples_per_class=n_samples_per_class,
-        policy=small_classes,
-        usable_classes=np.flatnonzero(sizes >= minimum).astype(np.int64),
-        small_classes=small.astype(np.int64),
-        empty_classes=empty.astype(np.int64),
-        class_sizes=sizes,
-    )
 
 
 class ClassBalancedPlan:
@@ -272,7 +162,6 @@ class ClassBalancedPlan:
         # active[r]: classes with a chunk in round r; the rounds' groups are the units.
         active = np.cumsum(np.bincount(chunks, minlength=chunks.max() + 1)[::-1])[::-1][1:]
         groups = -(-active // g)
-        round_starts = np.concatenate([[0], np.cumsum(active)[:-1]])
         unit_offsets = np.concatenate([[0], np.cumsum(groups)[:-1]])
         planned = int(groups.sum())
         # An elastic unit is one step of every replica; a replica's batch needs rounding.
@@ -282,19 +171,17 @@ class ClassBalancedPlan:
         self.batch_size = n_c * n_p
 
         # Units to complete with other classes: the short last group of a round (its members
-        # are the round's last `active % g` items), then whole extra units for the replicas.
+        # are the round's last `active % g` positions), then whole extra units for the replicas.
         short = np.flatnonzero(active % g)
         members = active[short] % g
         fill_unit = np.concatenate(
             [unit_offsets[short] + groups[short] - 1, planned + np.arange(extra)]
         )
-        fill_first_member = np.concatenate(
-            [round_starts[short] + active[short] - members, np.zeros(extra, np.int64)]
-        )
+        fill_round = np.concatenate([short, np.zeros(extra, np.int64)])
+        fill_first_member = np.concatenate([active[short] - members, np.zeros(extra, np.int64)])
         fill_members = np.concatenate([members, np.zeros(extra, np.int64)])
 
         self._num_usable = num_usable
-        self._num_items = int(active.sum())
         self._num_fill_units = len(fill_unit)
         self.max_draws_per_record = max_draws_per_record
         if max_draws_per_record is not None and num_usable >= 1 << class_fillers.ORDER_BITS:
@@ -311,16 +198,13 @@ class ClassBalancedPlan:
         self._usable_sizes = const(usable_sizes)
         self._usable_starts = const(row_splits[usable])
         self._chunks = const(chunks)
-        # Chunk r of usable class u, for r < chunks[u], in class order (epoch-independent).
-        self._item_class = const(np.repeat(np.arange(num_usable), chunks))
-        self._item_round = const(
-            np.arange(self._num_items) - np.repeat(np.cumsum(chunks) - chunks, chunks)
-        )
-        self._sample_offsets = const(np.tile(np.arange(n_p), self._num_units * g))
-        self._round_starts = const(round_starts)
+        # The classes of round r are those with more than r chunks: the first active[r] of the
+        # usable classes by chunks, most first. A round's order is a keyed permutation of them.
+        self._by_chunks = const(np.argsort(-chunks, kind="stable"))
+        self._round_sizes = const(active)
         self._unit_offsets = const(unit_offsets)
         self._short = class_fillers.ShortUnits(
-            const(fill_unit), const(fill_first_member), const(fill_members), g
+            const(fill_unit), const(fill_round), const(fill_first_member), const(fill_members), g
         )
         if max_draws_per_record is not None:
             self._max_appearances = const(chunks)
@@ -336,6 +220,23 @@ class ClassBalancedPlan:
             self._max_appearances.assign(
                 class_fillers.max_appearances(usable_sizes, chunks, n_p, max_draws_per_record)
             )
+
+    @property
+    def plans_batches_alone(self) -> bool:
+        """Whether a block of batches is cheaper planned alone than as its share of the epoch.
+
+        `plan_batches` computes the fillers of all the epoch's short units on every call (a
+        filler's appearance number counts the class's earlier fillers). That is cheap where
+        there are few: one short unit a round, and ``"classes"`` has one round. In
+        ``"samples"`` mode over classes of very different sizes most units can be short (the
+        late rounds hold only the big classes), and planning each block of
+        `epoch_plan.PLAN_BLOCK_BATCHES` would redo the epoch's fillers every block. So: no
+        draw cap (its fillers rank every class, once an epoch), and the short units' slots at
+        most the class slots of a block.
+        """
+        filler_slots = self._num_fill_units * self.classes_per_unit
+        block_slots = epoch_plan.PLAN_BLOCK_BATCHES * self.n_classes_per_batch
+        return self.max_draws_per_record is None and filler_slots <= block_slots
 
     @property
     def stream(self) -> str:
@@ -378,66 +279,101 @@ class ClassBalancedPlan:
             batch: with the seed, it keys each sample's draws (`audio_features`'s
             `positions`), so a sample draws the same on any replica count.
         """
+        return self.plan_batches(epoch, tf.range(self.num_batches, dtype=tf.int64))
+
+    def plan_batches(self, epoch, batch_numbers) -> dict[str, tf.Tensor]:
+        """Rows `batch_numbers` of `plan(epoch)`, computed from their numbers alone.
+
+        A batch's global batch (its unit) is the keyed permutation of the epoch's units at the
+        batch's step; the unit's members are the keyed permutation of its round's classes at
+        the unit's positions in the round; the fillers of the epoch's short units are computed
+        for all of them (O(short units x classes per unit)). So nothing of the number of
+        records or batches is built: a batch costs the same at 10M records as at 1,000.
+
+        Args:
+          epoch: int64 scalar, a Python int or a tensor.
+          batch_numbers: int64 [n], global batch numbers, each in `[0, num_batches)`.
+
+        Returns:
+          ``position``, ``label``, ``seed`` and ``slice_start``, each with leading dimension
+          `n`, equal to `tf.gather(plan(epoch)[key], batch_numbers)`.
+
+        Raises:
+          tf.errors.InvalidArgumentError: when run, a batch number outside `[0, num_batches)`.
+
+        Example:
+
+            plan = ClassBalancedPlan([0, 3, 6, 9, 12, 15], n_classes_per_batch=4,
+                                     n_samples_per_class=2)
+            plan.plan_batches(3, [1])["label"]  # int64 [1, 8]: batch 1 of epoch 3
+        """
         epoch = tf.convert_to_tensor(epoch, tf.int64)
-        g, n_p = self.classes_per_unit, self.n_samples_per_class
+        batch_numbers = tf.convert_to_tensor(batch_numbers, tf.int64)
+        n_c, n_p = self.n_classes_per_batch, self.n_samples_per_class
         stream = lambda salt: epoch_plan.epoch_seed(self.seed, epoch, salt)
-
-        # Chunks of every usable class (class u has chunks 0..chunks[u]-1), ordered by round and,
-        # within a round, randomly: the order in which the round fills its groups.
-        item_class, item_round = self._item_class, self._item_round
-        random_bits = tf.random.stateless_uniform(
-            [self._num_items],
-            seed=stream(_SALT_ROUND_ORDER),
-            minval=0,
-            maxval=1 << 31,
-            dtype=tf.int64,
+        in_range = tf.debugging.Assert(
+            tf.reduce_all((batch_numbers >= 0) & (batch_numbers < self.num_batches)),
+            [f"plan_batches: a batch number is outside [0, {self.num_batches})"],
         )
-        order = tf.argsort(
-            tf.bitwise.bitwise_or(tf.bitwise.left_shift(item_round, 31), random_bits)
+        with tf.control_dependencies([in_range]):
+            step = batch_numbers // self._rows_per_unit
+            slice_in_unit = batch_numbers % self._rows_per_unit
+        # Units in random order, each cut into its replicas' batches (consecutive rows).
+        unit = permuted_positions(step, self._num_units, stream(_SALT_BATCH_ORDER))
+        slot = slice_in_unit[:, None] * n_c + tf.range(n_c, dtype=tf.int64)[tf.newaxis, :]
+        unit = tf.broadcast_to(unit[:, None], tf.shape(slot))
+        classes, appearances = self._unit_slots(
+            tf.reshape(unit, [-1]), tf.reshape(slot, [-1]), stream
         )
-        item_class = tf.gather(item_class, order)
-        item_round = tf.gather(item_round, order)
-        in_round = tf.range(self._num_items, dtype=tf.int64) - tf.gather(
-            self._round_starts, item_round
-        )
-        item_unit = tf.gather(self._unit_offsets, item_round) + in_round // g
-        item_slot = in_round % g
-
-        fill_class, fill_unit, fill_slot, fill_appearance = self._fillers(item_class, stream)
-
-        classes = tf.concat([item_class, fill_class], 0)
-        appearances = tf.concat([item_round, fill_appearance], 0)
-        slots = tf.concat([item_unit, fill_unit], 0) * g + tf.concat([item_slot, fill_slot], 0)
-        unit_classes = tf.scatter_nd(slots[:, None], classes, [self._num_units * g])
-        unit_appearances = tf.scatter_nd(slots[:, None], appearances, [self._num_units * g])
 
         # Expand each (class, appearance) to its n_p permutation positions, modulo the class size.
-        sample_class = tf.repeat(unit_classes, n_p)
+        sample_class = tf.repeat(classes, n_p)
         sizes = tf.gather(self._usable_sizes, sample_class)
-        within = (tf.repeat(unit_appearances, n_p) * n_p + self._sample_offsets) % sizes
-        position = self._permuted_positions(sample_class, sizes, within, stream(_SALT_WITHIN_CLASS))
-        label = tf.gather(self._usable, sample_class)
-
-        # Units in random order, each cut into its replicas' batches (consecutive rows).
-        unit_order = epoch_plan.stateless_permutation(self._num_units, stream(_SALT_BATCH_ORDER))
-        rows = [self.num_batches, self.batch_size]
-        in_units = lambda t: tf.reshape(
-            tf.gather(tf.reshape(t, [self._num_units, -1]), unit_order), rows
+        offsets = appearances[:, None] * n_p + tf.range(n_p, dtype=tf.int64)[tf.newaxis, :]
+        within = tf.reshape(offsets, [-1]) % sizes
+        starts = tf.gather(self._usable_starts, sample_class)
+        # The epoch's keyed permutation of each class, at the sampled entries only.
+        position = starts + permuted_positions(
+            within, sizes, stream(_SALT_WITHIN_CLASS), tweak=sample_class
         )
-        unit_seeds = tf.random.stateless_uniform(
-            [self._num_units, 2],
-            seed=stream(_SALT_BATCH_SEEDS),
-            minval=None,
-            maxval=None,
-            dtype=tf.int64,
-        )
-        slice_in_unit = tf.range(self.num_batches, dtype=tf.int64) % self._rows_per_unit
+        rows = [-1, self.batch_size]
         return {
-            "position": in_units(position),
-            "label": in_units(label),
-            "seed": tf.repeat(unit_seeds, self._rows_per_unit, axis=0),
+            "position": tf.reshape(position, rows),
+            "label": tf.reshape(tf.gather(self._usable, sample_class), rows),
+            "seed": keyed_seeds(stream(_SALT_BATCH_SEEDS), step),
             "slice_start": slice_in_unit * self.batch_size,
         }
+
+    def _unit_slots(self, unit: tf.Tensor, slot: tf.Tensor, stream) -> tuple[tf.Tensor, tf.Tensor]:
+        """The usable class and appearance number of each (unit, slot), int64 [m] each."""
+        g = self.classes_per_unit
+        round_number = (
+            tf.searchsorted(self._unit_offsets, unit, side="right", out_type=tf.int64) - 1
+        )
+        first = (unit - tf.gather(self._unit_offsets, round_number)) * g
+        members = tf.clip_by_value(tf.gather(self._round_sizes, round_number) - first, 0, g)
+        is_member = slot < members
+        member_class = self._round_classes(
+            round_number, tf.where(is_member, first + slot, tf.zeros_like(slot)), stream
+        )
+        if not self._num_fill_units:
+            return member_class, round_number
+        fill_class, fill_appearance = self._fillers(stream)
+        # A slot past the members is a short unit's filler `slot - members`.
+        short = tf.minimum(
+            tf.searchsorted(self._short.unit, unit, out_type=tf.int64), self._num_fill_units - 1
+        )
+        filler = tf.stack([short, tf.maximum(slot - members, 0)], axis=1)
+        return (
+            tf.where(is_member, member_class, tf.gather_nd(fill_class, filler)),
+            tf.where(is_member, round_number, tf.gather_nd(fill_appearance, filler)),
+        )
+
+    def _round_classes(self, round_number: tf.Tensor, position: tf.Tensor, stream) -> tf.Tensor:
+        """The usable class at each round position: the round's keyed order of its classes."""
+        size = tf.gather(self._round_sizes, round_number)
+        permuted = permuted_positions(position, size, stream(_SALT_ROUND_ORDER), tweak=round_number)
+        return tf.gather(self._by_chunks, permuted)
 
     def _least_cap(self, sizes: np.ndarray, chunks: np.ndarray, free_slots: int, asked: int) -> int:
         """The least cap accepted (or `asked`, found acceptable at once): one draw above the
@@ -465,49 +401,48 @@ class ClassBalancedPlan:
             return asked
         return class_fillers.least_planning_cap(plans, needed) + 1
 
-    def _fillers(self, item_class: tf.Tensor, stream) -> tuple[tf.Tensor, ...]:
-        """The classes that complete the short units (`class_fillers`): (class, unit, slot,
-        appearance), each int64 [F]."""
-        if self._num_fill_units == 0:
-            empty = tf.zeros([0], tf.int64)
-            return empty, empty, empty, empty
-        class_order = epoch_plan.stateless_permutation(self._num_usable, stream(_SALT_FILL_ORDER))
+    def _fillers(self, stream) -> tuple[tf.Tensor, tf.Tensor]:
+        """The classes that complete the short units (`class_fillers`): `(class, appearance)`,
+        each int64 [S, g], entry `j` filling slot `members + j` of short unit `i`."""
+        short, g = self._short, self.classes_per_unit
+        column = tf.range(g, dtype=tf.int64)[tf.newaxis, :]
+        is_member = column < short.members[:, None]
+        round_number = tf.broadcast_to(short.round[:, None], tf.shape(is_member))
+        position = tf.where(is_member, short.first_member[:, None] + column, tf.zeros_like(column))
+        member_class = tf.where(
+            is_member,
+            tf.reshape(
+                self._round_classes(
+                    tf.reshape(round_number, [-1]), tf.reshape(position, [-1]), stream
+                ),
+                [-1, g],
+            ),
+            tf.constant(-1, tf.int64),
+        )
+        seed = stream(_SALT_FILL_ORDER)
         if self.max_draws_per_record is None:
-            starts = tf.random.stateless_uniform(
-                [self._num_fill_units],
-                seed=stream(_SALT_FILL_OFFSET),
-                minval=0,
-                maxval=self._num_usable,
-                dtype=tf.int64,
+            # Each short unit's window of g classes along the epoch's keyed class order.
+            offset = keyed_offsets(
+                self._num_usable,
+                stream(_SALT_FILL_OFFSET),
+                tf.range(self._num_fill_units, dtype=tf.int64),
             )
+            window = (offset[:, None] + column) % self._num_usable
+            candidates = permuted_positions(tf.reshape(window, [-1]), self._num_usable, seed)
             return class_fillers.random_fillers(
-                item_class,
-                self._short,
-                num_usable=self._num_usable,
-                chunks=self._chunks,
-                class_order=class_order,
-                starts=starts,
+                member_class, short.members, tf.reshape(candidates, [-1, g]), self._chunks
             )
-        class_rank = tf.scatter_nd(
-            class_order[:, None], tf.range(self._num_usable, dtype=tf.int64), [self._num_usable]
+        class_rank = permuted_positions(
+            tf.range(self._num_usable, dtype=tf.int64), self._num_usable, seed
         )
         return class_fillers.capped_fillers(
-            item_class,
-            self._short,
+            member_class,
+            short.members,
             chunks=self._chunks,
             max_appearances=self._max_appearances,
             class_rank=class_rank,
             max_draws_per_record=self.max_draws_per_record,
         )
-
-    def _permuted_positions(
-        self, sample_class: tf.Tensor, sizes: tf.Tensor, within: tf.Tensor, seed: tf.Tensor
-    ) -> tf.Tensor:
-        """CSR positions of permutation entries `within` (< class size) of each sample's class:
-        the epoch's keyed permutation of the class (`index_shuffle`, keyed by the class), computed
-        for the sampled entries only, whatever the class sizes."""
-        starts = tf.gather(self._usable_starts, sample_class)
-        return starts + permuted_positions(within, sizes, seed, tweak=sample_class)
 
 
 def batch_layout(n_classes_per_batch: int, n_samples_per_class: int) -> np.ndarray:

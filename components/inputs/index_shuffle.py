@@ -144,6 +144,59 @@ def keyed_uniform(seed: tf.Tensor, positions: tf.Tensor, salt: int) -> tf.Tensor
     return tf.cast(_shift_right(key, 11), tf.float64) * (2.0**-53)
 
 
+def keyed_offsets(sizes: tf.Tensor, seed: tf.Tensor, keys: tf.Tensor) -> tf.Tensor:
+    """A uniform random offset into each row, drawn for each key alone: a pure function of
+    `(seed, key)`, so an element draws the same in a whole epoch's plan and in any batch of it.
+
+    Args:
+      sizes: int64 [n] (or a scalar for all), the row sizes (all >= 1).
+      seed: int64 [2] stateless seed (`epoch_plan.epoch_seed`).
+      keys: int64 [n], what each draw is for (the x record numbers, the short batches of a
+        class-balanced plan); distinct keys draw independently.
+
+    Returns:
+      int64 [n]: entry `i` is uniform in `[0, sizes[i])`.
+
+    Example:
+
+        keyed_offsets(tf.constant([3, 1], tf.int64), epoch_seed(0, 2), tf.range(2, dtype=tf.int64))
+    """
+    uniform = keyed_uniform(seed, keys, salt=0)
+    sizes = tf.convert_to_tensor(sizes, tf.int64)
+    return tf.minimum(tf.cast(uniform * tf.cast(sizes, tf.float64), tf.int64), sizes - 1)
+
+
+def keyed_seeds(seed: tf.Tensor, keys: tf.Tensor) -> tf.Tensor:
+    """A stateless seed for each key, a pure function of `(seed, key)`: the seed of a global
+    batch from its place in the epoch alone (`class_plan`).
+
+    Args:
+      seed: int64 [2], a stateless seed (`epoch_plan.epoch_seed`).
+      keys: int64 [n].
+
+    Returns:
+      int64 [n, 2], each row 128 keyed bits.
+
+    Example:
+
+        keyed_seeds(epoch_seed(0, 1), tf.range(4, dtype=tf.int64))  # four batches' seeds
+    """
+    keys = tf.convert_to_tensor(keys, tf.int64)
+    words = [
+        tf.bitcast(
+            _element_key(
+                tf.random.experimental.stateless_fold_in(
+                    tf.cast(seed, tf.int64), tf.constant(word, tf.int64)
+                ),
+                keys,
+            ),
+            tf.int64,
+        )
+        for word in (0, 1)
+    ]
+    return tf.stack(words, axis=1)
+
+
 IMPLEMENTATIONS = ("auto", "native", "tensorflow")
 
 

@@ -41,7 +41,7 @@ import tensorflow as tf
 
 from tfx_dynamic_inputs.inputs import epoch_plan
 from tfx_dynamic_inputs.inputs.arguments import int_argument, seed_argument
-from tfx_dynamic_inputs.inputs.class_plan import ClassReport, class_report
+from tfx_dynamic_inputs.inputs.class_report import ClassReport, class_report
 from tfx_dynamic_inputs.inputs.index_shuffle import permuted_positions
 from tfx_dynamic_inputs.inputs.run_mix import MixWeighting
 from tfx_dynamic_inputs.inputs.variables import index_variable
@@ -63,7 +63,7 @@ class MixedClassPlan:
     """Per-epoch plans of `n_c x n_p` batches over several runs' class indexes, mixed by weight.
 
     Args:
-      row_splits: one CSR row-split vector per run (int [C_k + 1], see `class_plan.class_report`).
+      row_splits: one CSR row-split vector per run (int [C_k + 1], see `class_report.class_report`).
       shares: each run's share, > 0 (normalized here).
       run_names: each run's name, for the reports and errors.
       n_classes_per_batch: `n_c`, distinct classes per batch.

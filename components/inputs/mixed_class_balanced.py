@@ -26,7 +26,7 @@ import tensorflow as tf
 from tfx_dynamic_inputs.inputs import labelled_sources
 from tfx_dynamic_inputs.inputs.audio_config import AudioFeatureConfig
 from tfx_dynamic_inputs.inputs.audio_features import audio_features, parse_audio_examples
-from tfx_dynamic_inputs.inputs.class_plan import ClassReport
+from tfx_dynamic_inputs.inputs.class_report import ClassReport
 from tfx_dynamic_inputs.inputs.epoch_sampler import EpochSampler
 from tfx_dynamic_inputs.inputs.epoch_state import EpochState, StateRunError
 from tfx_dynamic_inputs.inputs.mix_plan import MixedClassPlan
@@ -68,7 +68,7 @@ class MixedClassBalancedSampler(EpochSampler):
       n_samples_per_class: `n_p`, samples per class in a batch.
       seed: the plan and the crops/masks are pure functions of (seed, epoch).
       input_context, worker_index, num_workers: this input pipeline's slice of whole batches.
-      small_classes: ``"replace"`` or ``"skip"``, per run (`class_plan.class_report`).
+      small_classes: ``"replace"`` or ``"skip"``, per run (`class_report.class_report`).
       features: the audio front end (at the rate the runs stored, which must agree), or None
         for the serialized records.
       record_set: each run's labelled record set (optional when a run has only one).

@@ -42,7 +42,7 @@ from tfx_dynamic_inputs.inputs.epoch_state import EpochState
 from tfx_dynamic_inputs.inputs.group_pairs import GroupPairs
 from tfx_dynamic_inputs.inputs.index_shuffle import (
     gather_permuted,
-    keyed_uniform,
+    keyed_offsets,
     permuted_positions,
 )
 from tfx_dynamic_inputs.inputs.valid_pairs import ValidPairs
@@ -368,24 +368,3 @@ class PairPlanner:
             epoch_seed(self.seed, -1, SALT_TIE_BREAK),
             tweak,
         )
-
-
-def keyed_offsets(sizes: tf.Tensor, seed: tf.Tensor, keys: tf.Tensor) -> tf.Tensor:
-    """A uniform random offset into each row, drawn for each key alone: a pure function of
-    `(seed, key)`, so an x draws the same in a whole epoch's plan and in any batch of it.
-
-    Args:
-      sizes: int64 [n], the row sizes (all >= 1).
-      seed: int64 [2] stateless seed (`epoch_plan.epoch_seed`).
-      keys: int64 [n], what each draw is for (the x record numbers); distinct keys draw
-        independently.
-
-    Returns:
-      int64 [n]: entry `i` is uniform in `[0, sizes[i])`.
-
-    Example:
-
-        keyed_offsets(tf.constant([3, 1], tf.int64), epoch_seed(0, 2), tf.range(2, dtype=tf.int64))
-    """
-    uniform = keyed_uniform(seed, keys, salt=0)
-    return tf.minimum(tf.cast(uniform * tf.cast(sizes, tf.float64), tf.int64), sizes - 1)

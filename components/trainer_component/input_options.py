@@ -27,7 +27,8 @@ import tensorflow as tf
 from tfx_dynamic_inputs import component_keys
 from tfx_dynamic_inputs.inputs import AudioFeatureConfig, ImageSpec, SpecAugment, StoreOptions
 from tfx_dynamic_inputs.inputs.arguments import choice, int_argument
-from tfx_dynamic_inputs.inputs.class_plan import EPOCH_MODES, SMALL_CLASS_POLICIES
+from tfx_dynamic_inputs.inputs.class_plan import EPOCH_MODES
+from tfx_dynamic_inputs.inputs.class_report import SMALL_CLASS_POLICIES
 from tfx_dynamic_inputs.inputs.pair_plan import REMAINDERS, STRATEGIES
 from tfx_dynamic_inputs.inputs.record_store import BACKENDS
 from tfx_dynamic_inputs.inputs.run_mix import MixWeighting

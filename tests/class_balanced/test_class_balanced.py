@@ -351,3 +351,38 @@ def test_damaged_index_and_shards_fail_with_the_place(tmp_path):
     with pytest.raises(tf.errors.InvalidArgumentError, match="CRC mismatch") as error:
         epoch_batches(dataset)
     assert shard in str(error.value)
+
+
+@pytest.mark.parametrize("max_draws_per_record", [None, 3])
+def test_the_datasets_plan_a_batch_at_a_time(monkeypatch, max_draws_per_record):
+    """Without a draw cap, `dataset()` and `epochs_dataset()` never plan a whole epoch: each
+    batch comes from its number, and is the whole plan's row all the same. With the cap they
+    plan whole epochs (its fillers rank every class once an epoch)."""
+    labels = np.repeat(np.arange(9), [5, 3, 1, 8, 6, 4, 7, 2, 9])
+    sampler = ClassBalancedSampler(
+        [f"clip-{i}" for i in range(len(labels))],
+        labels,
+        load_fn=lambda item: np.zeros(8, np.float32),
+        n_classes_per_batch=2,
+        n_samples_per_class=2,
+        seed=5,
+        epoch_mode="samples",
+        max_draws_per_record=max_draws_per_record,
+        features=None,
+    )
+    assert sampler.plans_batches_alone == (max_draws_per_record is None)
+    expected = [sampler.epoch_plan(epoch)["index"].numpy().tolist() for epoch in range(2)]
+    if max_draws_per_record is None:
+
+        def whole_epoch(epoch):
+            raise AssertionError("the dataset planned a whole epoch")
+
+        monkeypatch.setattr(sampler.plan, "plan", whole_epoch)
+    dataset = sampler.dataset()
+    for epoch in range(2):
+        assert [batch["index"].tolist() for batch in dataset.as_numpy_iterator()] == expected[
+            epoch
+        ]
+    ranged = sampler.epochs_dataset(start_epoch=0, num_epochs=2)
+    got = [batch["index"].tolist() for batch in ranged.as_numpy_iterator()]
+    assert got == [row for plan in expected for row in plan]

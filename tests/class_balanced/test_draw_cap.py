@@ -67,8 +67,11 @@ def test_capped_plans_keep_every_guarantee_and_the_cap(case):
         )
         assert (draws[usable_records] >= 1).all()
     again = plan_arrays(plan, 0)
+    # The last batch and the first, planned alone, are the whole plan's rows.
+    alone = plan.plan_batches(0, [plan.num_batches - 1, 0])
     for key in out:
         np.testing.assert_array_equal(out[key], again[key])
+        np.testing.assert_array_equal(alone[key].numpy(), out[key][[-1, 0]])
     assert "max_draws_per_record" in plan.stream
 
 

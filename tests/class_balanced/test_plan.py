@@ -6,14 +6,13 @@ import math
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scipy import stats
 
-from tfx_dynamic_inputs.inputs.class_plan import (
-    ClassBalancedPlan,
-    batch_layout,
-    class_report,
-)
+from tfx_dynamic_inputs.inputs.class_plan import ClassBalancedPlan, batch_layout
+from tfx_dynamic_inputs.inputs.class_report import class_report
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -280,3 +279,70 @@ def test_bad_row_splits():
         class_report(np.array([0, 3, 2]), 2)
     with pytest.raises(ValueError, match="starting at 0"):
         class_report(np.array([1, 3]), 2)
+
+
+@SETTINGS
+@given(plan_cases(), st.data())
+def test_any_batch_is_planned_alone_as_in_the_whole_epoch(case, data):
+    """`plan_batches` gives the rows of the whole plan, for any batch numbers in any order:
+    nothing a batch draws depends on which other batches are planned with it."""
+    plan = make_plan(case)
+    whole = plan_arrays(plan, case["epoch"])
+    numbers = data.draw(
+        st.lists(st.integers(0, plan.num_batches - 1), min_size=1, max_size=5), label="numbers"
+    )
+    alone = plan.plan_batches(case["epoch"], np.asarray(numbers, np.int64))
+    for key, rows in whole.items():
+        np.testing.assert_array_equal(alone[key].numpy(), rows[numbers], err_msg=key)
+
+
+def test_plan_batches_refuses_a_batch_number_out_of_range():
+    plan = ClassBalancedPlan(row_splits_of([3] * 5), n_classes_per_batch=2, n_samples_per_class=2)
+    assert plan.num_batches == 3
+    for numbers in ([3], [0, -1]):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"outside \[0, 3\)"):
+            plan.plan_batches(0, numbers)
+
+
+@pytest.mark.parametrize("mode", ["classes", "samples"])
+def test_each_slot_draws_its_class_uniformly_and_afresh_every_epoch(mode):
+    """Over epochs, the class in a batch's slot is uniform over the classes, and one epoch's
+    does not predict the next's (the orders are keyed by the epoch)."""
+    num_classes, epochs = 6, 720
+    plan = ClassBalancedPlan(
+        row_splits_of([4] * num_classes),
+        n_classes_per_batch=2,
+        n_samples_per_class=2,
+        seed=11,
+        epoch_mode=mode,
+    )
+    planned = tf.function(plan.plan_batches)
+    first = np.array(
+        [planned(tf.constant(e, tf.int64), [0])["label"].numpy()[0, 0] for e in range(epochs)]
+    )
+    assert stats.chisquare(np.bincount(first, minlength=num_classes)).pvalue > 1e-3
+    transitions = np.bincount(first[:-1] * num_classes + first[1:], minlength=num_classes**2)
+    assert stats.chisquare(transitions).pvalue > 1e-3, transitions
+
+
+def test_plans_whose_short_units_outweigh_a_block_are_planned_whole():
+    """A giant class in samples mode makes most units short, and a block planned alone would
+    compute all their fillers: such plans (and capped ones) plan whole epochs instead."""
+    row_splits = row_splits_of([400] + [2] * 10)
+
+    def plan(mode: str, cap: int | None = None) -> ClassBalancedPlan:
+        return ClassBalancedPlan(
+            row_splits,
+            n_classes_per_batch=2,
+            n_samples_per_class=1,
+            epoch_mode=mode,
+            max_draws_per_record=cap,
+        )
+
+    assert plan("classes").plans_batches_alone
+    assert not plan("samples").plans_batches_alone
+    assert not plan("classes", cap=5).plans_batches_alone
+    even = ClassBalancedPlan(
+        row_splits_of([8] * 10), n_classes_per_batch=3, n_samples_per_class=2, epoch_mode="samples"
+    )
+    assert even.plans_batches_alone

@@ -26,7 +26,7 @@ from tests.class_balanced.runs import write_audio_run
 from tests.inputs import runs
 from tfx_dynamic_inputs import layout, native
 from tfx_dynamic_inputs.inputs import ClassBalancedPlan, ValidPairs
-from tfx_dynamic_inputs.inputs.class_plan import class_report
+from tfx_dynamic_inputs.inputs.class_report import class_report
 from tfx_dynamic_inputs.inputs.labelled_sources import labelled_records
 from tfx_dynamic_inputs.inputs.record_store import DamagedRecordError, RecordStore
 from tfx_dynamic_inputs.inputs.run import StoreOptions

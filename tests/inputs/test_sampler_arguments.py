@@ -16,7 +16,8 @@ from tfx_dynamic_inputs.inputs import (
     class_balanced,
     dynamic_pairs,
 )
-from tfx_dynamic_inputs.inputs.class_plan import ClassBalancedPlan, class_report
+from tfx_dynamic_inputs.inputs.class_plan import ClassBalancedPlan
+from tfx_dynamic_inputs.inputs.class_report import class_report
 from tfx_dynamic_inputs.inputs.pair_plan import PairPlanner
 
 CROP = AudioFeatureConfig(mode="crop", crop_seconds=0.05, num_mel_bins=8)
