@@ -1,6 +1,6 @@
 """Benchmark: class-balanced plans and batches vs what users run today.
 
-Two comparisons, each on one data set shared by all contenders:
+Three measurements, each on one data set shared by all contenders:
 
 1. **Plan rate** (record indices per second of planned epochs), for 1M utterances over 7,000
    classes (`--quick`: 100k over 1,000), `n_c=32, n_p=4`:
@@ -12,7 +12,10 @@ Two comparisons, each on one data set shared by all contenders:
    * ours: `ClassBalancedPlan` (classes mode), record numbers included.
    Each epoch is `ceil(classes / n_c)` batches; the class coverage of that epoch and the share of
    batches that repeat a record are reported too.
-2. **End to end** batches/s with log-mel features (2 s crops, 80 bins): `class_balanced` over a
+2. **Plan scale**: `epoch_mode="samples"` over 10M utterances of 50,000 speakers (`--quick`:
+   1M), the whole epoch's plan against its first block of batches planned alone
+   (`ClassBalancedPlan.plan_batches`, what the datasets run).
+3. **End to end** batches/s with log-mel features (2 s crops, 80 bins): `class_balanced` over a
    materialized run (memory and disk backends) vs a sequential `TFRecordDataset` read + the same
    parse and features, without balancing.
 
@@ -358,6 +361,41 @@ def bench_plan_rate(num_records, num_classes, repeats, peer_python) -> dict:
     return result
 
 
+def bench_plan_scale(num_records: int, repeats: int) -> dict:
+    """Samples mode at scale: the whole epoch's plan against its first block of batches planned
+    alone from their numbers (what the datasets run), fresh epochs, interleaved."""
+    import tensorflow as tf
+
+    from tfx_dynamic_inputs.inputs import ClassBalancedPlan
+    from tfx_dynamic_inputs.inputs.epoch_plan import PLAN_BLOCK_BATCHES
+
+    rng = np.random.default_rng(0)
+    sizes = rng.integers(150, 251, num_records // 200)  # speakers of 150-250 utterances
+    row_splits = np.concatenate([[0], np.cumsum(sizes)])
+    plan = ClassBalancedPlan(
+        row_splits, n_classes_per_batch=N_C, n_samples_per_class=N_P, epoch_mode="samples"
+    )
+    whole = tf.function(lambda epoch: plan.plan(epoch)["position"])
+    block = tf.function(lambda epoch, numbers: plan.plan_batches(epoch, numbers)["position"])
+    numbers = tf.range(PLAN_BLOCK_BATCHES, dtype=tf.int64)
+    timed = time_interleaved(
+        {
+            "whole_epoch": lambda e: whole(tf.constant(e, tf.int64)).numpy(),
+            "first_block": lambda e: block(tf.constant(e, tf.int64), numbers).numpy(),
+        },
+        repeats,
+    )
+    return {
+        "records": int(row_splits[-1]),
+        "classes": len(sizes),
+        "batches_per_epoch": plan.num_batches,
+        "plans_batches_alone": plan.plans_batches_alone,
+        "block_batches": PLAN_BLOCK_BATCHES,
+        "whole_epoch_s": timed["whole_epoch"][0],
+        "first_block_s": timed["first_block"][0],
+    }
+
+
 # --------------------------------------------------------------------------------- end to end
 
 
@@ -552,6 +590,14 @@ def main() -> None:
         f"{loose['max_draws_per_record']} times; max_draws_per_record="
         f"{capped['max_draws_per_record']} (the least accepted): {capped['epoch_s'] * 1000:.0f} ms "
         f"({capped['epoch_s'] / loose['epoch_s']:.1f}x), drawn up to {capped['drawn_at_most']}"
+    )
+    scale = bench_plan_scale(1_000_000 if args.quick else 10_000_000, repeats)
+    report["plan_scale"] = scale
+    print(
+        f"samples mode at {scale['records']:,} records / {scale['classes']:,} classes: the "
+        f"epoch's first {scale['block_batches']} batches planned alone in "
+        f"{scale['first_block_s'] * 1000:.1f} ms, the whole epoch ({scale['batches_per_epoch']:,} "
+        f"batches) in {scale['whole_epoch_s'] * 1000:.0f} ms"
     )
     if not args.skip_end_to_end:
         scratch = tempfile.mkdtemp(prefix="bench-class-balanced-")

@@ -287,8 +287,8 @@ class ClassBalancedPlan:
         A batch's global batch (its unit) is the keyed permutation of the epoch's units at the
         batch's step; the unit's members are the keyed permutation of its round's classes at
         the unit's positions in the round; the fillers of the epoch's short units are computed
-        for all of them (O(short units x classes per unit)). So nothing of the number of
-        records or batches is built: a batch costs the same at 10M records as at 1,000.
+        for all of them (O(short units x classes per unit); `plans_batches_alone` says when
+        that is small). Nothing else of the number of records or batches is built.
 
         Args:
           epoch: int64 scalar, a Python int or a tensor.
