@@ -77,10 +77,10 @@ def random_fillers(
     taken = tf.equal(found_class, candidates)
     rank = tf.cumsum(tf.cast(~taken, tf.int64), axis=1) - 1
     chosen = (~taken) & (rank < (g - members)[:, None])
-    where = tf.where(chosen)
+    chosen_at = tf.where(chosen)
     # The chosen candidates of a unit, in window order, are its fillers 0, 1, ...
-    row_and_rank = tf.stack([where[:, 0], tf.gather_nd(rank, where)], axis=1)
-    fill_class = tf.gather_nd(candidates, where)
+    row_and_rank = tf.stack([chosen_at[:, 0], tf.gather_nd(rank, chosen_at)], axis=1)
+    fill_class = tf.gather_nd(candidates, chosen_at)
     appearance = tf.gather(chunks, fill_class) + _earlier_fillers(fill_class)
     shape = tf.shape(candidates, out_type=tf.int64)
     return _rows(row_and_rank, fill_class, shape), _rows(row_and_rank, appearance, shape)
