@@ -29,6 +29,11 @@ global batches depends on `g` alone and resumes on any replica count that keeps 
   the weights, so a sampler resumed with new weights plans its next epoch with them
   (`mixed_class_balanced`).
 
+* **A batch at a time**: every order above is a keyed permutation (`index_shuffle`) and a
+  unit's slots per run, and the run's draws in the units before it, are closed forms of the
+  epoch's quotas; so `plan_batches` computes any batch from its number alone, and the sampler's
+  datasets plan a block of batches at a time.
+
 Only `epoch_mode="classes"` coverage (every usable class once an epoch) is planned for mixes.
 """
 
@@ -42,7 +47,7 @@ import tensorflow as tf
 from tfx_dynamic_inputs.inputs import epoch_plan
 from tfx_dynamic_inputs.inputs.arguments import int_argument, seed_argument
 from tfx_dynamic_inputs.inputs.class_report import ClassReport, class_report
-from tfx_dynamic_inputs.inputs.index_shuffle import permuted_positions
+from tfx_dynamic_inputs.inputs.index_shuffle import keyed_seeds, permuted_positions
 from tfx_dynamic_inputs.inputs.run_mix import MixWeighting
 from tfx_dynamic_inputs.inputs.variables import index_variable
 
@@ -166,7 +171,6 @@ class MixedClassPlan:
         self._usable_counts_t = const(usable_counts)
         self._class_sizes = const(all_sizes)
         self._class_starts = const(all_starts)
-        self._sample_offsets = const(np.tile(np.arange(n_p), self.num_units * g))
 
     @property
     def stream(self) -> str:
@@ -201,58 +205,88 @@ class MixedClassPlan:
           ``seed`` [num_batches, 2] (shared by a global batch's replicas) and ``slice_start``
           [num_batches] (where the batch starts in its global batch), as in `class_plan`.
         """
-        epoch = tf.convert_to_tensor(epoch, tf.int64)
-        stream = lambda salt: epoch_plan.epoch_seed(self.seed, epoch, salt)
-        g, n_p, units = self.classes_per_unit, self.n_samples_per_class, self.num_units
-        counts = self._unit_counts(stream)  # [units, K]: each unit's class slots per run
+        return self.plan_batches(epoch, tf.range(self.num_batches, dtype=tf.int64))
 
-        # Each slot of a unit (runs laid out in run order, then shuffled): its run and its draw,
-        # the run's p-th of the epoch (its earlier units' slots first).
+    def plan_batches(self, epoch, batch_numbers) -> dict[str, tf.Tensor]:
+        """Rows `batch_numbers` of `plan(epoch)`, computed from their numbers alone.
+
+        Every order is keyed (`index_shuffle`): the units', each unit's order of its slots, each
+        run's order of its classes and each class's of its records; a unit's slots per run and
+        the draws of the units before it are closed forms of the epoch's quotas. So a batch
+        costs O(batch x runs), whatever the epoch's size.
+
+        Args:
+          epoch: int64 scalar, a Python int or a tensor.
+          batch_numbers: int64 [n], global batch numbers, each in `[0, num_batches)`.
+
+        Returns:
+          The keys of `plan`, each with leading dimension `n`, equal to
+          `tf.gather(plan(epoch)[key], batch_numbers)`.
+
+        Raises:
+          tf.errors.InvalidArgumentError: when run, a batch number outside `[0, num_batches)`.
+
+        Example:
+
+            plan.plan_batches(2, [0, 3])["run"]  # the runs of batches 0 and 3 of epoch 2
+        """
+        epoch = tf.convert_to_tensor(epoch, tf.int64)
+        batch_numbers = tf.convert_to_tensor(batch_numbers, tf.int64)
+        stream = lambda salt: epoch_plan.epoch_seed(self.seed, epoch, salt)
+        g, n_c, n_p = self.classes_per_unit, self.n_classes_per_batch, self.n_samples_per_class
+        in_range = tf.debugging.Assert(
+            tf.reduce_all((batch_numbers >= 0) & (batch_numbers < self.num_batches)),
+            [f"plan_batches: a batch number is outside [0, {self.num_batches})"],
+        )
+        with tf.control_dependencies([in_range]):
+            step = batch_numbers // self.num_replicas
+            slice_in_unit = batch_numbers % self.num_replicas
+        unit = permuted_positions(step, self.num_units, stream(_SALT_BATCH_ORDER))
+        counts, earlier = self._unit_counts(unit, stream)  # [n, K] each
+
+        # Each unit's slots are shuffled (a keyed permutation per unit), so no replica's batch
+        # is one run's by construction; laid out, a unit's slots are its runs' in run order.
+        shape = [-1, n_c]
+        slot = slice_in_unit[:, None] * n_c + tf.range(n_c, dtype=tf.int64)[tf.newaxis, :]
+        unit_of_slot = tf.broadcast_to(unit[:, None], tf.shape(slot))
+        laid_out = tf.reshape(
+            permuted_positions(
+                tf.reshape(slot, [-1]),
+                g,
+                stream(_SALT_SLOT_ORDER),
+                tweak=tf.reshape(unit_of_slot, [-1]),
+            ),
+            shape,
+        )
         slot_ends = tf.cumsum(counts, axis=1)
-        slots = tf.tile(tf.range(g, dtype=tf.int64)[None], [units, 1])
-        slot_run = tf.searchsorted(slot_ends, slots, side="right", out_type=tf.int64)
+        slot_run = tf.searchsorted(slot_ends, laid_out, side="right", out_type=tf.int64)
         first_slot = tf.gather(slot_ends - counts, slot_run, batch_dims=1)
-        run_starts = tf.cumsum(counts, axis=0, exclusive=True)
-        draw = tf.gather(run_starts, slot_run, batch_dims=1) + slots - first_slot
+        # The run's draws of the epoch, its earlier units' first: this slot's draw number.
+        draw = tf.gather(earlier, slot_run, batch_dims=1) + laid_out - first_slot
 
         slot_run, draw = tf.reshape(slot_run, [-1]), tf.reshape(draw, [-1])
         usable = tf.gather(self._usable_counts_t, slot_run)
         # The run's draws walk one permutation of its usable classes cyclically: a unit's draws
         # of a run are consecutive and at most its usable classes, hence distinct.
         local = permuted_positions(draw % usable, usable, stream(_SALT_CLASS_ORDER), tweak=slot_run)
-        unit_class = tf.gather(
+        slot_class = tf.gather(
             self._global_usable, tf.gather(self._usable_offsets, slot_run) + local
         )
         appearance = draw // usable
 
-        # Shuffle each unit's slots, so no replica's batch is one run's by construction.
-        keys = tf.random.stateless_uniform([units, g], seed=stream(_SALT_SLOT_ORDER))
-        in_unit = tf.argsort(keys, axis=1) + tf.range(units)[:, None] * g
-        in_unit = tf.cast(in_unit, tf.int64)
-        order = tf.reshape(in_unit, [-1])
-        unit_class = tf.gather(unit_class, order)
-        appearance = tf.gather(appearance, order)
-        unit_run = tf.gather(slot_run, order)
-
-        sample_class = tf.repeat(unit_class, n_p)
+        sample_class = tf.repeat(slot_class, n_p)
         sizes = tf.gather(self._class_sizes, sample_class)
-        within = (tf.repeat(appearance, n_p) * n_p + self._sample_offsets) % sizes
+        offsets = appearance[:, None] * n_p + tf.range(n_p, dtype=tf.int64)[tf.newaxis, :]
+        within = tf.reshape(offsets, [-1]) % sizes
         position = tf.gather(self._class_starts, sample_class) + permuted_positions(
             within, sizes, stream(_SALT_WITHIN_CLASS), tweak=sample_class
         )
-
-        unit_order = epoch_plan.stateless_permutation(units, stream(_SALT_BATCH_ORDER))
-        rows = [self.num_batches, self.batch_size]
-        in_units = lambda t: tf.reshape(tf.gather(tf.reshape(t, [units, -1]), unit_order), rows)
-        unit_seeds = tf.random.stateless_uniform(
-            [units, 2], seed=stream(_SALT_BATCH_SEEDS), minval=None, maxval=None, dtype=tf.int64
-        )
-        slice_in_unit = tf.range(self.num_batches, dtype=tf.int64) % self.num_replicas
+        rows = [-1, self.batch_size]
         return {
-            "position": in_units(position),
-            "label": in_units(sample_class),
-            "run": in_units(tf.repeat(unit_run, n_p)),
-            "seed": tf.repeat(unit_seeds, self.num_replicas, axis=0),
+            "position": tf.reshape(position, rows),
+            "label": tf.reshape(sample_class, rows),
+            "run": tf.reshape(tf.repeat(slot_run, n_p), rows),
+            "seed": keyed_seeds(stream(_SALT_BATCH_SEEDS), step),
             "slice_start": slice_in_unit * self.batch_size,
         }
 
@@ -265,31 +299,39 @@ class MixedClassPlan:
         extra = tf.cast(reached - tf.concat([tf.floor(offset)[None], reached[:-1]], 0), tf.int64)
         return tf.constant(self._base_quota) + extra
 
-    def _unit_counts(self, stream) -> tf.Tensor:
-        """int64 [num_units, K]: each unit's class slots per run, summing to `g` in every unit."""
+    def _unit_counts(self, unit: tf.Tensor, stream) -> tuple[tf.Tensor, tf.Tensor]:
+        """int64 [n, K] each: the class slots per run of each of `unit` (summing to `g`), and
+        the run's slots in the units before it (its draws so far this epoch)."""
         quotas = self._quotas(stream)
-        units, runs = self.num_units, len(self.run_names)
+        units, runs, g = self.num_units, len(self.run_names), self.classes_per_unit
+        run_ids = tf.range(runs, dtype=tf.int64)[tf.newaxis, :]
+        quota_ends = tf.cumsum(quotas)
         if self.weighting is MixWeighting.BATCHES:
-            unit_run = tf.repeat(tf.range(runs, dtype=tf.int64), quotas)
-            unit_run = tf.gather(
-                unit_run, epoch_plan.stateless_permutation(units, stream(_SALT_UNIT_RUNS))
-            )
-            return tf.one_hot(unit_run, runs, dtype=tf.int64) * self.classes_per_unit
+            # The units, in a keyed order, dealt to the runs by quota: a unit is all one run's.
+            # A run's draws are numbered by its units' places in that order.
+            place = permuted_positions(unit, units, stream(_SALT_UNIT_RUNS))
+            unit_run = tf.searchsorted(quota_ends, place, side="right", out_type=tf.int64)
+            is_run = tf.equal(unit_run[:, None], run_ids)
+            earlier = (place - tf.gather(quota_ends - quotas, unit_run))[:, None] * g
+            none = tf.zeros([], tf.int64)
+            return tf.where(is_run, tf.constant(g, tf.int64), none), tf.where(is_run, earlier, none)
         # Each run's floor(q / N) slots in every unit, and its q mod N extra slots (< N) in
         # distinct units: the extras of all runs, in run order, dealt round-robin from a random
-        # unit, so every unit gets the same number of them.
+        # unit, so every unit gets the same number of them. Run k's extras go to the cyclic
+        # interval of units [start_k, start_k + extras_k).
         base, extras = quotas // units, quotas % units
-        extra_run = tf.repeat(tf.range(runs, dtype=tf.int64), extras)
         rotation = tf.random.stateless_uniform(
             [], seed=stream(_SALT_EXTRA_ROTATION), maxval=units, dtype=tf.int64
         )
-        extra_unit = (tf.range(tf.size(extra_run, tf.int64), dtype=tf.int64) + rotation) % units
-        dealt = tf.scatter_nd(
-            tf.stack([extra_unit, extra_run], 1),
-            tf.ones_like(extra_run),
-            tf.constant([units, runs], tf.int64),
+        start = (tf.cumsum(extras, exclusive=True) + rotation) % units
+        since_start = (unit[:, None] - start[tf.newaxis, :]) % units
+        dealt = tf.cast(since_start < extras[tf.newaxis, :], tf.int64)
+        # Run k's extras in units [0, u): those of the cyclic interval below u.
+        end = start + extras  # may pass `units`: the interval wraps
+        below = tf.maximum(tf.minimum(end, unit[:, None]) - start, 0) + tf.maximum(
+            tf.minimum(end - units, unit[:, None]), 0
         )
-        return base[None, :] + dealt
+        return base[tf.newaxis, :] + dealt, unit[:, None] * base[tf.newaxis, :] + below
 
     def _check_usable(self, usable_counts: np.ndarray) -> None:
         g = self.classes_per_unit

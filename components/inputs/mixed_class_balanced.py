@@ -97,6 +97,9 @@ class MixedClassBalancedSampler(EpochSampler):
         model.fit(sampler.dataset(), epochs=10)
     """
 
+    # `MixedClassPlan.plan_batches`: every part of a mix's plan is keyed or a closed form.
+    plans_batches_alone = True
+
     def __init__(
         self,
         mix: RunMix,
@@ -244,9 +247,7 @@ class MixedClassBalancedSampler(EpochSampler):
         Returns:
           A dict of int64 tensors (`mix_plan.MixedClassPlan.plan`, positions as records).
         """
-        planned = self.plan.plan(epoch)
-        index = tf.gather(self._values, planned.pop("position"))
-        return {"index": index, **planned}
+        return self._in_records(self.plan.plan(epoch))
 
     def draws_per_run(self, epoch) -> dict[str, np.ndarray]:
         """How often each record of each run is drawn in `epoch`'s plan.
@@ -266,6 +267,14 @@ class MixedClassBalancedSampler(EpochSampler):
 
     def _plan(self, epoch: tf.Tensor) -> dict[str, tf.Tensor]:
         return self.epoch_plan(epoch)
+
+    def _plan_batches(self, epoch: tf.Tensor, batch_numbers: tf.Tensor) -> dict[str, tf.Tensor]:
+        return self._in_records(self.plan.plan_batches(epoch, batch_numbers))
+
+    def _in_records(self, planned: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """Plan rows with global record numbers (``index``) in place of CSR positions."""
+        index = tf.gather(self._values, planned.pop("position"))
+        return {"index": index, **planned}
 
     def _stores(self) -> list[RecordStore]:
         return list(self.stores)

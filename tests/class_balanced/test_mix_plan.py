@@ -6,9 +6,11 @@ import math
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from tfx_dynamic_inputs.inputs.epoch_plan import epoch_seed
 from tfx_dynamic_inputs.inputs.mix_plan import MixedClassPlan
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -238,3 +240,54 @@ def test_shares_must_be_positive_and_one_per_run():
         ),
         1.0,
     )
+
+
+@SETTINGS
+@given(mix_cases(), st.data())
+def test_any_batch_is_planned_alone_as_in_the_whole_epoch(case, data):
+    """`plan_batches` gives the whole plan's rows, for any batch numbers in any order."""
+    plan = plan_or_refusal(case)
+    whole = {key: rows.numpy() for key, rows in plan.plan(case["epoch"]).items()}
+    numbers = data.draw(
+        st.lists(st.integers(0, plan.num_batches - 1), min_size=1, max_size=5), label="numbers"
+    )
+    alone = plan.plan_batches(case["epoch"], np.asarray(numbers, np.int64))
+    for key, rows in whole.items():
+        np.testing.assert_array_equal(alone[key].numpy(), rows[numbers], err_msg=key)
+
+
+@SETTINGS
+@given(mix_cases())
+def test_each_units_slots_and_draws_so_far_are_the_epochs_running_sums(case):
+    """The closed forms of a unit's slots per run and of the run's slots in the units before it
+    agree with the epoch's quotas summed unit by unit."""
+    plan = plan_or_refusal(case)
+    stream = lambda salt: epoch_seed(plan.seed, case["epoch"], salt)
+    units = tf.range(plan.num_units, dtype=tf.int64)
+    counts, earlier = (t.numpy() for t in plan._unit_counts(units, stream))
+    quotas = plan._quotas(stream).numpy()
+    g = plan.classes_per_unit
+    assert (counts.sum(axis=1) == g).all()
+    if case["weighting"] == "classes":
+        np.testing.assert_array_equal(counts.sum(axis=0), quotas)
+        np.testing.assert_array_equal(earlier, np.cumsum(counts, axis=0) - counts)
+        assert counts.max(axis=0).tolist() == [  # the extras go to distinct units
+            q // plan.num_units + (q % plan.num_units > 0) for q in quotas
+        ]
+    else:
+        np.testing.assert_array_equal(counts.sum(axis=0), quotas * g)
+        for run in range(len(quotas)):  # a run's units draw g classes each, one after another
+            mine = counts[:, run] == g
+            assert sorted(earlier[mine, run]) == list(range(0, quotas[run] * g, g))
+
+
+def test_plan_batches_refuses_a_batch_number_out_of_range():
+    plan = MixedClassPlan(
+        [row_splits_of([2] * 4), row_splits_of([2] * 3)],
+        shares=[1, 1],
+        run_names=["a", "b"],
+        n_classes_per_batch=2,
+        n_samples_per_class=2,
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"outside \[0, "):
+        plan.plan_batches(0, [plan.num_batches])

@@ -216,3 +216,22 @@ def test_noise_is_mixed_into_a_mix_of_runs_and_speed_perturbation_is_refused(run
         np.testing.assert_array_equal(mixed["features"], replayed["features"])
     with pytest.raises(ValueError, match="speed perturbation does not run over a mix"):
         sampled(SpeakerAugmentConfig(speed_factors=(1.0, 0.9, 1.1)))
+
+
+def test_the_datasets_plan_a_batch_at_a_time(runs, monkeypatch):
+    """`dataset()` and `epochs_dataset()` never plan a whole epoch of the mix: each batch comes
+    from its number, and is the whole plan's row all the same."""
+    sampler = make_sampler(runs)
+    expected = [sampler.epoch_plan(epoch)["index"].numpy().tolist() for epoch in range(2)]
+
+    def whole_epoch(epoch):
+        raise AssertionError("the dataset planned a whole epoch")
+
+    monkeypatch.setattr(sampler.plan, "plan", whole_epoch)
+    dataset = sampler.dataset()
+    for planned in expected:
+        assert [batch["index"].tolist() for batch in batches(dataset)] == planned
+    ranged = sampler.epochs_dataset(start_epoch=0, num_epochs=2)
+    assert [batch["index"].tolist() for batch in batches(ranged)] == [
+        row for plan in expected for row in plan
+    ]
