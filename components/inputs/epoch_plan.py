@@ -16,8 +16,8 @@ value at registration) cannot see; `epoch_range_dataset` is the form for the ser
 epochs in one iteration, every batch computed from its batch number, so that the service can split
 the batch numbers across its workers (`EpochSampler.distributed_dataset`).
 
-Plans draw their randomness from `epoch_seed` streams (`stateless_permutation`, and the keyed
-elementwise permutations of `index_shuffle`). The state a plan may depend on is
+Plans draw their randomness from `epoch_seed` streams, through the keyed elementwise
+permutations and draws of `index_shuffle`. The state a plan may depend on is
 `epoch_state.EpochState`; how batches split over workers is `worker_slices`; the count of
 samples left out as damaged, `skip_log`.
 """
@@ -64,19 +64,6 @@ def epoch_seed(seed: int, epoch, salt: int = 0) -> tf.Tensor:
     base = tf.constant([seed, 0], dtype=tf.int64)
     with_salt = tf.random.experimental.stateless_fold_in(base, tf.constant(salt, tf.int64))
     return tf.random.experimental.stateless_fold_in(with_salt, tf.cast(epoch, tf.int64))
-
-
-def stateless_permutation(n, seed) -> tf.Tensor:
-    """A random permutation of `0..n-1`, a pure function of `seed`.
-
-    Args:
-      n: int64 scalar, the length.
-      seed: int64 [2] stateless seed.
-
-    Returns:
-      int64 [n].
-    """
-    return tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64), seed=seed)
 
 
 def epoch_dataset(

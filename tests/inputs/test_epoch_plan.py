@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfx_dynamic_inputs.inputs.epoch_plan import (
-    epoch_dataset,
-    epoch_seed,
-    stateless_permutation,
-)
+from tfx_dynamic_inputs.inputs.epoch_plan import epoch_dataset, epoch_seed
 from tfx_dynamic_inputs.inputs.epoch_state import EpochState
 from tfx_dynamic_inputs.inputs.worker_slices import worker_slice
 
@@ -28,22 +23,6 @@ def test_epoch_seeds_are_distinct_and_reproducible():
     }
     assert len(seeds) == 4 * 4 * 3
     assert epoch_seed(7, 3, 1).numpy().tolist() == epoch_seed(7, 3, 1).numpy().tolist()
-
-
-@FEW
-@given(n=st.integers(0, 300), seed=st.integers(0, 2**31), epoch=st.integers(0, 50))
-def test_stateless_permutation_is_a_deterministic_permutation(n, seed, epoch):
-    permutation = stateless_permutation(n, epoch_seed(seed, epoch)).numpy()
-    assert permutation.dtype == np.int64
-    assert sorted(permutation.tolist()) == list(range(n))
-    again = stateless_permutation(n, epoch_seed(seed, epoch)).numpy()
-    assert permutation.tolist() == again.tolist()
-
-
-def test_permutations_differ_between_epochs():
-    a = stateless_permutation(100, epoch_seed(0, 0)).numpy()
-    b = stateless_permutation(100, epoch_seed(0, 1)).numpy()
-    assert a.tolist() != b.tolist()
 
 
 def test_worker_slice_from_context_or_arguments():
@@ -63,7 +42,9 @@ def _plan(num_batches: int, width: int, seed: int = 0):
     """A plan whose rows identify (epoch, batch): a permutation of the epoch's ids."""
 
     def plan_fn(epoch):
-        ids = stateless_permutation(num_batches * width, epoch_seed(seed, epoch))
+        ids = tf.random.experimental.stateless_shuffle(
+            tf.range(num_batches * width, dtype=tf.int64), epoch_seed(seed, epoch)
+        )
         return {"ids": tf.reshape(ids + 1000 * epoch, [num_batches, width])}
 
     return plan_fn
