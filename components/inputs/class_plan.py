@@ -308,16 +308,11 @@ class ClassBalancedPlan:
             plan.plan_batches(3, [1])["label"]  # int64 [1, 8]: batch 1 of epoch 3
         """
         epoch = tf.convert_to_tensor(epoch, tf.int64)
-        batch_numbers = tf.convert_to_tensor(batch_numbers, tf.int64)
+        batch_numbers = epoch_plan.checked_batch_numbers(batch_numbers, self.num_batches)
         n_c, n_p = self.n_classes_per_batch, self.n_samples_per_class
         stream = lambda salt: epoch_plan.epoch_seed(self.seed, epoch, salt)
-        in_range = tf.debugging.Assert(
-            tf.reduce_all((batch_numbers >= 0) & (batch_numbers < self.num_batches)),
-            [f"plan_batches: a batch number is outside [0, {self.num_batches})"],
-        )
-        with tf.control_dependencies([in_range]):
-            step = batch_numbers // self._rows_per_unit
-            slice_in_unit = batch_numbers % self._rows_per_unit
+        step = batch_numbers // self._rows_per_unit
+        slice_in_unit = batch_numbers % self._rows_per_unit
         # Units in random order, each cut into its replicas' batches (consecutive rows).
         unit = permuted_positions(step, self._num_units, stream(_SALT_BATCH_ORDER))
         slot = slice_in_unit[:, None] * n_c + tf.range(n_c, dtype=tf.int64)[tf.newaxis, :]

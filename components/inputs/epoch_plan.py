@@ -66,6 +66,31 @@ def epoch_seed(seed: int, epoch, salt: int = 0) -> tf.Tensor:
     return tf.random.experimental.stateless_fold_in(with_salt, tf.cast(epoch, tf.int64))
 
 
+def checked_batch_numbers(batch_numbers, num_batches: int) -> tf.Tensor:
+    """`batch_numbers` as int64, checked (when run) to be batches of an epoch of `num_batches`:
+    what a plan's `plan_batches` takes.
+
+    Args:
+      batch_numbers: int [n], a list or a tensor.
+      num_batches: the epoch's global batches.
+
+    Returns:
+      int64 [n], the same numbers, which raise `tf.errors.InvalidArgumentError` naming the range
+      when one is outside `[0, num_batches)`.
+
+    Example:
+
+        numbers = checked_batch_numbers([0, 5], num_batches=8)
+    """
+    batch_numbers = tf.convert_to_tensor(batch_numbers, tf.int64)
+    in_range = tf.debugging.Assert(
+        tf.reduce_all((batch_numbers >= 0) & (batch_numbers < num_batches)),
+        [f"plan_batches: a batch number is outside [0, {num_batches})"],
+    )
+    with tf.control_dependencies([in_range]):
+        return tf.identity(batch_numbers)
+
+
 def epoch_dataset(
     plan_fn: Callable[[tf.Tensor], object] | None = None,
     *,

@@ -231,16 +231,11 @@ class MixedClassPlan:
             plan.plan_batches(2, [0, 3])["run"]  # the runs of batches 0 and 3 of epoch 2
         """
         epoch = tf.convert_to_tensor(epoch, tf.int64)
-        batch_numbers = tf.convert_to_tensor(batch_numbers, tf.int64)
+        batch_numbers = epoch_plan.checked_batch_numbers(batch_numbers, self.num_batches)
         stream = lambda salt: epoch_plan.epoch_seed(self.seed, epoch, salt)
         g, n_c, n_p = self.classes_per_unit, self.n_classes_per_batch, self.n_samples_per_class
-        in_range = tf.debugging.Assert(
-            tf.reduce_all((batch_numbers >= 0) & (batch_numbers < self.num_batches)),
-            [f"plan_batches: a batch number is outside [0, {self.num_batches})"],
-        )
-        with tf.control_dependencies([in_range]):
-            step = batch_numbers // self.num_replicas
-            slice_in_unit = batch_numbers % self.num_replicas
+        step = batch_numbers // self.num_replicas
+        slice_in_unit = batch_numbers % self.num_replicas
         unit = permuted_positions(step, self.num_units, stream(_SALT_BATCH_ORDER))
         counts, earlier = self._unit_counts(unit, stream)  # [n, K] each
 

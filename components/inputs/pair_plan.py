@@ -36,6 +36,7 @@ from tfx_dynamic_inputs.inputs.epoch_plan import (
     SALT_GROUP_START,
     SALT_ORDER,
     SALT_TIE_BREAK,
+    checked_batch_numbers,
     epoch_seed,
 )
 from tfx_dynamic_inputs.inputs.epoch_state import EpochState
@@ -239,14 +240,9 @@ class PairPlanner:
             planner.plan_batches(3, [0, 5])["y_index"]  # batches 0 and 5 of epoch 3
         """
         epoch = tf.convert_to_tensor(epoch, tf.int64)
-        batch_numbers = tf.convert_to_tensor(batch_numbers, tf.int64)
-        in_range = tf.debugging.Assert(
-            tf.reduce_all((batch_numbers >= 0) & (batch_numbers < self.num_batches)),
-            [f"plan_batches: a batch number is outside [0, {self.num_batches})"],
-        )
-        with tf.control_dependencies([in_range]):
-            columns = tf.range(self.batch_size, dtype=tf.int64)
-            positions = tf.reshape(batch_numbers[:, None] * self.batch_size + columns, [-1])
+        batch_numbers = checked_batch_numbers(batch_numbers, self.num_batches)
+        columns = tf.range(self.batch_size, dtype=tf.int64)
+        positions = tf.reshape(batch_numbers[:, None] * self.batch_size + columns, [-1])
         planned = self.epoch_order(epoch, positions)
         x_index = self._record_numbers(planned)
         shape = [-1, self.batch_size]
