@@ -39,6 +39,8 @@ from tfx_dynamic_inputs.inputs import (
 )
 from tfx_dynamic_inputs.inputs.epoch_plan import epoch_dataset, epoch_range_dataset
 from tfx_dynamic_inputs.inputs.epoch_state import EpochState
+from tfx_dynamic_inputs.inputs.mixed_class_balanced import MixedClassBalancedSampler
+from tfx_dynamic_inputs.inputs.run_mix import RunMix, WeightedRun
 
 WORKERS = 2
 MODES = ("distributed_epoch", "parallel_epochs")
@@ -436,6 +438,27 @@ def test_class_balanced_under_the_service(service, audio_run, mode, seed):
         names = ("index", "label")
         assert keys(batches, *names) == sorted(keys(expected[epoch], *names) * copies)
     assert keys(got[0], "index") != keys(got[1], "index")
+
+
+def test_a_mix_of_runs_under_the_service(service, audio_run, tmp_path):
+    """A mix of two runs, planned in blocks of batches on the workers: each epoch's batches
+    are exactly this process's, with each sample's run."""
+    other_dir = str(tmp_path / "other_run")
+    write_audio_run(other_dir, [4, 6, 3, 5], seed=9, min_samples=400, max_samples=800)
+    mix = RunMix((WeightedRun(audio_run[0], 1.0, "first"), WeightedRun(other_dir, 2.0, "second")))
+
+    def sampler() -> MixedClassBalancedSampler:
+        return MixedClassBalancedSampler(
+            mix, n_classes_per_batch=N_C, n_samples_per_class=N_P, seed=2, features=None
+        )
+
+    got = by_epoch(collect(sampler().distributed_dataset(service, num_epochs=2)))
+    expected = local_epochs(sampler(), 2)
+    assert sorted(got) == [0, 1]
+    for epoch, batches in got.items():
+        names = ("index", "label", "run")
+        assert keys(batches, *names) == sorted(keys(expected[epoch], *names))
+    assert {int(run) for batch in got[0] for run in batch["run"]} == {0, 1}
 
 
 def test_audio_front_end_on_the_workers_matches_this_process(service, audio_run):
