@@ -382,12 +382,15 @@ class ClassBalancedPlan:
         needed = class_fillers.least_feasible_cap(sizes, chunks, n_p, free_slots)
         if not self._num_fill_units:
             return needed
-        plan = tf.function(self.plan)
+        # Only the fillers can refuse a cap: epoch 0's, not its whole plan.
+        fillers = tf.function(
+            lambda: self._fillers(lambda salt: epoch_plan.epoch_seed(self.seed, 0, salt))
+        )
 
         def plans(cap: int) -> bool:
             self._max_appearances.assign(class_fillers.max_appearances(sizes, chunks, n_p, cap))
             try:
-                plan(tf.constant(0, tf.int64))
+                fillers()
             except tf.errors.InvalidArgumentError:  # a batch left without classes to fill it
                 return False
             return True
