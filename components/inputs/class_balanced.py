@@ -151,7 +151,6 @@ class ClassBalancedSampler(EpochSampler):
             replicas_per_worker=replicas_per_worker(input_context),
         )
         self.num_batches = self.plan.num_batches
-        self.plans_batches_alone = self.plan.plans_batches_alone
         self.report = self.plan.report
         _log_report(self.report)
         self.state = state if state is not None else EpochState()
@@ -190,6 +189,10 @@ class ClassBalancedSampler(EpochSampler):
     @property
     def stream(self) -> str:
         return self.plan.stream
+
+    @property
+    def plans_batches_alone(self) -> bool:
+        return self.plan.plans_batches_alone
 
     def _plan(self, epoch: tf.Tensor) -> dict[str, tf.Tensor]:
         return self.epoch_plan(epoch)
