@@ -136,12 +136,17 @@ def keyed_uniform(seed: tf.Tensor, positions: tf.Tensor, salt: int) -> tf.Tensor
 
         keyed_uniform(tf.constant([7, 0], tf.int64), tf.range(3, dtype=tf.int64), salt=0)
     """
+    key = _keyed_bits(seed, positions, salt)
+    # The top 53 bits: every float64 value they make is exact and below 1.
+    return tf.cast(_shift_right(key, 11), tf.float64) * (2.0**-53)
+
+
+def _keyed_bits(seed: tf.Tensor, keys: tf.Tensor, salt: int) -> tf.Tensor:
+    """uint64 [n]: 64 keyed bits of each key, a pure function of (seed, salt, key)."""
     salted = tf.random.experimental.stateless_fold_in(
         tf.cast(seed, tf.int64), tf.constant(salt, tf.int64)
     )
-    key = _element_key(salted, tf.convert_to_tensor(positions, tf.int64))
-    # The top 53 bits: every float64 value they make is exact and below 1.
-    return tf.cast(_shift_right(key, 11), tf.float64) * (2.0**-53)
+    return _element_key(salted, tf.convert_to_tensor(keys, tf.int64))
 
 
 def keyed_offsets(sizes: tf.Tensor, seed: tf.Tensor, keys: tf.Tensor) -> tf.Tensor:
@@ -181,19 +186,7 @@ def keyed_seeds(seed: tf.Tensor, keys: tf.Tensor) -> tf.Tensor:
 
         keyed_seeds(epoch_seed(0, 1), tf.range(4, dtype=tf.int64))  # four batches' seeds
     """
-    keys = tf.convert_to_tensor(keys, tf.int64)
-    words = [
-        tf.bitcast(
-            _element_key(
-                tf.random.experimental.stateless_fold_in(
-                    tf.cast(seed, tf.int64), tf.constant(word, tf.int64)
-                ),
-                keys,
-            ),
-            tf.int64,
-        )
-        for word in (0, 1)
-    ]
+    words = [tf.bitcast(_keyed_bits(seed, keys, salt=word), tf.int64) for word in (0, 1)]
     return tf.stack(words, axis=1)
 
 
