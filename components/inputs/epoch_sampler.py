@@ -3,6 +3,8 @@ the skip count, and the datasets of batches, in this process or on tf.data servi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import tensorflow as tf
 
 from tfx_dynamic_inputs.inputs import data_service
@@ -109,9 +111,10 @@ class EpochSampler:
             rows = self._plan_batches(epoch, numbers)
             return {**rows, "epoch": tf.fill(tf.shape(numbers), epoch)}
 
+        plan_fn, batch_plan_fn = self._plan_form(plan_with_epoch, batches_with_epoch)
         rows = epoch_dataset(
-            None if self.plans_batches_alone else plan_with_epoch,
-            batch_plan_fn=batches_with_epoch if self.plans_batches_alone else None,
+            plan_fn,
+            batch_plan_fn=batch_plan_fn,
             num_batches=num_batches,
             state=self.state,
             num_workers=self.num_workers,
@@ -191,9 +194,10 @@ class EpochSampler:
         self.state.bind_run(self.run_key, self.stream)
         if start_epoch is None:
             start_epoch = int(self.state.epoch.numpy())
+        plan_fn, batch_plan_fn = self._plan_form(self._plan, self._plan_batches)
         rows = epoch_range_dataset(
-            None if self.plans_batches_alone else self._plan,
-            batch_plan_fn=self._plan_batches if self.plans_batches_alone else None,
+            plan_fn,
+            batch_plan_fn=batch_plan_fn,
             num_batches=self.num_batches,
             start_epoch=start_epoch,
             num_epochs=num_epochs,
@@ -280,6 +284,11 @@ class EpochSampler:
 
     def _stores(self) -> list[RecordStore]:
         raise NotImplementedError
+
+    def _plan_form(self, plan_fn: Callable, batch_plan_fn: Callable) -> tuple:
+        """`(plan_fn, batch_plan_fn)` for `epoch_plan`'s datasets: the form this sampler plans
+        in (`plans_batches_alone`), None for the other."""
+        return (None, batch_plan_fn) if self.plans_batches_alone else (plan_fn, None)
 
     def _plan(self, epoch: tf.Tensor) -> dict[str, tf.Tensor]:
         raise NotImplementedError
