@@ -24,14 +24,33 @@ def _ids(pages: list[str]) -> list[str]:
     return [os.path.relpath(page, ROOT) for page in pages]
 
 
-def _assert_ran(done) -> None:
-    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+def _selected_pages(request: pytest.FixtureRequest, test_name: str) -> list[str]:
+    """The pages of the `test_name` tests this session runs (`-k` may select a few): the
+    fixture runs those, not every page."""
+    return [
+        item.callspec.params["page"]
+        for item in request.session.items
+        if item.module is request.module and item.originalname == test_name
+    ]
+
+
+@pytest.fixture(scope="module")
+def every_block_run(request) -> dict[str, snippets.PageResult]:
+    """Every block of the selected pages, in one interpreter (snippets.run_pages)."""
+    return snippets.run_pages(_selected_pages(request, "test_every_python_block_of_the_page_runs"))
+
+
+@pytest.fixture(scope="module")
+def core_blocks_run(request) -> dict[str, snippets.PageResult]:
+    """The `core` blocks of the selected pages, in one interpreter."""
+    pages = _selected_pages(request, "test_the_core_blocks_run_on_the_core_install")
+    return snippets.run_pages(pages, snippets.CORE_TAG)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES_WITH_CODE, ids=_ids(PAGES_WITH_CODE))
-def test_every_python_block_of_the_page_runs(page):
-    _assert_ran(snippets.run_page(page))
+def test_every_python_block_of_the_page_runs(page, every_block_run):
+    assert every_block_run[page].ok, every_block_run[page].report()
 
 
 @pytest.mark.core
@@ -40,24 +59,44 @@ def test_every_python_block_of_the_page_runs(page):
     reason="the full install runs every block (test_every_python_block_of_the_page_runs)",
 )
 @pytest.mark.parametrize("page", CORE_PAGES, ids=_ids(CORE_PAGES))
-def test_the_core_blocks_run_on_the_core_install(page):
+def test_the_core_blocks_run_on_the_core_install(page, core_blocks_run):
     """The README quickstart and the other `core` blocks, from an empty folder: in the core
     venv the installed wheel is what they import."""
-    _assert_ran(snippets.run_page(page, snippets.CORE_TAG))
+    assert core_blocks_run[page].ok, core_blocks_run[page].report()
 
 
 @pytest.mark.core
-def test_a_broken_block_fails_naming_its_page_and_line(tmp_path):
-    page = tmp_path / "page.md"
-    page.write_text(
+def test_a_broken_block_fails_naming_its_page_and_line_and_the_next_page_still_runs(tmp_path):
+    broken = tmp_path / "broken.md"
+    broken.write_text(
         "# A page\n\n```python core\nvalue = 2\n```\n\ntext\n\n```sh\nexit 1\n```\n\n"
         "```python core\nassert value == 3, 'the page drifted'\n```\n"
     )
-    blocks = snippets.python_blocks(str(page))
+    blocks = snippets.python_blocks(str(broken))
     assert [(b.line, b.tags) for b in blocks] == [(3, ("core",)), (13, ("core",))]
-    done = snippets.run_page(str(page), snippets.CORE_TAG)
-    assert done.returncode != 0
-    assert f"snippet failed: {page}:13" in done.stderr and "the page drifted" in done.stderr
+    # The pages after it see neither its names nor an earlier page's files.
+    clean = [tmp_path / "clean.md", tmp_path / "clean_again.md"]
+    for page in clean:
+        page.write_text(
+            "```python core\nimport os\nassert os.listdir('.') == [], os.listdir('.')\n"
+            "assert 'value' not in globals()\nopen('left.txt', 'w').close()\n```\n"
+        )
+    results = snippets.run_pages([str(broken), *map(str, clean)], snippets.CORE_TAG)
+    assert not results[str(broken)].ok
+    assert results[str(broken)].failed == f"{broken}:13"
+    assert "the page drifted" in results[str(broken)].report()
+    for page in clean:
+        assert results[str(page)].ok, results[str(page)].report()
+
+
+@pytest.mark.core
+def test_a_page_the_interpreter_never_finishes_fails_with_its_output(tmp_path):
+    page = tmp_path / "exits.md"
+    page.write_text("```python core\nimport os\nprint('bye')\nos._exit(3)\n```\n")
+    [result] = snippets.run_pages([str(page)], snippets.CORE_TAG).values()
+    assert not result.ok
+    assert result.failed == "the interpreter ended before this page finished"
+    assert "exit status 3" in result.error and "bye" in result.error
 
 
 @pytest.mark.core
@@ -65,7 +104,7 @@ def test_a_page_without_the_promised_code_is_an_error(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("# Nothing to run\n\n```sh\necho hi\n```\n")
     with pytest.raises(ValueError, match="has no python blocks tagged 'core'"):
-        snippets.run_page(str(page), snippets.CORE_TAG)
+        snippets.run_pages([str(page)], snippets.CORE_TAG)
     unclosed = tmp_path / "unclosed.md"
     unclosed.write_text("```python\nx = 1\n")
     with pytest.raises(ValueError, match="unclosed.md:1: a ```python block is never closed"):
