@@ -35,8 +35,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import yaml
-from tfx import v1 as tfx
 from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
+from tfx.orchestration.pipeline import Pipeline
 
 from tfx_dynamic_inputs.pipeline import (
     cli,
@@ -57,7 +57,7 @@ SPEAKERS_DIR = "speakers"
 
 
 def compile_pipeline(
-    pipeline: tfx.dsl.Pipeline,
+    pipeline: Pipeline,
     output_dir: str,
     image: str,
     filename: str | None = None,

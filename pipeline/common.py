@@ -13,9 +13,20 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from tfx import v1 as tfx
+from tfx.components.example_validator.component import ExampleValidator
+from tfx.components.pusher.component import Pusher
+from tfx.components.schema_gen.import_schema_gen.component import ImportSchemaGen
+from tfx.components.statistics_gen.component import StatisticsGen
 from tfx.dsl.components.base import base_component, base_node
-from tfx.types import standard_component_specs
+from tfx.dsl.components.common.resolver import Resolver
+from tfx.dsl.input_resolution.strategies.latest_blessed_model_strategy import (
+    LatestBlessedModelStrategy,
+)
+from tfx.orchestration import metadata
+from tfx.orchestration.pipeline import Pipeline
+from tfx.proto.pusher_pb2 import PushDestination
+from tfx.types import standard_artifacts, standard_component_specs
+from tfx.types.channel import BaseChannel, Channel
 
 from tfx_dynamic_inputs import component_keys as keys
 from tfx_dynamic_inputs.evaluator_component import ModelGate
@@ -118,7 +129,7 @@ def serving_dir(config: GatedConfig, run: RunConfig) -> str:
 
 
 def gate_and_push(
-    model: tfx.types.BaseChannel,
+    model: BaseChannel,
     *,
     metric: str,
     serving_dir: str,
@@ -155,10 +166,10 @@ def gate_and_push(
             *gate_and_push(trainer.outputs["model"], metric="val_loss", serving_dir="serving"),
         ]
     """
-    baseline = tfx.dsl.Resolver(
-        strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
-        model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
-        model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
+    baseline = Resolver(
+        strategy_class=LatestBlessedModelStrategy,
+        model=Channel(type=standard_artifacts.Model),
+        model_blessing=Channel(type=standard_artifacts.ModelBlessing),
     ).with_id(BASELINE_RESOLVER_ID)
     gate = ModelGate(
         model=model,
@@ -168,11 +179,11 @@ def gate_and_push(
         threshold=threshold,
         tolerance=tolerance,
     )
-    pusher = tfx.components.Pusher(
+    pusher = Pusher(
         model=model,
         model_blessing=gate.outputs[keys.BLESSING_KEY],
-        push_destination=tfx.proto.PushDestination(
-            filesystem=tfx.proto.PushDestination.Filesystem(base_directory=serving_dir)
+        push_destination=PushDestination(
+            filesystem=PushDestination.Filesystem(base_directory=serving_dir)
         ),
     )
     return [baseline, gate, pusher]
@@ -180,7 +191,7 @@ def gate_and_push(
 
 def assemble(
     pipeline_name: str, run: RunConfig, components: Sequence[base_node.BaseNode]
-) -> tfx.dsl.Pipeline:
+) -> Pipeline:
     """`components` as the TFX pipeline `pipeline_name`, with `run`'s root, cache, sqlite ML
     Metadata (where `run.metadata_path` is set) and Beam arguments.
 
@@ -192,13 +203,13 @@ def assemble(
     Returns:
       The TFX pipeline.
     """
-    return tfx.dsl.Pipeline(
+    return Pipeline(
         pipeline_name=pipeline_name,
         pipeline_root=run.pipeline_root,
         components=list(components),
         enable_cache=run.enable_cache,
         metadata_connection_config=(
-            tfx.orchestration.metadata.sqlite_metadata_connection_config(run.metadata_path)
+            metadata.sqlite_metadata_connection_config(run.metadata_path)
             if run.metadata_path
             else None
         ),
@@ -213,7 +224,7 @@ def training_pipeline(
     index_key: str,
     trainer: Callable[..., PairsTrainer | ClassBalancedTrainer],
     upstream: Sequence[base_node.BaseNode] = (),
-) -> tfx.dsl.Pipeline:
+) -> Pipeline:
     """`materialize` -> StatisticsGen -> ImportSchemaGen -> ExampleValidator -> `trainer` ->
     `gate_and_push`, assembled as the pipeline `config.pipeline_name` (`assemble`).
 
@@ -243,9 +254,9 @@ def training_pipeline(
         )
     """
     examples = materialize.outputs[keys.EXAMPLES_KEY]
-    statistics_gen = tfx.components.StatisticsGen(examples=examples)
-    schema_gen = tfx.components.ImportSchemaGen(schema_file=config.schema_file)
-    example_validator = tfx.components.ExampleValidator(
+    statistics_gen = StatisticsGen(examples=examples)
+    schema_gen = ImportSchemaGen(schema_file=config.schema_file)
+    example_validator = ExampleValidator(
         statistics=statistics_gen.outputs[standard_component_specs.STATISTICS_KEY],
         schema=schema_gen.outputs[standard_component_specs.SCHEMA_KEY],
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from tfx import v1 as tfx
+from tfx.orchestration.pipeline import Pipeline
 
 from tfx_dynamic_inputs import component_keys as keys
 from tfx_dynamic_inputs.materialize_component import MaterializePairs
@@ -17,7 +17,7 @@ from tfx_dynamic_inputs.pipeline.config import CycleGanConfig, RunConfig
 from tfx_dynamic_inputs.trainer_component import PairsInputOptions, PairsTrainer
 
 
-def create_pipeline(config: CycleGanConfig, run: RunConfig) -> tfx.dsl.Pipeline:
+def create_pipeline(config: CycleGanConfig, run: RunConfig) -> Pipeline:
     """The TFX pipeline of `config`, writing under `run.pipeline_root`.
 
     Args:

@@ -24,9 +24,10 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 import tensorflow as tf
-from tfx import v1 as tfx
 from tfx.components.example_gen.base_example_gen_executor import BaseExampleGenExecutor
 from tfx.components.example_gen.component import FileBasedExampleGen
+from tfx.components.example_gen.csv_example_gen.component import CsvExampleGen
+from tfx.components.example_gen.import_example_gen.component import ImportExampleGen
 from tfx.dsl.components.base import base_node, executor_spec
 from tfx.types import standard_component_specs
 
@@ -38,8 +39,8 @@ PARQUET = "parquet"
 INPUT_FORMATS = (TFRECORD, CSV, PARQUET)
 # The node id of each format's ExampleGen: TFX names a node by its class.
 NODE_IDS = {
-    TFRECORD: tfx.components.ImportExampleGen.__name__,
-    CSV: tfx.components.CsvExampleGen.__name__,
+    TFRECORD: ImportExampleGen.__name__,
+    CSV: CsvExampleGen.__name__,
     PARQUET: FileBasedExampleGen.__name__,
 }
 
@@ -93,13 +94,13 @@ def example_gen(input_format: str, input_base: str) -> base_node.BaseNode:
     """
     input_format = check_input_format(input_format)
     if input_format == CSV:
-        return tfx.components.CsvExampleGen(input_base=input_base)
+        return CsvExampleGen(input_base=input_base)
     if input_format == PARQUET:
         return FileBasedExampleGen(
             input_base=input_base,
             custom_executor_spec=executor_spec.BeamExecutorSpec(ParquetExecutor),
         )
-    return tfx.components.ImportExampleGen(input_base=input_base)
+    return ImportExampleGen(input_base=input_base)
 
 
 def row_to_example(row: Mapping[str, Any]) -> tf.train.Example:

@@ -41,7 +41,7 @@ from tfx_dynamic_inputs.pipeline import cli, config, mixed_corpora, speakers
 from tfx_dynamic_inputs.pipeline.sample_data import write_digit_domains
 
 if TYPE_CHECKING:
-    from tfx import v1 as tfx
+    from tfx.orchestration.pipeline import Pipeline
 
 PIPELINE_CONTEXT = "pipeline"
 RUN_CONTEXT = "pipeline_run"
@@ -98,7 +98,7 @@ class RunOutcome:
     error: str | None
 
 
-def run(pipeline: tfx.dsl.Pipeline) -> None:
+def run(pipeline: Pipeline) -> None:
     """Runs `pipeline` to completion in this process (raises if a component fails).
 
     Args:
@@ -109,13 +109,13 @@ def run(pipeline: tfx.dsl.Pipeline) -> None:
     """
     # Imported here, as in `main`: a bad flag of `python -m tfx_dynamic_inputs.pipeline.run_local`
     # is answered before TFX's import (10-25 s, and pages of warnings).
-    from tfx import v1 as tfx
+    from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 
-    tfx.orchestration.LocalDagRunner().run(pipeline)
+    LocalDagRunner().run(pipeline)
 
 
 def execute(
-    pipeline: tfx.dsl.Pipeline,
+    pipeline: Pipeline,
     metadata_path: str,
     interrupted: threading.Event | None = None,
 ) -> RunOutcome:
@@ -163,9 +163,7 @@ def execute(
     return RunOutcome([component.id for component in pipeline.components], results, error)
 
 
-def interrupted_line(
-    command: str, pipeline: tfx.dsl.Pipeline, run_settings: config.RunConfig
-) -> str:
+def interrupted_line(command: str, pipeline: Pipeline, run_settings: config.RunConfig) -> str:
     """What `run_local` says when interrupted: the nodes the newest run recorded as done, and
     that the same command resumes from them (ML Metadata's cache).
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from tfx import v1 as tfx
+from tfx.orchestration.pipeline import Pipeline
 
 from tfx_dynamic_inputs import component_keys as keys
 from tfx_dynamic_inputs.materialize_component import MaterializeAudio
@@ -21,7 +21,7 @@ TRAIN_SPLIT = "train"
 EVAL_SPLIT = "eval"
 
 
-def create_pipeline(config: SpeakerConfig, run: RunConfig) -> tfx.dsl.Pipeline:
+def create_pipeline(config: SpeakerConfig, run: RunConfig) -> Pipeline:
     """The speaker pipeline of `config` (`common.training_pipeline` after MaterializeAudio, its
     trainer node `ClassBalancedTrainer` on `train`, evaluated on `eval` when `config` holds
     speakers out), writing where `run` says.
@@ -31,7 +31,7 @@ def create_pipeline(config: SpeakerConfig, run: RunConfig) -> tfx.dsl.Pipeline:
         run: where it runs: pipeline root, ML Metadata, caching, Beam arguments.
 
     Returns:
-        The `tfx.dsl.Pipeline`.
+        The TFX pipeline.
 
     Example:
 

@@ -25,7 +25,7 @@ import dataclasses
 
 import tensorflow_model_analysis as tfma
 from tensorflow_model_analysis.metrics import metric_specs
-from tfx import v1 as tfx
+from tfx.components.evaluator.component import Evaluator
 from tfx.types import standard_component_specs
 
 from tfx_dynamic_inputs import component_keys as keys
@@ -100,9 +100,7 @@ def eval_config(config: EvaluatorConfig) -> tfma.EvalConfig:
     )
 
 
-def standard_evaluator(
-    components: StandardComponents, config: EvaluatorConfig
-) -> tfx.components.Evaluator:
+def standard_evaluator(components: StandardComponents, config: EvaluatorConfig) -> Evaluator:
     """TFX's Evaluator on the trainer's model over ExampleGen's raw `config.split`.
 
     Args:
@@ -118,7 +116,7 @@ def standard_evaluator(
         components = standard_components(config, run)
         evaluator = standard_evaluator(components, EvaluatorConfig(label_key="label"))
     """
-    return tfx.components.Evaluator(
+    return Evaluator(
         examples=components.example_gen.outputs[standard_component_specs.EXAMPLES_KEY],
         model=components.trainer.outputs[keys.MODEL_KEY],
         schema=components.schema_gen.outputs[standard_component_specs.SCHEMA_KEY],

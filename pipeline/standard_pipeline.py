@@ -28,8 +28,11 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from tfx import v1 as tfx
+from tfx.components.schema_gen.component import SchemaGen
+from tfx.components.statistics_gen.component import StatisticsGen
+from tfx.components.transform.component import Transform
 from tfx.dsl.components.base import base_node
+from tfx.orchestration.pipeline import Pipeline
 from tfx.types import standard_component_specs
 
 from tfx_dynamic_inputs import component_keys as keys
@@ -122,12 +125,12 @@ def standard_components(config: StandardConfig, run: RunConfig) -> StandardCompo
     """
     reader = example_gen.example_gen(config.input_format, config.input_base)
     examples = reader.outputs[standard_component_specs.EXAMPLES_KEY]
-    statistics_gen = tfx.components.StatisticsGen(examples=examples)
-    schema_gen = tfx.components.SchemaGen(
+    statistics_gen = StatisticsGen(examples=examples)
+    schema_gen = SchemaGen(
         statistics=statistics_gen.outputs[standard_component_specs.STATISTICS_KEY]
     )
     schema = schema_gen.outputs[standard_component_specs.SCHEMA_KEY]
-    transform = tfx.components.Transform(
+    transform = Transform(
         examples=examples, schema=schema, preprocessing_fn=config.preprocessing_fn
     )
     index_examples = IndexExamples(
@@ -172,7 +175,7 @@ def create_pipeline(
     run: RunConfig,
     extra_components: Sequence[base_node.BaseNode] = (),
     components: StandardComponents | None = None,
-) -> tfx.dsl.Pipeline:
+) -> Pipeline:
     """The TFX pipeline `config.pipeline_name`: `components`, then `extra_components`.
 
     Args:
