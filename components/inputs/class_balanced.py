@@ -26,6 +26,7 @@ from tfx_dynamic_inputs.inputs.class_report import ClassReport
 from tfx_dynamic_inputs.inputs.damaged_records import describe_damaged
 from tfx_dynamic_inputs.inputs.epoch_sampler import EpochSampler
 from tfx_dynamic_inputs.inputs.epoch_state import EpochState
+from tfx_dynamic_inputs.inputs.graph_functions import as_given, as_written
 from tfx_dynamic_inputs.inputs.parsing import AUDIO_EXAMPLE_SPEC, ExampleGuard, ParseFn
 from tfx_dynamic_inputs.inputs.record_store import RecordStore
 from tfx_dynamic_inputs.inputs.run import Run, StoreOptions, open_run
@@ -443,8 +444,8 @@ def record_parser(
         raise ValueError("pass parse_fn or feature_spec, not both")
     if feature_spec is not None:
         spec = dict(feature_spec)
-        return lambda records: tf.io.parse_example(records, spec)
-    return parse_fn
+        return as_written(lambda records: tf.io.parse_example(records, spec))
+    return as_given(parse_fn)
 
 
 def _with_parsed(batch: dict[str, tf.Tensor], parsed) -> dict:

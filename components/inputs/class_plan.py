@@ -384,7 +384,8 @@ class ClassBalancedPlan:
             return needed
         # Only the fillers can refuse a cap: epoch 0's, not its whole plan.
         fillers = tf.function(
-            lambda: self._fillers(lambda salt: epoch_plan.epoch_seed(self.seed, 0, salt))
+            lambda: self._fillers(lambda salt: epoch_plan.epoch_seed(self.seed, 0, salt)),
+            autograph=False,
         )
 
         def plans(cap: int) -> bool:

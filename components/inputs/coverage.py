@@ -12,6 +12,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tfx_dynamic_inputs.inputs.graph_functions import as_written
 from tfx_dynamic_inputs.inputs.group_pairs import GroupPairs
 from tfx_dynamic_inputs.inputs.summaries import summary_writer
 from tfx_dynamic_inputs.inputs.valid_pairs import ValidPairs
@@ -119,7 +120,7 @@ class PairCoverage(tf.Module):
             with tf.control_dependencies([valid]):
                 return tf.nest.map_structure(tf.identity, batch)
 
-        return dataset.map(record)
+        return dataset.map(as_written(record))
 
     def result(self) -> dict[str, float]:
         """The coverage so far.

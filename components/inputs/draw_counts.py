@@ -26,6 +26,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tfx_dynamic_inputs.inputs.graph_functions import as_written
 from tfx_dynamic_inputs.inputs.summaries import summary_writer
 
 SUMMARY_KEYS = (
@@ -146,7 +147,7 @@ class DrawCounts(tf.Module):
             with tf.control_dependencies([self.update(batch[key])]):
                 return tf.nest.map_structure(tf.identity, batch)
 
-        return dataset.map(count)
+        return dataset.map(as_written(count))
 
     def start_epoch(self) -> None:
         """Clears this epoch's counts (`so_far` keeps counting)."""

@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfx_dynamic_inputs import examples
+from tfx_dynamic_inputs.inputs.graph_functions import as_written
 
 SINGLE_KEY = "value"
 
@@ -73,7 +74,7 @@ def tensor_parser(components: Sequence[Component] | tf.TypeSpec | object) -> Cal
         flat = [_decode(parsed[c.key], c) for c in components]
         return tf.nest.pack_sequence_as(structure, flat)
 
-    return parse
+    return as_written(parse)
 
 
 def declared_components(source) -> list[Component]:

@@ -30,6 +30,7 @@ from functools import partial
 import tensorflow as tf
 
 from tfx_dynamic_inputs.inputs.epoch_state import EpochState
+from tfx_dynamic_inputs.inputs.graph_functions import as_given, as_written
 from tfx_dynamic_inputs.inputs.worker_slices import batches_per_worker
 
 # Batch numbers of an unbounded `epoch_range_dataset` run up to the largest int64.
@@ -138,7 +139,7 @@ def epoch_dataset(
       tf.errors.InvalidArgumentError: when iterated, resuming (`initial_step > 0`) with
         `state.epoch == 0`, or a plan whose leading dimension turns out not `num_batches`.
     """
-    _one_plan_fn(plan_fn, batch_plan_fn)
+    plan_fn, batch_plan_fn = _given_plan_functions(plan_fn, batch_plan_fn)
     worker_batches = batches_per_worker(num_batches, num_workers, worker_index)
     if not 0 <= initial_step < worker_batches:
         raise ValueError(
@@ -173,11 +174,11 @@ def epoch_dataset(
         mine = tf.nest.map_structure(lambda rows: rows[worker_index::num_workers], mine)
         return tf.data.Dataset.from_tensor_slices(mine).skip(skip)
 
-    dataset = tf.data.Dataset.range(1).flat_map(one_epoch)
+    dataset = tf.data.Dataset.range(1).flat_map(as_written(one_epoch))
     if batch_plan_fn is not None:
         # The next block is planned while the reads of this one's batches run (without the
         # prefetch, the parallel read map waited on each block: about 5% of the pairs' rate).
-        rows = dataset.map(partial(_batch_rows, batch_plan_fn)).unbatch()
+        rows = dataset.map(as_written(partial(_batch_rows, batch_plan_fn))).unbatch()
         dataset = rows.prefetch(PLAN_BLOCK_BATCHES)
     if initial_step == 0:
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(worker_batches))
@@ -234,7 +235,7 @@ def epoch_range_dataset(
         below 1, a plan function that does not return a dict or returns one with an ``epoch``
         key, or one whose known leading dimension is not `num_batches`.
     """
-    _one_plan_fn(plan_fn, batch_plan_fn)
+    plan_fn, batch_plan_fn = _given_plan_functions(plan_fn, batch_plan_fn)
     steps = batches_per_worker(num_batches, num_workers, worker_index)
     if start_epoch < 0:
         raise ValueError(f"start_epoch must be >= 0, got {start_epoch}")
@@ -272,7 +273,7 @@ def epoch_range_dataset(
         "epoch": tf.constant(-1, tf.int64),
         "rows": {key: tf.zeros([0, *s.shape[1:]], s.dtype) for key, s in spec.items()},
     }
-    return tf.data.Dataset.range(first, last).scan(nothing_planned, step)
+    return tf.data.Dataset.range(first, last).scan(nothing_planned, as_written(step))
 
 
 def _blocks_of_epochs(
@@ -299,12 +300,14 @@ def _blocks_of_epochs(
     epochs = (first // steps, last // steps)
     blocks = tf.data.Dataset.range(epochs[0] * blocks_per_epoch, epochs[1] * blocks_per_epoch)
     # No assert_cardinality: under the service's distributed_epoch each worker holds a share.
-    return blocks.map(planned_block).unbatch()
+    return blocks.map(as_written(planned_block)).unbatch()
 
 
-def _one_plan_fn(plan_fn: Callable | None, batch_plan_fn: Callable | None) -> None:
+def _given_plan_functions(plan_fn: Callable | None, batch_plan_fn: Callable | None) -> tuple:
+    """Both, converted as a user's functions (`as_given`), when exactly one is given."""
     if (plan_fn is None) == (batch_plan_fn is None):
         raise ValueError("give one of plan_fn (whole epochs) and batch_plan_fn (batches alone)")
+    return as_given(plan_fn), as_given(batch_plan_fn)
 
 
 def _batch_rows(batch_plan_fn: Callable, epoch: tf.Tensor, numbers: tf.Tensor):

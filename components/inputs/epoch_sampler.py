@@ -10,6 +10,7 @@ import tensorflow as tf
 from tfx_dynamic_inputs.inputs import data_service
 from tfx_dynamic_inputs.inputs.epoch_plan import epoch_dataset, epoch_range_dataset
 from tfx_dynamic_inputs.inputs.epoch_state import EpochState
+from tfx_dynamic_inputs.inputs.graph_functions import as_written
 from tfx_dynamic_inputs.inputs.record_store import RecordStore
 
 
@@ -123,7 +124,9 @@ class EpochSampler:
             steps_to_skip=self._steps_to_skip,
         )
         return rows.map(
-            self._load_batch, num_parallel_calls=num_parallel_calls, deterministic=deterministic
+            as_written(self._load_batch),
+            num_parallel_calls=num_parallel_calls,
+            deterministic=deterministic,
         ).prefetch(tf.data.AUTOTUNE)
 
     def rewind(self) -> None:
@@ -214,7 +217,9 @@ class EpochSampler:
                 )
             return {**batch, "epoch": row["epoch"]}
 
-        dataset = rows.map(load, num_parallel_calls=num_parallel_calls).prefetch(tf.data.AUTOTUNE)
+        dataset = rows.map(as_written(load), num_parallel_calls=num_parallel_calls).prefetch(
+            tf.data.AUTOTUNE
+        )
         data_service.check_dataset(dataset, max_graph_bytes)
         return dataset
 
@@ -287,8 +292,10 @@ class EpochSampler:
 
     def _plan_form(self, plan_fn: Callable, batch_plan_fn: Callable) -> tuple:
         """`(plan_fn, batch_plan_fn)` for `epoch_plan`'s datasets: the form this sampler plans
-        in (`plans_batches_alone`), None for the other."""
-        return (None, batch_plan_fn) if self.plans_batches_alone else (plan_fn, None)
+        in (`plans_batches_alone`), traced as written, and None for the other."""
+        if self.plans_batches_alone:
+            return None, as_written(batch_plan_fn)
+        return as_written(plan_fn), None
 
     def _plan(self, epoch: tf.Tensor) -> dict[str, tf.Tensor]:
         raise NotImplementedError

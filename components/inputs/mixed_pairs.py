@@ -22,6 +22,7 @@ import tensorflow as tf
 from tfx_dynamic_inputs.inputs.arguments import int_argument, seed_argument
 from tfx_dynamic_inputs.inputs.coverage import PairCoverage
 from tfx_dynamic_inputs.inputs.epoch_sampler import EpochSampler
+from tfx_dynamic_inputs.inputs.graph_functions import as_given
 from tfx_dynamic_inputs.inputs.group_pairs import GroupPairs
 from tfx_dynamic_inputs.inputs.pair_plan import PairingState, PairPlanner
 from tfx_dynamic_inputs.inputs.parsing import ParseFn
@@ -143,7 +144,7 @@ class MixedPairsSampler(EpochSampler):
         )
         self.state = self.planner.state
         self.num_batches = self.planner.num_batches
-        self._parse = parse_fn if parse_fn is not None else tf.identity
+        self._parse = as_given(parse_fn) if parse_fn is not None else tf.identity
 
     @property
     def stream(self) -> str:

@@ -16,6 +16,7 @@ from tfx_dynamic_inputs import layout
 from tfx_dynamic_inputs.inputs.arguments import int_argument, seed_argument
 from tfx_dynamic_inputs.inputs.damaged_records import describe_damaged
 from tfx_dynamic_inputs.inputs.epoch_sampler import EpochSampler
+from tfx_dynamic_inputs.inputs.graph_functions import as_given
 from tfx_dynamic_inputs.inputs.group_pairs import GroupPairs
 from tfx_dynamic_inputs.inputs.pair_plan import PairingState, PairPlanner
 from tfx_dynamic_inputs.inputs.parsing import (
@@ -367,7 +368,7 @@ def _parser(
     """The parse function of one side, and the guard of its records when the parser is the
     image Example parser (a parse function's records may be anything)."""
     if explicit is not None:
-        return explicit, None
+        return as_given(explicit), None
     if store.parse_fn is not None:
         return store.parse_fn, None
     if image is not None:

@@ -27,6 +27,7 @@ from tfx_dynamic_inputs.inputs.damaged_records import (
     DamagedRecordError,
     damage_message,
 )
+from tfx_dynamic_inputs.inputs.graph_functions import as_written
 from tfx_dynamic_inputs.inputs.variables import index_variable
 
 ParseFn = Callable[[tf.Tensor], object]
@@ -190,7 +191,7 @@ def image_example_parser(image: ImageSpec, *, image_key: str = layout.IMAGE_KEY)
         images = tf.cond(exact_raw, vectorized, one_by_one)
         return tf.ensure_shape(images, [None, *image.shape])
 
-    return parse
+    return as_written(parse)
 
 
 def to_image_spec(decoded: tf.Tensor, image: ImageSpec, record_id: tf.Tensor) -> tf.Tensor:

@@ -41,6 +41,7 @@ from tfx_dynamic_inputs.inputs.damaged_records import (
     DamagedRecordError,
     damage_message,
 )
+from tfx_dynamic_inputs.inputs.graph_functions import as_given
 from tfx_dynamic_inputs.inputs.native_reader import NativeRead, open_native_reader
 from tfx_dynamic_inputs.inputs.parsing import ParseFn
 from tfx_dynamic_inputs.inputs.shard_checks import (
@@ -106,7 +107,7 @@ class RecordStore:
         self._damaged = {d.index: d for d in damaged_records}
         self._damaged_lock = threading.Lock()
         self.damaged_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="damaged_count")
-        self._parse_fn = parse_fn
+        self._parse_fn = as_given(parse_fn)
         self._run_id = run_id
 
     # ----------------------------------------------------------------------------- constructors

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 import tensorflow as tf
 
 from tfx_dynamic_inputs.inputs.arguments import choice
+from tfx_dynamic_inputs.inputs.graph_functions import as_written
 
 NO_DISTRIBUTION = "none"
 MIRRORED = "mirrored"
@@ -124,4 +125,4 @@ def with_batch_size(dataset: tf.data.Dataset, batch_size: int) -> tf.data.Datase
             lambda tensor: tf.ensure_shape(tensor, [batch_size, *tensor.shape[1:]]), batch
         )
 
-    return dataset.map(fixed)
+    return dataset.map(as_written(fixed))

@@ -35,6 +35,7 @@ from tfx_dynamic_inputs.inputs.audio_features import audio_features, parse_audio
 from tfx_dynamic_inputs.inputs.class_balanced import record_parser
 from tfx_dynamic_inputs.inputs.draw_counts import DrawCounts
 from tfx_dynamic_inputs.inputs.epoch_sampler import EpochSampler
+from tfx_dynamic_inputs.inputs.graph_functions import as_written
 from tfx_dynamic_inputs.inputs.parsing import ParseFn, feature_spec_from_schema
 from tfx_dynamic_inputs.inputs.speaker_augment import SpeakerAugmentConfig
 from tfx_dynamic_inputs.trainer_component.input_options import (
@@ -304,7 +305,7 @@ def class_balanced_train_dataset(
             )
         draw_counts.track_plan(lambda epoch: sampler.epoch_plan(epoch)["index"])
         batches = _training_batches(sampler, resume, {"draw_counts": draw_counts})
-    return batches.map(_speaker_batch) if audio else batches
+    return batches.map(as_written(_speaker_batch)) if audio else batches
 
 
 def _training_batches(
@@ -329,7 +330,8 @@ def _training_batches(
     def like_a_batch(_: tf.Tensor) -> object:
         return tf.nest.map_structure(_never_read, spec, expand_composites=True)
 
-    nothing = tf.data.Dataset.range(1).filter(never).repeat().map(like_a_batch)
+    nothing = tf.data.Dataset.range(1).filter(as_written(never)).repeat()
+    nothing = nothing.map(as_written(like_a_batch))
     return batches.concatenate(nothing).take(sampler.steps_per_epoch)
 
 
@@ -395,7 +397,7 @@ def class_balanced_eval_dataset(
             load,
             store_options or StoreOptions(),
         )
-        return batches.map(_speaker_batch)
+        return batches.map(as_written(_speaker_batch))
     return _in_record_order(
         offset_index_uri,
         class_index_uri,
@@ -430,7 +432,7 @@ def _in_record_order(
     return (
         tf.data.Dataset.range(store.num_records)
         .batch(batch_size)
-        .map(read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .map(as_written(read), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         .prefetch(tf.data.AUTOTUNE)
     )
 
