@@ -28,6 +28,9 @@ CORE_PY := $(CORE_VENV)/bin/python
 WHEEL_DIR := build/wheel
 # The folders of the tests marked `core` (tests/conftest.py); the others import Beam or TFX.
 CORE_TESTS := tests/inputs tests/class_balanced tests/core tests/docs
+CORE_PYTEST = $(CORE_PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m core $(PYTEST_ARGS) \
+  $(CORE_TESTS)
+CORE_VENV_LOG := build/core-venv.log
 
 # The task image, built locally with podman (`make image`; docs/kubeflow.md): its base from
 # Debian's packages and a Python 3.10 (kubeflow/build_base_image.sh), uv from this venv, and the
@@ -39,13 +42,14 @@ UV_CACHE ?= $(HOME)/.cache/uv
 # crun refuses the hybrid cgroups of our machines.
 PODMAN_RUNTIME ?= runc
 
-.PHONY: help setup demo test test-core lint bench kubeflow image image-tasks lock clean
+.PHONY: help setup demo test test-core core-venv lint bench kubeflow image image-tasks lock clean
 
 help:
 	@echo "make demo      set up, then run both pipelines on the bundled sample data"
 	@echo "make test      set up, then run the test suite, then make test-core"
 	@echo "make test-core build the wheel, install it with the newest TensorFlow in a Python 3.12"
 	@echo "               venv (.venv-core), run the README quickstart and the library's tests there"
+	@echo "make core-venv build .venv-core alone (the wheel, TensorFlow 2.21, its native ops)"
 	@echo "make setup     create .venv (python3.10) from requirements.lock, build the native op (idempotent)"
 	@echo "make lint      ruff"
 	@echo "make bench     run every benchmark under bench/ (BENCH_ARGS=$(BENCH_ARGS)); its peers in $(PEERS_VENV)"
@@ -76,10 +80,16 @@ demo: setup
 
 # The `image` tests run the tasks in the built image (minutes): `make image-tasks`. The `core`
 # tests run in test-core, on the newest TensorFlow; here only those also marked `full` (they need
-# an extra, or check the library on TensorFlow 2.16: tests/conftest.py).
+# an extra, or check the library on TensorFlow 2.16: tests/conftest.py). The core venv is built
+# while the first run goes (its log printed after): its install and native build then take
+# time the first run leaves idle instead of their own minute.
 test: setup
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not image and (not core or full)" $(PYTEST_ARGS)
-	$(MAKE) --no-print-directory test-core
+	@mkdir -p build; $(MAKE) --no-print-directory core-venv > $(CORE_VENV_LOG) 2>&1 & core_venv=$$!; \
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not image and (not core or full)" \
+	  $(PYTEST_ARGS); main=$$?; \
+	wait $$core_venv; built=$$?; echo "== make core-venv (built alongside)"; cat $(CORE_VENV_LOG); \
+	[ $$main -eq 0 ] && [ $$built -eq 0 ]
+	$(CORE_PYTEST)
 
 # The core install where its users are: the wheel in a clean venv with TensorFlow 2.21 and no
 # Beam or TFX, then the tests marked `core` (tests/conftest.py), among them the README's
@@ -87,7 +97,7 @@ test: setup
 # they import: tests/docs/test_snippets.py). Bytecode at install, as in setup: where
 # PYTHONDONTWRITEBYTECODE is set (our CI machines), each of the run's TensorFlow processes would
 # otherwise compile TensorFlow's modules again (`import tensorflow` 12 s instead of 3.5 s).
-test-core: setup
+core-venv: setup
 	@py=$$($(FIND_PY312) | head -n 1); \
 	if [ -z "$$py" ]; then \
 	  echo "error: python3.12 not found: install it (e.g. 'pyenv install 3.12') or pass PYTHON312=/path/to/python3.12." >&2; \
@@ -97,7 +107,12 @@ test-core: setup
 	$(VENV)/bin/uv venv --quiet --python "$$py" $(CORE_VENV); \
 	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(CORE_PY) $(WHEEL_DIR)/*.whl \
 	  -r tests/core/requirements.txt
-	$(CORE_PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m core $(PYTEST_ARGS) $(CORE_TESTS)
+	@# Its native ops now, once (from /, so the wheel is what it imports): the tests' processes
+	@# would otherwise each build them at first use. Their first-use build has a test of its own.
+	cd / && $(abspath $(CORE_PY)) -m tfx_dynamic_inputs.native
+
+test-core: core-venv
+	$(CORE_PYTEST)
 
 lint: setup
 	$(VENV)/bin/ruff check .
