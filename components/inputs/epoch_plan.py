@@ -108,6 +108,7 @@ def epoch_dataset(
     Args:
       plan_fn: `plan_fn(epoch)` (int64 scalar tensor) returns a structure of int64 tensors, each
         with leading dimension `num_batches`: the global plan of that epoch. It is traced once
+        (converted by AutoGraph, as a `Dataset.map` function is: `graph_functions.as_given`)
         and runs inside the tf.data graph, once per epoch.
       batch_plan_fn: instead of `plan_fn` (give one of them), `batch_plan_fn(epoch,
         batch_numbers)` (int64 scalar and [n]) returns the same structure with leading
