@@ -5,7 +5,7 @@ This package's graph functions are written in TensorFlow ops with explicit contr
 (`tf.cond`, `tf.while_loop`, masks), so AutoGraph has nothing to rewrite in them. Converting
 them anyway (reading each function's source and rewriting its syntax tree, once per function
 and process) cost every process that built a dataset: 1.8 s of CPU for a first class-balanced
-dataset, against 0.3 s traced as written, and 7 s of a 26 s `run_local speaker` with
+dataset, against 0.3 s traced as written, and 5 s of a 25 s `run_local speaker` with
 augmentation. A function a user hands in (a `parse_fn`, a plan function of `epoch_dataset`)
 may use Python `if` or `for` over tensors, as in any `Dataset.map`, so it is converted, with
 the AutoGraph status of the place that handed it in (AutoGraph is off inside a function marked

@@ -1,5 +1,5 @@
 """The package's own tf.data functions are traced as written (no AutoGraph conversion, which
-cost each process about 1.5 s for a first sampler dataset and 7 s of an augmented speaker
+cost each process about 1.5 s for a first sampler dataset and 5 s of an augmented speaker
 pipeline), while the functions a user hands in are converted, as `Dataset.map` converts them:
 a Python `if` over a tensor in a `parse_fn` or a plan function keeps working."""
 
