@@ -321,15 +321,13 @@ class ClassBalancedPlan:
             tf.reshape(unit, [-1]), tf.reshape(slot, [-1]), stream
         )
 
-        # Expand each (class, appearance) to its n_p permutation positions, modulo the class size.
-        sample_class = tf.repeat(classes, n_p)
-        sizes = tf.gather(self._usable_sizes, sample_class)
-        offsets = appearances[:, None] * n_p + tf.range(n_p, dtype=tf.int64)[tf.newaxis, :]
-        within = tf.reshape(offsets, [-1]) % sizes
-        starts = tf.gather(self._usable_starts, sample_class)
-        # The epoch's keyed permutation of each class, at the sampled entries only.
-        position = starts + permuted_positions(
-            within, sizes, stream(_SALT_WITHIN_CLASS), tweak=sample_class
+        sample_class, position = class_sample_positions(
+            classes,
+            appearances,
+            n_p,
+            self._usable_sizes,
+            self._usable_starts,
+            stream(_SALT_WITHIN_CLASS),
         )
         rows = [-1, self.batch_size]
         return {
@@ -442,6 +440,44 @@ class ClassBalancedPlan:
             class_rank=class_rank,
             max_draws_per_record=self.max_draws_per_record,
         )
+
+
+def class_sample_positions(
+    classes: tf.Tensor,
+    appearances: tf.Tensor,
+    n_samples_per_class: int,
+    class_sizes: tf.Tensor,
+    class_starts: tf.Tensor,
+    seed: tf.Tensor,
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """The records of each drawn (class, appearance): its `n_p` entries `appearance * n_p + j`
+    (modulo the class's size) of the epoch's keyed permutation of the class, computed at those
+    entries only. A class's appearances so walk one permutation of its records.
+
+    Args:
+      classes: int64 [m], class numbers (rows of `class_sizes` / `class_starts`).
+      appearances: int64 [m], each draw's appearance number of its class this epoch.
+      n_samples_per_class: `n_p`.
+      class_sizes, class_starts: int64 [C], each class's record count and first position.
+      seed: int64 [2], the epoch's stream of within-class orders.
+
+    Returns:
+      `(sample_class, position)`, int64 [m * n_p] each: each class repeated `n_p` times, and the
+      positions of its records.
+
+    Example:
+
+        class_sample_positions(classes, appearances, 2, sizes, starts, seed)
+    """
+    n_p = n_samples_per_class
+    sample_class = tf.repeat(classes, n_p)
+    sizes = tf.gather(class_sizes, sample_class)
+    offsets = appearances[:, None] * n_p + tf.range(n_p, dtype=tf.int64)[tf.newaxis, :]
+    within = tf.reshape(offsets, [-1]) % sizes
+    position = tf.gather(class_starts, sample_class) + permuted_positions(
+        within, sizes, seed, tweak=sample_class
+    )
+    return sample_class, position
 
 
 def batch_layout(n_classes_per_batch: int, n_samples_per_class: int) -> np.ndarray:

@@ -46,6 +46,7 @@ import tensorflow as tf
 
 from tfx_dynamic_inputs.inputs import epoch_plan
 from tfx_dynamic_inputs.inputs.arguments import int_argument, seed_argument
+from tfx_dynamic_inputs.inputs.class_plan import class_sample_positions
 from tfx_dynamic_inputs.inputs.class_report import ClassReport, class_report
 from tfx_dynamic_inputs.inputs.index_shuffle import keyed_seeds, permuted_positions
 from tfx_dynamic_inputs.inputs.run_mix import MixWeighting
@@ -267,14 +268,13 @@ class MixedClassPlan:
         slot_class = tf.gather(
             self._global_usable, tf.gather(self._usable_offsets, slot_run) + local
         )
-        appearance = draw // usable
-
-        sample_class = tf.repeat(slot_class, n_p)
-        sizes = tf.gather(self._class_sizes, sample_class)
-        offsets = appearance[:, None] * n_p + tf.range(n_p, dtype=tf.int64)[tf.newaxis, :]
-        within = tf.reshape(offsets, [-1]) % sizes
-        position = tf.gather(self._class_starts, sample_class) + permuted_positions(
-            within, sizes, stream(_SALT_WITHIN_CLASS), tweak=sample_class
+        sample_class, position = class_sample_positions(
+            slot_class,
+            draw // usable,
+            n_p,
+            self._class_sizes,
+            self._class_starts,
+            stream(_SALT_WITHIN_CLASS),
         )
         rows = [-1, self.batch_size]
         return {
