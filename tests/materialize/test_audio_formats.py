@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from tests.materialize import generate, readback
+from tests.materialize.test_decoders import decoded_every_way
 from tfx_dynamic_inputs import layout
 from tfx_dynamic_inputs.materialize import __main__ as materialize_cli
 from tfx_dynamic_inputs.materialize import audio, rejects, splits
@@ -94,6 +95,8 @@ def test_every_format_rate_and_layout_decodes_to_the_tone(kind, rate, channels):
     num_frames = odd_length(rate)
     samples = tone(num_frames, rate, channels)
     data = encode(kind, samples, rate)
+    # The job reads a local file by its descriptor: the same samples as from its bytes.
+    decoded_every_way(data, f"a{KINDS[kind][2]}", SAMPLE_RATE)
     waveform = audio.decode_audio(data, f"a{KINDS[kind][2]}", SAMPLE_RATE)
     decoded = waveform.samples
     expected_length = round(num_frames * SAMPLE_RATE / rate)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import os
 import struct
+import tempfile
 
 import numpy as np
 import pytest
@@ -18,6 +20,31 @@ from tfx_dynamic_inputs import layout
 from tfx_dynamic_inputs.materialize import audio, images, rejects
 
 ENCODED = images.ImageStorage("encoded")
+
+
+def _outcome(decode) -> tuple:
+    try:
+        waveform = decode()
+    except rejects.RejectedInput as error:
+        return ("rejected", error.reason, error.detail)
+    return ("decoded", waveform.samples.dtype, waveform.samples.tobytes(), waveform.sample_rate)
+
+
+def decoded_every_way(data: bytes, name: str, sample_rate: int = 16000) -> tuple:
+    """The outcome of `audio.decode_audio` of `data`: ("decoded", dtype, samples' bytes, rate)
+    or ("rejected", reason, detail); asserts that `audio.decode_audio_file` gives the same of
+    the file written with `data` (read by its descriptor) and of a file object without one."""
+    from_bytes = _outcome(lambda: audio.decode_audio(data, name, sample_rate))
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, name)
+        with open(path, "wb") as f:
+            f.write(data)
+        with open(path, "rb") as f:
+            from_descriptor = _outcome(lambda: audio.decode_audio_file(f, name, sample_rate))
+    from_stream = _outcome(lambda: audio.decode_audio_file(io.BytesIO(data), name, sample_rate))
+    assert from_descriptor == from_bytes
+    assert from_stream == from_bytes
+    return from_bytes
 
 
 @pytest.mark.parametrize(
@@ -216,10 +243,9 @@ def test_24_bit_and_float_wav_scale_to_int16():
     ],
 )
 def test_bad_audio_is_rejected_with_a_reason(name, data, reason):
-    with pytest.raises(rejects.RejectedInput) as caught:
-        audio.decode_audio(data, name, 16000)
-    assert caught.value.reason == reason
-    assert caught.value.detail and "{{" not in caught.value.detail
+    outcome, got_reason, detail = decoded_every_way(data, name)
+    assert (outcome, got_reason) == ("rejected", reason)
+    assert detail and "{{" not in detail
 
 
 _FUZZ_TONE = generate.tone(np.random.default_rng(8), 300)
@@ -249,8 +275,11 @@ def test_damaged_files_are_decoded_or_rejected_never_crash(name, cut, flips):
         if name.endswith((".png", ".jpg")):
             images.image_example(name, bytes(data), ENCODED)
         else:
-            waveform = audio.decode_audio(bytes(data), name, 16000)
-            assert waveform.samples.dtype == np.int16 and len(waveform.samples) > 0
+            outcome = decoded_every_way(bytes(data), name)
+            if outcome[0] == "decoded":
+                assert outcome[1] == np.int16 and len(outcome[2]) > 0
+            else:
+                assert outcome[1] in rejects.RECORD_REASONS and outcome[2]
     except rejects.RejectedInput as error:
         assert error.reason in rejects.RECORD_REASONS and error.detail
 
