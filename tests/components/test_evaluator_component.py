@@ -11,12 +11,20 @@ import time
 
 import pytest
 import tensorflow as tf
-from tfx import v1 as tfx
 from tfx.components.evaluator import constants
 from tfx.components.pusher import executor as pusher_executor
+from tfx.components.pusher.component import Pusher
 from tfx.dsl.component.experimental.annotations import OutputArtifact, Parameter
 from tfx.dsl.component.experimental.decorators import component
+from tfx.dsl.components.common.resolver import Resolver
+from tfx.dsl.input_resolution.strategies.latest_blessed_model_strategy import (
+    LatestBlessedModelStrategy,
+)
+from tfx.orchestration import metadata
+from tfx.orchestration.pipeline import Pipeline
+from tfx.proto.pusher_pb2 import PushDestination
 from tfx.types import standard_artifacts, standard_component_specs
+from tfx.types.channel import Channel
 from tfx.utils import path_utils, proto_utils
 
 from tests.components.conftest import make_artifact
@@ -170,7 +178,7 @@ def test_a_model_without_the_metric_is_an_error_naming_what_it_records(tmp_path)
 
 
 def test_bad_settings_fail_when_the_pipeline_is_built():
-    model = tfx.dsl.Channel(type=standard_artifacts.Model)
+    model = Channel(type=standard_artifacts.Model)
     with pytest.raises(ValueError, match="direction must be one of"):
         ModelGate(model=model, metric=METRIC, direction="smaller")
     with pytest.raises(ValueError, match="tolerance must be finite and >= 0"):
@@ -185,8 +193,8 @@ def test_bad_settings_fail_when_the_pipeline_is_built():
 def _push(tmp_path, model, blessing) -> standard_artifacts.PushedModel:
     """The standard Pusher's executor on `model` and `blessing`."""
     pushed = make_artifact(standard_artifacts.PushedModel, str(tmp_path / "pushed"))
-    destination = tfx.proto.PushDestination(
-        filesystem=tfx.proto.PushDestination.Filesystem(base_directory=str(tmp_path / "serving"))
+    destination = PushDestination(
+        filesystem=PushDestination.Filesystem(base_directory=str(tmp_path / "serving"))
     )
     pusher_executor.Executor().Do(
         {
@@ -216,7 +224,7 @@ def test_the_latest_blessed_model_strategy_finds_the_newest_blessed_model(tmp_pa
         model = _model(tmp_path / str(model_id), model_id, eer=value)
         models.append(model)
         blessings.append(_gate(tmp_path / str(model_id), model, threshold=0.3))
-    resolved = tfx.dsl.experimental.LatestBlessedModelStrategy().resolve_artifacts(
+    resolved = LatestBlessedModelStrategy().resolve_artifacts(
         None, {"model": models, "model_blessing": blessings}
     )
     # Model 3 is newer but over the threshold: model 2 is the latest blessed one.
@@ -236,12 +244,12 @@ def StandInTrainer(  # noqa: N802 (a component class name)
     model.set_float_custom_property(METRIC, eer)
 
 
-def _gate_pipeline(root: str, eer: float) -> tfx.dsl.Pipeline:
+def _gate_pipeline(root: str, eer: float) -> Pipeline:
     trainer = StandInTrainer(eer=eer)
-    resolver = tfx.dsl.Resolver(
-        strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
-        model=tfx.dsl.Channel(type=standard_artifacts.Model),
-        model_blessing=tfx.dsl.Channel(type=standard_artifacts.ModelBlessing),
+    resolver = Resolver(
+        strategy_class=LatestBlessedModelStrategy,
+        model=Channel(type=standard_artifacts.Model),
+        model_blessing=Channel(type=standard_artifacts.ModelBlessing),
     ).with_id("latest_blessed_model_resolver")
     gate = ModelGate(
         model=trainer.outputs[keys.MODEL_KEY],
@@ -249,21 +257,19 @@ def _gate_pipeline(root: str, eer: float) -> tfx.dsl.Pipeline:
         metric=METRIC,
         threshold=0.3,
     )
-    pusher = tfx.components.Pusher(
+    pusher = Pusher(
         model=trainer.outputs[keys.MODEL_KEY],
         model_blessing=gate.outputs[keys.BLESSING_KEY],
-        push_destination=tfx.proto.PushDestination(
-            filesystem=tfx.proto.PushDestination.Filesystem(
-                base_directory=os.path.join(root, "serving")
-            )
+        push_destination=PushDestination(
+            filesystem=PushDestination.Filesystem(base_directory=os.path.join(root, "serving"))
         ),
     )
-    return tfx.dsl.Pipeline(
+    return Pipeline(
         pipeline_name="gate",
         pipeline_root=os.path.join(root, "pipeline_root"),
         components=[trainer, resolver, gate, pusher],
         enable_cache=True,
-        metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
+        metadata_connection_config=metadata.sqlite_metadata_connection_config(
             os.path.join(root, "metadata.sqlite")
         ),
     )

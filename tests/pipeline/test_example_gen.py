@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tfx.components.example_gen.component import FileBasedExampleGen
+from tfx.components.example_gen.csv_example_gen.component import CsvExampleGen
+from tfx.components.example_gen.import_example_gen.component import ImportExampleGen
 from tfx.types import standard_component_specs
-from tfx.v1 import components
 
 from tests.pipeline import standard_data, standard_modules
 from tfx_dynamic_inputs.pipeline import common, example_gen, run_local, standard_pipeline
@@ -23,8 +24,8 @@ from tfx_dynamic_inputs.pipeline import common, example_gen, run_local, standard
 @pytest.mark.parametrize(
     ("input_format", "component", "executor"),
     [
-        ("tfrecord", components.ImportExampleGen, None),
-        ("csv", components.CsvExampleGen, None),
+        ("tfrecord", ImportExampleGen, None),
+        ("csv", CsvExampleGen, None),
         ("parquet", FileBasedExampleGen, example_gen.ParquetExecutor),
     ],
 )

@@ -7,7 +7,8 @@ import inspect
 import json
 
 import pytest
-from tfx import v1 as tfx
+from tfx.types import standard_artifacts
+from tfx.types.channel import Channel
 
 from tfx_dynamic_inputs import component_keys as keys
 from tfx_dynamic_inputs.evaluator_component import ModelGate
@@ -16,8 +17,8 @@ from tfx_dynamic_inputs.pipeline.common import BASELINE_RESOLVER_ID, gate_and_pu
 RULE = ("direction", "threshold", "tolerance")
 
 
-def _model() -> tfx.dsl.Channel:
-    return tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model)
+def _model() -> Channel:
+    return Channel(type=standard_artifacts.Model)
 
 
 def test_the_rule_defaults_are_model_gates():
