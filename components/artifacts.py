@@ -31,6 +31,10 @@ NUM_REJECTS_PROPERTY = "num_rejects"  # rejected input records (files, manifest 
 REJECTS_BY_REASON_PROPERTY = "rejects_by_reason"  # JSON {reason: count}, pair entries included
 NUM_PAIRS_PROPERTY = "num_valid_pairs"
 NUM_CLASSES_PROPERTY = "num_classes"  # JSON {record_set: count}
+# Of the ClassIndex and PairIndex artifacts IndexExamples writes (the trainers read the first).
+LABEL_FEATURE_PROPERTY = "label_feature"  # the feature the classes come from
+LABEL_KIND_PROPERTY = "label_kind"  # "int64" (labels are class ids) or "bytes" (names)
+BY_GROUP_PROPERTY = "by_group"  # 1: valid pairs by group (layout.has_group_index); 0: a pair list
 
 
 class OffsetIndex(artifact.Artifact):

@@ -23,10 +23,6 @@ from tfx_dynamic_inputs import component_keys as keys
 from tfx_dynamic_inputs.index_component.indexing import IndexConfig, run_index
 from tfx_dynamic_inputs.materialize.config import ShardingConfig
 
-# Custom properties of the ClassIndex and PairIndex artifacts IndexExamples writes.
-LABEL_FEATURE_PROPERTY = "label_feature"  # the feature the classes come from
-LABEL_KIND_PROPERTY = "label_kind"  # "int64" (labels are class ids) or "bytes" (names)
-BY_GROUP_PROPERTY = "by_group"  # 1: valid pairs by group (layout.has_group_index); 0: a pair list
 # The file format of Examples artifacts that do not say (what ExampleGen writes): TFRecord, with
 # any compression `ReadFromTFRecord` detects.
 _TFRECORD_FORMAT = "tfrecords_gzip"
@@ -91,8 +87,10 @@ class Executor(execution.LoggedExecutor, run_artifacts.RunExecutor):
         if class_index is not None:
             run_artifacts.move_class_index(run_dir, record_sets, class_index.uri)
             labels = summary["labels"]
-            class_index.set_string_custom_property(LABEL_FEATURE_PROPERTY, labels["feature"])
-            class_index.set_string_custom_property(LABEL_KIND_PROPERTY, labels["kind"])
+            class_index.set_string_custom_property(
+                artifacts.LABEL_FEATURE_PROPERTY, labels["feature"]
+            )
+            class_index.set_string_custom_property(artifacts.LABEL_KIND_PROPERTY, labels["kind"])
             class_index.set_json_value_custom_property(
                 artifacts.NUM_CLASSES_PROPERTY, {rs: labels["num_classes"] for rs in record_sets}
             )
@@ -102,7 +100,7 @@ class Executor(execution.LoggedExecutor, run_artifacts.RunExecutor):
                 artifacts.NUM_PAIRS_PROPERTY, int(summary["pairs"]["num_pairs"])
             )
             pair_index.set_int_custom_property(
-                BY_GROUP_PROPERTY, int(layout.has_group_index(pair_index.uri))
+                artifacts.BY_GROUP_PROPERTY, int(layout.has_group_index(pair_index.uri))
             )
         # Last, once its parts are all there: the copy commits each index.
         for index in (class_index, pair_index):

@@ -19,9 +19,8 @@ from tfx import types
 from tfx.types import artifact_utils
 from tfx.utils import import_utils, io_utils, path_utils
 
+from tfx_dynamic_inputs import artifacts, execution, layout
 from tfx_dynamic_inputs import component_keys as keys
-from tfx_dynamic_inputs import execution, layout
-from tfx_dynamic_inputs.index_component.executor import LABEL_FEATURE_PROPERTY
 from tfx_dynamic_inputs.inputs import AudioFeatureConfig, PairCoverage, PairCoverageCallback
 from tfx_dynamic_inputs.inputs.augment_images import AugmentationImagesCallback
 from tfx_dynamic_inputs.inputs.draw_counts import DrawCounts, DrawCountsCallback
@@ -274,7 +273,7 @@ class ClassBalancedExecutor(TrainerExecutor):
             schema_path=request.schema_path,
             tf_transform_output=request.tf_transform_output,
             label_feature=run.input(keys.CLASS_INDEX_KEY).get_string_custom_property(
-                LABEL_FEATURE_PROPERTY
+                artifacts.LABEL_FEATURE_PROPERTY
             ),
         )
         if parser is None:

@@ -190,8 +190,8 @@ def test_int64_labels_are_class_ids_shared_by_every_split(int_labels):
             os.path.join(layout.index_dir(class_index.uri, split), layout.CLASSES_FILE)
         )
         assert classes == ["0", "1", "2"]
-    assert class_index.get_string_custom_property(index_executor.LABEL_FEATURE_PROPERTY) == LABEL
-    assert class_index.get_string_custom_property(index_executor.LABEL_KIND_PROPERTY) == "int64"
+    assert class_index.get_string_custom_property(artifacts.LABEL_FEATURE_PROPERTY) == LABEL
+    assert class_index.get_string_custom_property(artifacts.LABEL_KIND_PROPERTY) == "int64"
     assert class_index.get_json_value_custom_property(artifacts.NUM_CLASSES_PROPERTY) == {
         "eval": 3,
         "train": 3,
@@ -425,8 +425,7 @@ def test_pair_list_over_ids_is_read_by_open_pairs_run(pair_list_run):
         == 6
     )
     assert (
-        pair_list_run[keys.PAIR_INDEX_KEY].get_int_custom_property(index_executor.BY_GROUP_PROPERTY)
-        == 0
+        pair_list_run[keys.PAIR_INDEX_KEY].get_int_custom_property(artifacts.BY_GROUP_PROPERTY) == 0
     )
     summary = _summary(offset_index)
     assert summary["rejects"]["by_reason"] == {
@@ -507,10 +506,7 @@ def test_group_pairs_are_stored_as_groups_and_as_edges(group_run):
     row_splits, values = groups.edges()
     np.testing.assert_array_equal(row_splits, valid.row_splits)
     np.testing.assert_array_equal(values, valid.values)
-    assert (
-        group_run[keys.PAIR_INDEX_KEY].get_int_custom_property(index_executor.BY_GROUP_PROPERTY)
-        == 1
-    )
+    assert group_run[keys.PAIR_INDEX_KEY].get_int_custom_property(artifacts.BY_GROUP_PROPERTY) == 1
     summary = _summary(offset_index)
     assert summary["rejects"]["by_reason"] == {"missing_group": 1, "no_valid_pairs": 1}
     assert summary["pairs"]["num_pairs"] == 6 and summary["pairs"]["edges_written"]
