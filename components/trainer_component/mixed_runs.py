@@ -16,7 +16,6 @@ import tensorflow as tf
 
 from tfx_dynamic_inputs.inputs import AudioFeatureConfig, open_run
 from tfx_dynamic_inputs.inputs.draw_counts import DrawCounts
-from tfx_dynamic_inputs.inputs.graph_functions import as_written
 from tfx_dynamic_inputs.inputs.mixed_class_balanced import MixedClassBalancedSampler
 from tfx_dynamic_inputs.inputs.run_mix import MixWeighting, RunMix, WeightedRun
 from tfx_dynamic_inputs.inputs.speaker_augment import SpeakerAugmentConfig
@@ -109,7 +108,7 @@ def mixed_train_dataset(
     draw_counts = DrawCounts(int(sampler.record_offsets[-1]))
     draw_counts.track_plan(lambda epoch: sampler.epoch_plan(epoch)["index"])
     batches = training_inputs._training_batches(sampler, resume, {"draw_counts": draw_counts})
-    return batches.map(as_written(training_inputs._speaker_batch)), sampler, draw_counts
+    return batches.map(training_inputs._speaker_batch), sampler, draw_counts
 
 
 def mix_settings(sampler: MixedClassBalancedSampler) -> dict[str, Any]:

@@ -305,7 +305,7 @@ def class_balanced_train_dataset(
             )
         draw_counts.track_plan(lambda epoch: sampler.epoch_plan(epoch)["index"])
         batches = _training_batches(sampler, resume, {"draw_counts": draw_counts})
-    return batches.map(as_written(_speaker_batch)) if audio else batches
+    return batches.map(_speaker_batch) if audio else batches
 
 
 def _training_batches(
@@ -397,7 +397,7 @@ def class_balanced_eval_dataset(
             load,
             store_options or StoreOptions(),
         )
-        return batches.map(as_written(_speaker_batch))
+        return batches.map(_speaker_batch)
     return _in_record_order(
         offset_index_uri,
         class_index_uri,
@@ -507,6 +507,7 @@ def example_parser(
     return parse_records
 
 
+@as_written
 def _speaker_batch(batch: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
     return {
         "features": batch["features"],
