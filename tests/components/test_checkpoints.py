@@ -28,6 +28,14 @@ def embedding_example(index: int) -> bytes:
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
+# Without tf.data's autotuning: Keras makes an iterator an epoch, and these epochs are 3 batches.
+# Beside a busy process (the suites run two at a time), destroying an iterator on TF 2.16 sometimes
+# waited 5-8 s, the process idle, for the iterator's autotune thread to end (gdb: the destructor
+# in ~LogicalThreadWrapper, the thread in Model::OptimizeLoop's timed wait). The file took 87 s
+# so, 57 s alone, and 57 s beside the same busy process without autotuning.
+NO_AUTOTUNE = tf.data.Options()
+NO_AUTOTUNE.autotune.enabled = False
+
 STORE = RecordStore.from_serialized([embedding_example(i) for i in range(len(LABELS))])
 
 
@@ -90,8 +98,10 @@ def attempt(directory: str, seed: int, save_every: int, die_after: int | None = 
     initial_step = checkpoints.resume(training_sampler)
     resume = checkpoints.resume_point()
     assert resume.step == initial_step
-    batches = training_sampler.dataset(initial_step=initial_step).map(
-        lambda b: (b["embedding"], tf.cast(b["label"], tf.float32), b["index"])
+    batches = (
+        training_sampler.dataset(initial_step=initial_step)
+        .map(lambda b: (b["embedding"], tf.cast(b["label"], tf.float32), b["index"]))
+        .with_options(NO_AUTOTUNE)
     )
     keras.utils.set_random_seed(seed)
     last_batch = tf.Variable(tf.zeros([N_C * N_P], tf.int64), trainable=False)
