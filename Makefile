@@ -5,8 +5,6 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# The venv's packages and the editable install, without the native op (setup's last step).
-SYNCED := $(VENV)/.synced
 BENCH_ARGS ?= --quick
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist; whole files per process, so module fixtures are built once). Two
@@ -62,7 +60,7 @@ help:
 
 setup: $(STAMP)
 
-$(SYNCED): requirements.lock pyproject.toml setup.py
+$(STAMP): requirements.lock pyproject.toml setup.py $(wildcard components/native/*.cc)
 	@py=$$($(FIND_PY310) | head -n 1); \
 	if [ -z "$$py" ]; then \
 	  echo "error: python3.10 not found. TFX 1.16 needs Python 3.10: install it (e.g. 'pyenv install 3.10') or pass PYTHON310=/path/to/python3.10." >&2; \
@@ -74,9 +72,6 @@ $(SYNCED): requirements.lock pyproject.toml setup.py
 	@# each Beam worker process included, would otherwise recompile ~2,400 modules on every start.
 	$(VENV)/bin/uv pip sync --compile-bytecode --python $(PY) requirements.lock
 	$(VENV)/bin/uv pip install --python $(PY) --no-deps -e .
-	@touch $(SYNCED)
-
-$(STAMP): $(SYNCED) $(wildcard components/native/*.cc)
 	$(PY) -m tfx_dynamic_inputs.native
 	@touch $(STAMP)
 
@@ -88,9 +83,8 @@ demo: setup
 # an extra, or check the library on TensorFlow 2.16: tests/conftest.py). The core venv is built
 # while the first run goes (its log printed after): its install and native build then take
 # time the first run leaves idle instead of their own minute.
-test: $(SYNCED)
+test: setup
 	@mkdir -p build; $(MAKE) --no-print-directory core-venv > $(CORE_VENV_LOG) 2>&1 & core_venv=$$!; \
-	$(MAKE) --no-print-directory setup && \
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not image and (not core or full)" \
 	  $(PYTEST_ARGS); main=$$?; \
 	wait $$core_venv; built=$$?; echo "== make core-venv (built alongside)"; cat $(CORE_VENV_LOG); \
@@ -103,7 +97,7 @@ test: $(SYNCED)
 # they import: tests/docs/test_snippets.py). Bytecode at install, as in setup: where
 # PYTHONDONTWRITEBYTECODE is set (our CI machines), each of the run's TensorFlow processes would
 # otherwise compile TensorFlow's modules again (`import tensorflow` 12 s instead of 3.5 s).
-core-venv: $(SYNCED)
+core-venv: setup
 	@py=$$($(FIND_PY312) | head -n 1); \
 	if [ -z "$$py" ]; then \
 	  echo "error: python3.12 not found: install it (e.g. 'pyenv install 3.12') or pass PYTHON312=/path/to/python3.12." >&2; \
