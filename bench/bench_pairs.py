@@ -11,10 +11,13 @@
    plan row, planned whole against a block planned alone (what the datasets run).
 3. **End to end** records/s (2 records per pair) of `dynamic_pairs` on the disk backend, reading
    and `parse_example`-ing x and y records by index, vs a sequential `TFRecordDataset` +
-   `batch` + `parse_example` pass over the same shards. Page cache warm (one pass first).
+   `batch` + `parse_example` pass over the same shards. Page cache warm (one pass first). The disk
+   backend with each reader (native `pread`, mapped shards, Python), without CRC checks, and the
+   memory backend.
 4. **Peak memory** (not with `--quick`): a run of >= 2 GB of shards; one process per
    measurement (peak RSS): the TF baseline (sequential read + parse of every record), the disk
-   backend and the memory backend (one epoch of pairs each). Big files are deleted afterwards.
+   backend (`pread`, and mapped shards, whose pages count in RSS) and the memory backend (one
+   epoch of pairs each). Big files are deleted afterwards.
 
 Prints ratios and a JSON result (also written to `--output`). Medians of `--repeats` runs.
 """
@@ -291,6 +294,7 @@ def end_to_end(run_dir: str, repeats: int) -> dict:
     hit all of them alike; ratios are medians of the per-repeat ratios."""
     contenders = {
         "disk": (pairs_dataset(run_dir, "disk"), 2),
+        "disk_mapped": (pairs_dataset(run_dir, "disk", reader="mapped"), 2),
         "disk_no_crc": (pairs_dataset(run_dir, "disk", verify_crc=False), 2),
         "disk_python_reader": (pairs_dataset(run_dir, "disk", reader="python"), 2),
         "memory": (pairs_dataset(run_dir, "memory"), 2),
@@ -330,6 +334,8 @@ def peak_rss_worker(mode: str, run_dir: str) -> None:
     """Runs one measurement in this (fresh) process and prints its peak RSS in bytes."""
     if mode == "baseline":
         records_per_s(sequential_baseline(all_shards(run_dir)), 1)
+    elif mode == "mapped":
+        records_per_s(pairs_dataset(run_dir, "disk", reader="mapped"), 2)
     else:
         records_per_s(pairs_dataset(run_dir, mode), 2)
     print(json.dumps({"peak_rss_bytes": peak_rss_bytes()}))
@@ -353,7 +359,7 @@ def peak_memory(scratch: str, target_bytes: int) -> dict:
     try:
         info = write_run(run_dir, num_x, max(1, num_x // 20), side, num_shards=16)
         result = {"shard_bytes": info["shard_bytes"], "num_x": num_x}
-        for mode in ("baseline", "disk", "memory"):
+        for mode in ("baseline", "disk", "mapped", "memory"):
             output = subprocess.run(
                 [sys.executable, __file__, "--peak-rss-worker", mode, run_dir],
                 check=True,
@@ -363,7 +369,7 @@ def peak_memory(scratch: str, target_bytes: int) -> dict:
             result[f"{mode}_peak_rss_bytes"] = json.loads(output.strip().splitlines()[-1])[
                 "peak_rss_bytes"
             ]
-        for mode in ("disk", "memory"):
+        for mode in ("disk", "mapped", "memory"):
             extra = result[f"{mode}_peak_rss_bytes"] - result["baseline_peak_rss_bytes"]
             result[f"{mode}_over_baseline_fraction_of_shards"] = extra / info["shard_bytes"]
         return result
@@ -463,15 +469,17 @@ def print_summary(report: dict) -> None:
         print(
             f"end to end: disk backend ({e2e['disk_reader']} reader) {e2e['disk_ratio']:.2f}x "
             f"sequential TFRecordDataset ({e2e['disk_records_per_s']:.0f} vs "
-            f"{e2e['baseline_sequential_records_per_s']:.0f} records/s); without CRC checks "
-            f"{e2e['disk_no_crc_ratio']:.2f}x; Python reader "
+            f"{e2e['baseline_sequential_records_per_s']:.0f} records/s); mapped shards "
+            f"{e2e['disk_mapped_ratio']:.2f}x ({e2e['disk_mapped_records_per_s']:.0f}); "
+            f"without CRC checks {e2e['disk_no_crc_ratio']:.2f}x; Python reader "
             f"{e2e['disk_python_reader_ratio']:.2f}x; memory backend {e2e['memory_ratio']:.2f}x"
         )
         print(
-            "  CPU per record: baseline {:.1f} us, disk {:.1f} us, disk without CRC {:.1f} us, "
-            "Python reader {:.1f} us, memory {:.1f} us".format(
+            "  CPU per record: baseline {:.1f} us, disk {:.1f} us, mapped shards {:.1f} us, disk "
+            "without CRC {:.1f} us, Python reader {:.1f} us, memory {:.1f} us".format(
                 e2e["baseline_cpu_us_per_record"],
                 e2e["disk_cpu_us_per_record"],
+                e2e["disk_mapped_cpu_us_per_record"],
                 e2e["disk_no_crc_cpu_us_per_record"],
                 e2e["disk_python_reader_cpu_us_per_record"],
                 e2e["memory_cpu_us_per_record"],
@@ -481,7 +489,8 @@ def print_summary(report: dict) -> None:
         memory = report["peak_memory"]
         print(
             f"peak memory over the TF baseline, {memory['shard_bytes'] / 2**30:.2f} GB of shards: "
-            f"disk {memory['disk_over_baseline_fraction_of_shards']:.1%}, memory "
+            f"disk {memory['disk_over_baseline_fraction_of_shards']:.1%}, mapped shards "
+            f"{memory['mapped_over_baseline_fraction_of_shards']:.1%} (page cache), memory "
             f"{memory['memory_over_baseline_fraction_of_shards']:.1%} of the shard bytes"
         )
 

@@ -32,7 +32,8 @@ def open_native_reader(
     """The native reader bound to one record set, when `reader` asks for it and it can be used.
 
     Args:
-      reader: "auto", "native" or "python".
+      reader: "auto", "native", "mapped" (the native reader over shards mapped into memory) or
+        "python".
       shard_paths: the shards, in index order.
       offsets: the offset index, a memory-mapped little-endian int64 [N, 3].
       verify_crc: check each frame's CRCs.
@@ -45,7 +46,7 @@ def open_native_reader(
       reader, so the store says why).
 
     Raises:
-      ValueError: `reader="native"` and the native reader cannot be used.
+      ValueError: `reader="native"` or `"mapped"` and the native reader cannot be used.
     """
     if reader == "python":
         return None, "the store was opened with reader='python'"
@@ -69,13 +70,14 @@ def open_native_reader(
             offsets_header_bytes=int(offsets.offset),
             num_records=len(offsets),
             verify_crc=verify_crc,
+            map_shards=reader == "mapped",
             shard_bytes=list(pin.shard_bytes),
             run_id=pin.run_id or "",
             summary_path=pin.summary_path,
         )
         return read, None
-    if reader == "native":
-        raise ValueError(f"reader='native' cannot be used: {problem}")
+    if reader in ("native", "mapped"):
+        raise ValueError(f"reader={reader!r} cannot be used: {problem}")
     if op_module is None:
         _warn_not_built()
     return None, problem

@@ -9,6 +9,9 @@ Two backends behind one interface:
   Two readers do this: the native op `ReadRecordsByIndex` (`tfx_dynamic_inputs.native`, C++, no
   Python per batch; used when it is built, the default) and a Python reader (`os.pread` in one
   `tf.numpy_function` per batch; used without a compiler, or for a `payload_check`).
+  `reader="mapped"` is the native op over shards mapped into memory: each record is copied out of
+  the mapping, without a system call, and the shard pages it has read count in the process's
+  resident memory (page cache, which the kernel takes back under memory pressure).
 
 Every record is checked against its TFRecord frame, as `tf.data.TFRecordDataset` does (the length
 field against the index, and the masked CRC32C of the length and of the payload) unless
@@ -57,7 +60,7 @@ from tfx_dynamic_inputs.inputs.variables import index_variable
 _log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "memory", "disk")
-READERS = ("auto", "native", "python")
+READERS = ("auto", "native", "mapped", "python")
 ON_DAMAGED = ("fail", "skip")
 
 
@@ -86,6 +89,7 @@ class RecordStore:
         records_ok: tf.Variable | None = None,
         reader: ShardReader | None = None,
         native_reader: NativeRead | None = None,
+        maps_shards: bool = False,
         python_reader_reason: str | None = None,
         on_damaged: str = "fail",
         damaged_records: Sequence[DamagedRecord] = (),
@@ -102,6 +106,7 @@ class RecordStore:
         self._records_ok = records_ok
         self._reader = reader
         self._native_reader = native_reader
+        self._maps_shards = maps_shards
         self._python_reader_reason = python_reader_reason
         self._on_damaged = on_damaged
         self._damaged = {d.index: d for d in damaged_records}
@@ -132,7 +137,8 @@ class RecordStore:
         `memory_budget_bytes`, and reads them from disk otherwise. The memory backend checks every
         record once, at open; the disk backend checks the records it reads, with the native
         reader when `reader="auto"` and it is built (and no `payload_check` is given), else in
-        Python; `reader="native"` fails when it cannot be used.
+        Python; `reader="native"` (and `"mapped"`, the native reader over mapped shards) fails
+        when it cannot be used.
 
         The index is checked first: `shards.json` (confined shard paths, see
         `layout.resolve_shard`), `offsets.npy` (int64 [num_records, 3], rows naming a shard, no
@@ -161,8 +167,8 @@ class RecordStore:
           The `RecordStore`.
 
         Raises:
-          ValueError: an unknown `backend`, `reader` or `on_damaged`, or `reader="native"`
-            where it cannot be used.
+          ValueError: an unknown `backend`, `reader` or `on_damaged`, or `reader="native"` or
+            `"mapped"` where it cannot be used.
           FileNotFoundError: the run has no record set `record_set`.
           layout.IndexFileError, layout.RunCommitError: as described above.
           DamagedRecordError: a damaged record at open (memory backend, `on_damaged="fail"`).
@@ -224,6 +230,7 @@ class RecordStore:
         return opened(
             backend="disk",
             native_reader=native_reader,
+            maps_shards=native_reader is not None and reader == "mapped",
             python_reader_reason=python_reader_reason,
         )
 
@@ -291,10 +298,13 @@ class RecordStore:
 
     @property
     def disk_reader(self) -> str | None:
-        """ "native" or "python": how the disk backend reads; None for the memory backend."""
+        """ "native", "mapped" or "python": how the disk backend reads; None for the memory
+        backend."""
         if self._backend != "disk":
             return None
-        return "native" if self._native_reader is not None else "python"
+        if self._native_reader is None:
+            return "python"
+        return "mapped" if self._maps_shards else "native"
 
     @property
     def on_damaged(self) -> str:

@@ -51,7 +51,10 @@ class StoreOptions:
       memory_budget_bytes: the most shard bytes "auto" loads into memory.
       on_damaged: "fail" (a damaged record fails the read, naming it) or "skip" (counted).
       verify_crc: check each frame's CRCs, as `TFRecordDataset` does.
-      reader: the disk backend's reader: "auto", "native" or "python".
+      reader: the disk backend's reader: "auto" (the native reader when it is built, else the
+        Python reader), "native", "mapped" (the native reader over shards mapped into memory:
+        no system call a record; the pages read count in the process's resident memory) or
+        "python".
 
     Example:
 

@@ -13,15 +13,25 @@
 // opens the files by path then: with `run_id` it first checks that the run's `summary.json` still
 // commits that run and that every shard has the size that run wrote (`shard_bytes`), so a reader
 // never serves another run's files under the index it opened (a folder overwritten between epochs).
+//
+// With `map_shards` the shards are mapped instead, and each frame is checked and its payload copied
+// straight out of the mapping: no system call per record once the pages are mapped, at the price
+// of the shard pages read counting in the process's resident memory (page cache, which the kernel
+// takes back under pressure). A shard truncated while mapped turns a read past its new end into
+// SIGBUS; the copy runs under a guard that turns that into a damaged frame, as a short pread is.
 #include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <nmmintrin.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -124,6 +134,32 @@ uint32_t MaskedCrc32c(const char* data, size_t n) {
   return ((crc >> 15) | (crc << 17)) + kMaskDelta;
 }
 
+// The guard of the copy out of a mapped shard running on this thread, or null. Initial-exec TLS
+// (no allocation on first use), so the signal handler may read it.
+__attribute__((tls_model("initial-exec"))) thread_local sigjmp_buf* t_mapped_copy_guard = nullptr;
+struct sigaction previous_sigbus_action;
+
+void OnSigbus(int, siginfo_t*, void*) {
+  sigjmp_buf* guard = t_mapped_copy_guard;
+  if (guard != nullptr) siglongjmp(*guard, 1);
+  // Not a guarded copy: put the previous action back; the faulting access runs again and meets
+  // it (by default the process ends with SIGBUS, as it would without this handler).
+  sigaction(SIGBUS, &previous_sigbus_action, nullptr);
+}
+
+void InstallSigbusGuard() {
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    struct sigaction action = {};
+    action.sa_sigaction = OnSigbus;
+    // SA_NODEFER: the handler leaves by siglongjmp without restoring the signal mask (a system
+    // call a record), so SIGBUS must not be blocked while it runs.
+    action.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGBUS, &action, &previous_sigbus_action);
+  });
+}
+
 constexpr std::streamsize kMaxSummaryBytes = 64 << 20;
 
 // The top-level "run_id" of a summary.json as `layout.commit_run` writes it (json.dumps with
@@ -153,6 +189,8 @@ class ReadRecordsByIndexOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_records", &num_records_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("verify_crc", &verify_crc_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("coalesce", &coalesce_));
+    bool map_shards;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("map_shards", &map_shards));
     std::vector<int64_t> expected_bytes;
     std::string run_id, summary_path;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("shard_bytes", &expected_bytes));
@@ -186,7 +224,18 @@ class ReadRecordsByIndexOp : public OpKernel {
                   errors::FailedPrecondition("shard ", path, " holds ", shard_bytes_.back(),
                                              " bytes, but run ", run_id, " wrote ", expected,
                                              ": it was replaced since the store was opened"));
+      if (map_shards) {
+        void* mapped = shard_bytes_.back() == 0 ? nullptr
+                                                : mmap(nullptr, shard_bytes_.back(), PROT_READ,
+                                                       MAP_SHARED, fd, 0);
+        OP_REQUIRES(ctx, mapped != MAP_FAILED,
+                    errors::Internal("cannot map shard ", path, ": ", std::strerror(errno)));
+        // Records are read in a random order: no read-around of the pages beside each one.
+        if (mapped != nullptr) madvise(mapped, shard_bytes_.back(), MADV_RANDOM);
+        shard_maps_.push_back(static_cast<const char*>(mapped));
+      }
     }
+    if (map_shards) InstallSigbusGuard();
     const int index_fd = open(offsets_path_.c_str(), O_RDONLY | O_CLOEXEC);
     OP_REQUIRES(ctx, index_fd >= 0,
                 errors::NotFound("cannot open offset index ", offsets_path_, ": ",
@@ -216,6 +265,11 @@ class ReadRecordsByIndexOp : public OpKernel {
 
   ~ReadRecordsByIndexOp() override {
     for (const int fd : fds_) close(fd);
+    for (size_t shard = 0; shard < shard_maps_.size(); ++shard) {
+      if (shard_maps_[shard] != nullptr) {
+        munmap(const_cast<char*>(shard_maps_[shard]), shard_bytes_[shard]);
+      }
+    }
     if (mapped_ != nullptr) munmap(mapped_, mapped_bytes_);
   }
 
@@ -247,6 +301,15 @@ class ReadRecordsByIndexOp : public OpKernel {
     auto records = records_tensor->vec<tstring>();
     auto ok = ok_tensor->vec<bool>();
     const auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
+    if (!shard_maps_.empty()) {
+      auto read_range = [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) ok(i) = ReadMapped(indices(i), &records(i));
+      };
+      // A copy and a CRC, no system call: a fifth of what a pread costs.
+      ::tensorflow::Shard(workers->num_threads, workers->workers, count, /*cost_per_unit=*/4000,
+                          read_range);
+      return;
+    }
     if (!coalesce_) {
       auto read_range = [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) ok(i) = ReadOne(indices(i), &records(i));
@@ -363,8 +426,44 @@ class ReadRecordsByIndexOp : public OpKernel {
     return true;
   }
 
+  // Record `index` (its row checked by Compute) checked and copied out of its mapped shard; false
+  // (and `out` empty) if damaged, or if the shard was truncated under the mapping.
+  bool ReadMapped(int64_t index, tstring* out) const {
+    const int64_t* row = rows_ + 3 * index;
+    if (!Fits(row)) {
+      out->clear();
+      return false;
+    }
+    const int64_t length = row[2];
+    out->resize_uninitialized(length);
+    if (!CopyMappedFrame(shard_maps_[row[0]] + row[1], length, out->mdata())) {
+      out->clear();
+      return false;
+    }
+    return true;
+  }
+
+  // FrameIsGood on the mapped `frame`, then its payload copied to `payload`, under the SIGBUS
+  // guard: false if the frame is damaged or a page of it is gone.
+  bool CopyMappedFrame(const char* frame, int64_t length, char* payload) const {
+    sigjmp_buf guard;
+    if (sigsetjmp(guard, /*savemask=*/0) != 0) {
+      t_mapped_copy_guard = nullptr;
+      return false;
+    }
+    t_mapped_copy_guard = &guard;
+    // Keep the compiler from moving the mapped reads out from under the guard.
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    const bool good = FrameIsGood(frame, length);
+    if (good) std::memcpy(payload, frame + kHeaderBytes, length);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    t_mapped_copy_guard = nullptr;
+    return good;
+  }
+
   std::string offsets_path_;
   std::vector<int> fds_;
+  std::vector<const char*> shard_maps_;  // with map_shards: each shard mapped whole
   std::vector<int64_t> shard_bytes_;  // sizes at construction: shards are written once
   void* mapped_ = nullptr;
   size_t mapped_bytes_ = 0;
@@ -386,6 +485,7 @@ REGISTER_OP("ReadRecordsByIndex")
     .Attr("num_records: int")
     .Attr("verify_crc: bool = true")
     .Attr("coalesce: bool = true")
+    .Attr("map_shards: bool = false")
     .Attr("shard_bytes: list(int) = []")
     .Attr("run_id: string = ''")
     .Attr("summary_path: string = ''")
@@ -407,6 +507,8 @@ ok: bool [B] false where the frame does not fit in its shard (a truncated shard 
   negative offset or length fails the call (DataLoss, naming the record).
 coalesce: read frames that follow each other in a shard with one pread (each still checked
   alone); false: one pread a record.
+map_shards: map each shard and copy the frames out of the mapping (no pread; coalesce unused).
+  A shard truncated while mapped reads as damaged frames past its new end.
 shard_bytes: the size of each shard when the store was opened; a shard of another size fails the
   kernel's construction (FailedPrecondition). Empty: not checked.
 run_id, summary_path: the run the store was opened on and its summary.json; when run_id is set,

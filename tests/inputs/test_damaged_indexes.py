@@ -25,7 +25,7 @@ from tfx_dynamic_inputs.inputs.labelled_sources import labelled_records
 from tfx_dynamic_inputs.inputs.record_store import DamagedRecordError, RecordStore
 
 NUM_RECORDS = 12
-DISK_READERS = ["native", "python"]
+DISK_READERS = ["native", "mapped", "python"]
 # The record whose row of the offset index the tests damage, and a length of 64 GiB.
 DAMAGED = 5
 HUGE_LENGTH = 2**36
@@ -55,7 +55,7 @@ def _set_row(output_dir: str, index: int, column: int, value: int) -> tuple[int,
 
 
 def _open(output_dir: str, reader: str, **kwargs) -> RecordStore:
-    if reader == "native" and native.op_library() is None:
+    if reader in ("native", "mapped") and native.op_library() is None:
         pytest.skip("the native op is not built (python -m tfx_dynamic_inputs.native)")
     return RecordStore.open(output_dir, "x", backend="disk", reader=reader, **kwargs)
 

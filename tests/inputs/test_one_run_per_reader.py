@@ -1,7 +1,7 @@
 """A reader serves one run from open to close, or fails naming both run ids (issue 20, item 3).
 
-* A folder overwritten by another run between two epochs: the native reader (a new kernel every
-  epoch) fails naming both runs; the Python reader (shards kept open) and the memory backend go
+* A folder overwritten by another run between two epochs: the native readers (a new kernel every
+  epoch) fail naming both runs; the Python reader (shards kept open) and the memory backend go
   on serving the run they opened, never a mix.
 * A shard copied in from another run of the same size is refused when the store is opened.
 * A sampler state (checkpoint) of one run is refused by a sampler of another run of the same
@@ -25,7 +25,9 @@ from tfx_dynamic_inputs.inputs.class_balanced import ClassBalancedSampler
 from tfx_dynamic_inputs.inputs.epoch_state import StateRunError
 
 NUM_X, NUM_Y = 12, 7
-STORES = [("memory", "auto"), ("disk", "python"), ("disk", "native")]
+STORES = [("memory", "auto"), ("disk", "python"), ("disk", "native"), ("disk", "mapped")]
+# The readers of the native op, which opens the shards again each epoch (a new kernel).
+NATIVE_READERS = ("native", "mapped")
 
 
 def _write_pairs_run(output_dir: str, seed: int) -> str:
@@ -39,7 +41,7 @@ def _write_pairs_run(output_dir: str, seed: int) -> str:
 
 
 def _skip_without_native(reader: str) -> None:
-    if reader == "native" and native.op_library() is None:
+    if reader in NATIVE_READERS and native.op_library() is None:
         pytest.skip("the native op is not built (python -m tfx_dynamic_inputs.native)")
 
 
@@ -57,7 +59,7 @@ def test_a_folder_overwritten_between_epochs_is_never_served_mixed(tmp_path, bac
     run_b = _write_pairs_run(output_dir, seed=2)
     assert run_b != run_a
 
-    if reader == "native":
+    if reader in NATIVE_READERS:
         with pytest.raises(tf.errors.FailedPreconditionError) as failed:
             list(dataset)
         message = str(failed.value)
