@@ -10,6 +10,10 @@ bytes whatever the payload, and keeps the DirectRunner's multi-process mode clea
 payload sizes at which it loses elements (`stages.run_job`). Spill files hold whole frames, so
 a shard writer copies a record's frame, CRCs included, without computing it again.
 
+Where every stage runs in the launcher's process (the DirectRunner in memory or multi-threaded),
+`--spill auto` first holds payloads there, in memory, up to a budget (`held_payloads`), and
+spills only the rest to files.
+
 Spill files need a file system that every worker sees. On a distributed runner (Dataflow,
 Flink, Spark) `--spill none` hands the payloads themselves to the runner, whose shuffle is made
 for that; `--spill auto` (the default) spills on the local runners only (`resolve_spill_root`).
@@ -45,9 +49,10 @@ import apache_beam as beam
 import numpy as np
 
 from tfx_dynamic_inputs import layout
-from tfx_dynamic_inputs.materialize import claims, owned_files
+from tfx_dynamic_inputs.materialize import claims, held_payloads, owned_files
 from tfx_dynamic_inputs.materialize.config import SPILL_MODES
 from tfx_dynamic_inputs.materialize.errors import MaterializeError
+from tfx_dynamic_inputs.materialize.held_payloads import HeldRef
 
 if TYPE_CHECKING:
     from apache_beam.runners.runner import PipelineRunner
@@ -70,8 +75,9 @@ class SpillRef(NamedTuple):
     length: int
 
 
-# What a stage hands on for one payload: the bytes themselves (`--spill none`), or their ref.
-Payload = bytes | SpillRef
+# What a stage hands on for one payload: the bytes themselves (`--spill none`), or their ref: in
+# a spill file, or held in the launcher's process.
+Payload = bytes | SpillRef | HeldRef
 
 
 def spill_dir(output_dir: str, run_id: str) -> str:
@@ -92,8 +98,10 @@ def resolve_spill_root(mode: str, pipeline: beam.Pipeline, output_dir: str) -> s
     `SpillingDoFn`, or None when the payloads go through the runner.
 
     `auto` spills on the runners of this machine (the DirectRunner and Beam's FnApiRunner, in
-    memory or in worker processes), whose workers all see its files; any other runner gets
-    the payloads. The folder is `spill_dir(output_dir, run id)`, or a folder of this run below
+    memory or in worker processes), whose workers all see its files, and opens the folder's
+    `held_payloads` holder in this process: its workers that run here hold payloads in memory
+    up to `held_payloads.HELD_BYTES_BUDGET` before they spill; any other runner gets the
+    payloads. The folder is `spill_dir(output_dir, run id)`, or a folder of this run below
     the pipeline's `--temp_location` when it has one; for the latter a pointer file is written
     first (so the launcher calls this while it builds the pipeline, under `stages.run_job`'s
     claim, which holds the run id).
@@ -117,11 +125,14 @@ def resolve_spill_root(mode: str, pipeline: beam.Pipeline, output_dir: str) -> s
         return None
     run_id = claims.claimed_run_id(output_dir)
     temp_location = pipeline.options.view_as(GoogleCloudOptions).temp_location
-    if not temp_location:
-        return spill_dir(output_dir, run_id)
-    root = posixpath.join(temp_location, TEMP_ROOT_PREFIX + run_id)
-    with layout.gfile().GFile(spill_dir(output_dir, run_id), "w") as pointer:
-        pointer.write(root)
+    if temp_location:
+        root = posixpath.join(temp_location, TEMP_ROOT_PREFIX + run_id)
+        with layout.gfile().GFile(spill_dir(output_dir, run_id), "w") as pointer:
+            pointer.write(root)
+    else:
+        root = spill_dir(output_dir, run_id)
+    if mode == "auto":
+        held_payloads.open_holder(root, run_id)
     return root
 
 
@@ -145,7 +156,8 @@ def is_local_runner(runner: PipelineRunner) -> bool:
 
 class SpillWriter:
     """Spills payloads to one new spill file in the folder `spill_root`, opened on the first
-    write; with no folder, hands the payloads back as they are, for the runner to carry.
+    write (after the folder's `held_payloads` holder in this process, if any, has taken what its
+    budget allows); with no folder, hands the payloads back as they are, for the runner to carry.
 
     Args:
         spill_root: the folder for the spill file, or None to hand payloads back as they are.
@@ -167,24 +179,31 @@ class SpillWriter:
             payloads: the serialized payloads.
 
         Returns:
-            A `SpillRef` for each (appended to this writer's spill file), or the payloads themselves
-            when there is no spill folder.
+            A `HeldRef` for each held, a `SpillRef` for each other (appended to this writer's spill
+            file), or the payloads themselves when there is no spill folder.
         """
         if self._directory is None:
             return list(payloads)
+        holder = held_payloads.holder_of(self._directory)
+        refs: list[Payload] = []
+        for payload in payloads:
+            held = holder.hold(payload) if holder is not None else None
+            refs.append(held if held is not None else self._append(payload))
+        return refs
+
+    def _append(self, payload: bytes) -> SpillRef:
+        """Appends `payload`'s frame to this writer's spill file (made on the first call)."""
         if self._file is None:
             self._path = posixpath.join(self._directory, f"{uuid.uuid4().hex}.tfrecord")
             self._file = layout.create(self._path)
-        refs = []
-        for payload in payloads:
-            # The frame's parts, not one joined copy of the payload (`layout.frame_parts`).
-            header, footer = layout.frame_parts(payload)
-            refs.append(SpillRef(self._path, self._size, len(payload)))
-            self._file.write(header)
-            self._file.write(payload)
-            self._file.write(footer)
-            self._size += len(header) + len(payload) + len(footer)
-        return refs
+        # The frame's parts, not one joined copy of the payload (`layout.frame_parts`).
+        header, footer = layout.frame_parts(payload)
+        ref = SpillRef(self._path, self._size, len(payload))
+        self._file.write(header)
+        self._file.write(payload)
+        self._file.write(footer)
+        self._size += len(header) + len(payload) + len(footer)
+        return ref
 
     def close(self) -> None:
         """Closes the spill file, if one was opened."""
@@ -219,26 +238,27 @@ def payload_length(payload: Payload) -> int:
     """The length in bytes of the payload that `payload` is or refers to.
 
     Args:
-        payload: the bytes, or their `SpillRef`.
+        payload: the bytes, or their `SpillRef` or `HeldRef`.
 
     Returns:
         The payload's length (without frame header and footer).
     """
-    return payload.length if isinstance(payload, SpillRef) else len(payload)
+    return payload.length if isinstance(payload, (SpillRef, HeldRef)) else len(payload)
 
 
 def read_frames(payloads: Sequence[Payload]) -> list[bytes | memoryview]:
     """The whole TFRecord frame of each payload, in order: refs read back, bytes framed.
 
     Args:
-        payloads: bytes or `SpillRef`s, mixed.
+        payloads: bytes, `SpillRef`s or `HeldRef`s, mixed.
 
     Returns:
         One frame (header, payload, footer, CRCs included) per payload; a ref's is a
         memoryview of what was read from its spill file.
 
     Raises:
-        RuntimeError: when a spill file is shorter than its refs say.
+        RuntimeError: when a spill file is shorter than its refs say, or a held payload is not
+            in this process (`held_payloads.read_held`).
     """
     return _resolve(payloads, frames=True)
 
@@ -247,13 +267,14 @@ def read_payloads(payloads: Sequence[Payload]) -> list[bytes | memoryview]:
     """The bytes of each payload (a ref's frame without header and footer), in order.
 
     Args:
-        payloads: bytes or `SpillRef`s, mixed.
+        payloads: bytes, `SpillRef`s or `HeldRef`s, mixed.
 
     Returns:
         The payload bytes of each.
 
     Raises:
-        RuntimeError: when a spill file is shorter than its refs say.
+        RuntimeError: when a spill file is shorter than its refs say, or a held payload is not
+            in this process (`held_payloads.read_held`).
     """
     return _resolve(payloads, frames=False)
 
@@ -270,8 +291,10 @@ def _resolve(payloads: Sequence[Payload], frames: bool) -> list[bytes | memoryvi
         if isinstance(payload, SpillRef):
             refs[i] = payload
             resolved.append(b"")
-        else:
-            resolved.append(layout.tfrecord_frame(payload) if frames else payload)
+            continue
+        if isinstance(payload, HeldRef):
+            payload = held_payloads.read_held(payload)
+        resolved.append(layout.tfrecord_frame(payload) if frames else payload)
     # A payload is its frame less the header and the footer.
     head = 0 if frames else layout.FRAME_HEADER_BYTES
     tail = 0 if frames else layout.FRAME_FOOTER_BYTES
@@ -299,7 +322,8 @@ def _resolve(payloads: Sequence[Payload], frames: bool) -> list[bytes | memoryvi
 
 def remove_spill_dir(output_dir: str, run_id: str) -> None:
     """Deletes the spill files of run `run_id` in `output_dir`, wherever they are, and its
-    pointer (launcher side, after the pipeline has finished).
+    pointer (launcher side, after the pipeline has finished), and drops the payloads it held
+    in this process (`held_payloads.release`).
 
     Only `spill_dir(output_dir, run_id)` is considered, so nothing of another run or of the
     user's is. It is not followed when it is a link (left, with a warning); a pointer file is
@@ -309,6 +333,7 @@ def remove_spill_dir(output_dir: str, run_id: str) -> None:
         output_dir: the run's output folder.
         run_id: the run whose spill files go.
     """
+    held_payloads.release(run_id)
     gfile = layout.gfile()
     local = spill_dir(output_dir, run_id)
     if owned_files.is_link(local):

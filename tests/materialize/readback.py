@@ -12,7 +12,7 @@ from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
 
 from tfx_dynamic_inputs import layout
-from tfx_dynamic_inputs.materialize import pictures
+from tfx_dynamic_inputs.materialize import held_payloads, pictures
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUN_ID = b"<run id>"
@@ -21,6 +21,20 @@ RUN_ID = b"<run id>"
 def spill_entries(output_dir: str) -> list[str]:
     """The spill folders and pointer files (`.spill-<run id>`) left in `output_dir`."""
     return sorted(name for name in os.listdir(output_dir) if name.startswith(".spill-"))
+
+
+def record_holders(monkeypatch) -> list[held_payloads.HeldPayloads]:
+    """Every holder of payloads held in memory (`held_payloads`) the jobs open in this process
+    from now on, in order (the list fills as they open)."""
+    holders: list[held_payloads.HeldPayloads] = []
+    open_holder = held_payloads.open_holder
+
+    def recording(root: str, run_id: str, budget_bytes: int | None = None):
+        holders.append(open_holder(root, run_id, budget_bytes))
+        return holders[-1]
+
+    monkeypatch.setattr(held_payloads, "open_holder", recording)
+    return holders
 
 
 def shard_paths(output_dir: str, record_set: str) -> list[str]:

@@ -256,11 +256,15 @@ def test_rerun_is_byte_identical_including_through_the_cli(tmp_path):
     assert readback.run_files(str(tmp_path / "first")) == first
 
 
-def test_two_worker_processes_write_the_same_run_as_one(tmp_path):
-    """The lean multi-process workers (`beam_worker`) with spill refs crossing processes."""
+def test_two_worker_processes_write_the_same_run_as_one(tmp_path, monkeypatch):
+    """The lean multi-process workers (`beam_worker`) with spill refs crossing processes: the
+    workers, not the launcher's process, hold no payload in memory, so every payload crosses
+    through spill files; in memory, and with worker threads, the launcher's process holds
+    them."""
     _, _, pairs = random_inputs(tmp_path, 4)
     generate.write_pairs_jsonl(str(tmp_path / "pairs.jsonl"), pairs)
     common = {"sharding": ShardingConfig(max_shard_bytes=2000), "max_reject_fraction": 1.0}
+    holders = readback.record_holders(monkeypatch)
     run_pairs(_config(tmp_path, "one", files_per_batch=5, **common))
     run_pairs(
         _config(
@@ -274,9 +278,13 @@ def test_two_worker_processes_write_the_same_run_as_one(tmp_path):
             **common,
         )
     )
+    threads = ("--direct_running_mode=multi_threading", "--direct_num_workers=2")
+    run_pairs(_config(tmp_path, "threads", files_per_batch=5, beam_pipeline_args=threads, **common))
     one = readback.run_files(str(tmp_path / "one"))
     assert sum(name.endswith(".tfrecord") for name in one) > 2
     assert readback.run_files(str(tmp_path / "two")) == one
+    assert readback.run_files(str(tmp_path / "threads")) == one
+    assert [holder.held_bytes > 0 for holder in holders] == [True, False, True]
 
 
 def test_cli_failure_prints_one_line_without_traceback(tmp_path, capsys):

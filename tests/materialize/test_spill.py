@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tests.materialize import readback
 from tfx_dynamic_inputs import layout
-from tfx_dynamic_inputs.materialize import claims, run_dir, spill, stages
+from tfx_dynamic_inputs.materialize import claims, held_payloads, run_dir, spill, stages
 
 
 @settings(max_examples=30, deadline=None)
@@ -38,6 +38,71 @@ def test_refs_read_back_the_spilled_payloads_in_any_order(tmp_path_factory, payl
     assert spill.read_payloads(shuffled) == [payloads[i] for i in order]
     assert spill.read_frames(shuffled) == [layout.tfrecord_frame(payloads[i]) for i in order]
     assert [ref.length for ref in refs] == [len(p) for p in payloads]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    payload_sizes=st.lists(st.lists(st.integers(0, 3000), max_size=12), min_size=1, max_size=5),
+    budget=st.integers(0, 20000),
+    seed=st.integers(0, 2**16),
+)
+def test_held_payloads_fill_the_budget_and_the_rest_spill(
+    tmp_path_factory, payload_sizes, budget, seed
+):
+    """With the folder's holder open in this process (`--spill auto`), writers hold payloads
+    until the budget would be passed and spill the rest; held and spilled refs read back
+    alike, in any order, and the run's payloads are dropped with its spill files."""
+    output_dir = str(tmp_path_factory.mktemp("run"))
+    run_id = f"held{seed}"
+    root = spill.spill_dir(output_dir, run_id)
+    holder = held_payloads.open_holder(root, run_id, budget)
+    rng = np.random.default_rng(seed)
+    payloads, refs = [], []
+    for sizes in payload_sizes:
+        writer = spill.SpillWriter(root)
+        chunk_payloads = [rng.bytes(int(n)) for n in sizes]
+        payloads.extend(chunk_payloads)
+        refs.extend(writer.write(chunk_payloads))
+        writer.close()
+    held = [isinstance(ref, held_payloads.HeldRef) for ref in refs]
+    assert holder.held_bytes == sum(len(p) for p, h in zip(payloads, held, strict=True) if h)
+    assert holder.held_bytes <= budget
+    # A payload is spilled only when holding it would have passed the budget.
+    total = 0
+    for payload, was_held in zip(payloads, held, strict=True):
+        assert was_held == (total + len(payload) <= budget)
+        total += len(payload) if was_held else 0
+    order = rng.permutation(len(refs)).tolist()
+    shuffled = [refs[i] for i in order]
+    assert spill.read_payloads(shuffled) == [payloads[i] for i in order]
+    assert spill.read_frames(shuffled) == [layout.tfrecord_frame(payloads[i]) for i in order]
+    assert [spill.payload_length(ref) for ref in refs] == [len(p) for p in payloads]
+    assert os.path.isdir(root) == (not all(held))
+    spill.remove_spill_dir(output_dir, run_id)
+    assert held_payloads.holder_of(root) is None and not os.path.exists(root)
+    if any(held):
+        with pytest.raises(RuntimeError, match="held in memory by another process, or its run"):
+            spill.read_payloads([refs[held.index(True)]])
+
+
+def test_a_run_holds_at_most_what_the_docs_say():
+    # docs/materialize.md and docs/scale-out.md: "up to 1 GiB a run".
+    assert held_payloads.HELD_BYTES_BUDGET == 1 << 30
+
+
+def test_a_process_forked_from_the_launcher_spills_instead_of_holding(tmp_path, monkeypatch):
+    """A forked process sees the launcher's holder, but what it held no other process could
+    read: it spills."""
+    root = spill.spill_dir(str(tmp_path), "forked")
+    held_payloads.open_holder(root, "forked")
+    launcher = os.getpid()
+    monkeypatch.setattr(held_payloads.os, "getpid", lambda: launcher + 1)
+    writer = spill.SpillWriter(root)
+    [ref] = writer.write([b"decoded in a forked worker"])
+    writer.close()
+    assert isinstance(ref, spill.SpillRef)
+    assert spill.read_payloads([ref]) == [b"decoded in a forked worker"]
+    held_payloads.release("forked")
 
 
 def test_spill_files_are_tfrecord_files(tmp_path):

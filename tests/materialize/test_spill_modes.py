@@ -1,5 +1,6 @@
 """`--spill {auto,files,none}`: every mode writes the same run, byte for byte; spill files go
-where the mode says (below --temp_location when given) and none is left behind."""
+where the mode says (below --temp_location when given) and none is left behind; `auto` holds
+payloads in the launcher's process up to its budget first, and holds none once the job ends."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tfx_dynamic_inputs.materialize import (
     MaterializeError,
     PairsConfig,
     claims,
+    held_payloads,
     run_audio,
     run_pairs,
     spill,
@@ -29,8 +31,15 @@ from tfx_dynamic_inputs.materialize import (
 from tfx_dynamic_inputs.materialize import __main__ as materialize_cli
 from tfx_dynamic_inputs.materialize.config import from_flat
 
-# (--spill, whether the run gets a --temp_location)
-MODES = [("auto", False), ("files", False), ("none", False), ("files", True)]
+# (--spill, whether the run gets a --temp_location, the bytes `auto` may hold in memory: None for
+# `held_payloads.HELD_BYTES_BUDGET`, far above these inputs)
+MODES = [
+    ("auto", False, None),
+    ("auto", True, 3000),
+    ("files", False, None),
+    ("none", False, None),
+    ("files", True, None),
+]
 
 
 def _pairs_inputs(root) -> list[str]:
@@ -99,15 +108,20 @@ def created(monkeypatch) -> list[str]:
 
 
 @pytest.mark.parametrize("job", sorted(_JOBS))
-def test_every_spill_mode_writes_the_same_run_and_leaves_no_spill_file(tmp_path, created, job):
+def test_every_spill_mode_writes_the_same_run_and_leaves_no_spill_file(
+    tmp_path, created, monkeypatch, job
+):
     make_inputs, config_class, run = _JOBS[job]
     flags = make_inputs(tmp_path)
     runs = {}
-    for mode, with_temp in MODES:
+    held = readback.record_holders(monkeypatch)
+    default_budget = held_payloads.HELD_BYTES_BUDGET
+    for mode, with_temp, budget in MODES:
         name = f"{mode}_temp" if with_temp else mode
         output_dir, temp_location = str(tmp_path / name), str(tmp_path / f"{name}.tmp")
         os.makedirs(temp_location)
-        del created[:]
+        del created[:], held[:]
+        monkeypatch.setattr(held_payloads, "HELD_BYTES_BUDGET", budget or default_budget)
         job_flags = [*flags, "--output_dir", output_dir, "--spill", mode]
         if with_temp:
             # Through the CLI: --temp_location is a Beam option, passed on to the pipeline.
@@ -120,14 +134,20 @@ def test_every_spill_mode_writes_the_same_run_and_leaves_no_spill_file(tmp_path,
             for path in created
             if f"/{spill.SPILL_PREFIX}" in path or f"/{spill.TEMP_ROOT_PREFIX}" in path
         ]
-        if mode == "none":
+        # `auto` holds payloads on the in-memory DirectRunner: all of them within its budget.
+        assert [0 < holder.held_bytes <= (budget or default_budget) for holder in held] == (
+            [True] if mode == "auto" else []
+        )
+        if mode == "none" or (mode == "auto" and budget is None):
             assert spilled == []
         else:
-            # Both local modes spill on the DirectRunner, below the temp location when given.
+            # The rest spills, below the temp location when given.
             spill_root = (
                 os.path.join(temp_location, spill.TEMP_ROOT_PREFIX) if with_temp else output_dir
             )
             assert spilled and all(path.startswith(spill_root) for path in spilled), spilled
+        # What a run held is dropped when its job ends.
+        assert all(held_payloads.holder_of(holder.root) is None for holder in held)
         assert readback.spill_entries(output_dir) == []
         assert os.listdir(temp_location) == []
         runs[name] = readback.run_files(output_dir)
@@ -216,7 +236,7 @@ def test_a_stale_claim_takeover_removes_spill_files_below_the_temp_location(
     try:
         _claimed(output_dir, "d4" * 16, launcher.pid)
         pipeline = _pipeline(unrun_pipelines, "DirectRunner", f"--temp_location={temp_location}")
-        writer = spill.SpillWriter(spill.resolve_spill_root("auto", pipeline, output_dir))
+        writer = spill.SpillWriter(spill.resolve_spill_root("files", pipeline, output_dir))
         [orphan] = writer.write([b"left by a launcher that was killed"])
         writer.close()
         assert os.path.exists(orphan.path)
