@@ -304,12 +304,15 @@ class IndexRecords(stages.Job[IndexConfig]):
             sections.append(
                 judgement.verdict | "PairIndex" >> stages.WritePairing(output_dir, pairing, tables)
             )
+        # Every file as one side input: `combiners.ToList` would be nine more primitive
+        # transforms of the job's start-up.
         sections.append(
-            read[screening.FILES]
-            | "GatherFiles" >> beam.combiners.ToList()
+            begin.pipeline
+            | "InputsOnce" >> beam.Impulse()
             | "InputsSection"
             >> beam.Map(
-                _inputs_section,
+                lambda _, files, counts: _inputs_section(files, counts),
+                beam.pvalue.AsList(read[screening.FILES]),
                 beam.pvalue.AsDict(
                     read[screening.COUNTS] | "RecordsPerSet" >> beam.CombinePerKey(sum)
                 ),

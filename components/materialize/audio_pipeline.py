@@ -330,12 +330,21 @@ def _AssignSplits(
     if mode == "none":
         return rows | "AllTrain" >> beam.Map(lambda row: row._replace(split=TRAIN))
     if mode == "speaker":
-        held_out = (
+        speakers = (
             rows
             | "Speakers" >> beam.Map(lambda row: row.speaker)
             | "DistinctSpeakers" >> beam.Distinct()
-            | "AllSpeakers" >> beam.combiners.ToList()
-            | "HoldOut" >> beam.Map(held_out_speakers, eval_fraction, seed)
+        )
+        # Every speaker as one side input: `combiners.ToList` would be nine more primitive
+        # transforms of the job's start-up.
+        held_out = (
+            rows.pipeline
+            | "HoldOutOnce" >> beam.Impulse()
+            | "HoldOut"
+            >> beam.Map(
+                lambda _, names: held_out_speakers(names, eval_fraction, seed),
+                beam.pvalue.AsList(speakers),
+            )
         )
         return rows | "SplitBySpeaker" >> beam.Map(
             _assign_held_out_speaker, beam.pvalue.AsSingleton(held_out)

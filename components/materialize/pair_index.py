@@ -303,7 +303,7 @@ def _pair_rows(element, selection: XSelection, tables: dict[str, IdTable]):
 
 
 def _write_pair_index(
-    pieces, output_dir: str, run_id: str, selection: XSelection, verdict: Verdict
+    _, pieces, output_dir: str, run_id: str, selection: XSelection, verdict: Verdict
 ) -> dict:
     pieces = sorted(pieces, key=lambda piece: piece[0])
     if not verdict.ok:
@@ -359,16 +359,22 @@ def WritePairIndex(
     Raises:
         RuntimeError: (in the workers) when x shards are missing or an x record has no pair.
     """
-    return (
+    pair_rows = (
         edges
         | "EdgesByShard" >> beam.FlatMap(_edges_by_shard, beam.pvalue.AsSingleton(selection))
         | "GroupEdges" >> beam.GroupByKey()
         | "PairRows"
         >> beam.Map(_pair_rows, beam.pvalue.AsSingleton(selection), beam.pvalue.AsDict(tables))
-        | "GatherPairRows" >> beam.combiners.ToList()
+    )
+    # The rows of every shard as one side input (as `rejects.RecordRejects` gathers rejects):
+    # `combiners.ToList` would be nine more primitive transforms of the job's start-up.
+    return (
+        edges.pipeline
+        | "PairIndexOnce" >> beam.Impulse()
         | "WritePairIndex"
         >> beam.Map(
             _write_pair_index,
+            beam.pvalue.AsList(pair_rows),
             output_dir,
             claims.claimed_run_id(output_dir),
             beam.pvalue.AsSingleton(selection),

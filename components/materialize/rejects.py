@@ -204,16 +204,14 @@ def reject_counter(reason: str) -> beam.metrics.metricbase.Counter:
     return beam.metrics.Metrics.counter(COUNTER_NAMESPACE, f"rejected_{reason}")
 
 
-def _count_reject(reject: Reject) -> Reject:
-    reject_counter(reject.reason).inc()
-    return reject
-
-
-def _write_rejects(rejects: list[Reject], output_dir: str) -> dict[str, int]:
+def _write_rejects(_, rejects: list[Reject], output_dir: str) -> dict[str, int]:
     layout.save_lines(
         os.path.join(output_dir, layout.REJECTS_FILE), sorted(r.to_json() for r in rejects)
     )
-    return dict(sorted(collections.Counter(r.reason for r in rejects).items()))
+    counts = dict(sorted(collections.Counter(r.reason for r in rejects).items()))
+    for reason, count in counts.items():
+        reject_counter(reason).inc(count)
+    return counts
 
 
 class RecordRejects(beam.PTransform):
@@ -236,7 +234,7 @@ class RecordRejects(beam.PTransform):
         self._output_dir = output_dir
 
     def expand(self, rejects: beam.PCollection) -> beam.PCollection:
-        """Counts, gathers and writes the rejects.
+        """Gathers, writes and counts the rejects.
 
         Args:
             rejects: PCollection[Reject].
@@ -244,9 +242,10 @@ class RecordRejects(beam.PTransform):
         Returns:
             A singleton PCollection[dict[str, int]] of rejects per reason.
         """
+        # One step over a side input, where `combiners.ToList` is nine primitive transforms, each
+        # a cost of every job's start-up (building, pickling and running the pipeline).
         return (
-            rejects
-            | "Count" >> beam.Map(_count_reject)
-            | "Gather" >> beam.combiners.ToList()
-            | "Write" >> beam.Map(_write_rejects, self._output_dir)
+            rejects.pipeline
+            | "Once" >> beam.Impulse()
+            | "Write" >> beam.Map(_write_rejects, beam.pvalue.AsList(rejects), self._output_dir)
         )
