@@ -30,6 +30,7 @@ from tfx_dynamic_inputs.materialize import (
 )
 from tfx_dynamic_inputs.materialize import __main__ as materialize_cli
 from tfx_dynamic_inputs.materialize.config import from_flat
+from tfx_dynamic_inputs.materialize.stages.read import spreads_work
 
 # (--spill, whether the run gets a --temp_location, the bytes `auto` may hold in memory: None for
 # `held_payloads.HELD_BYTES_BUDGET`, far above these inputs)
@@ -201,6 +202,38 @@ def test_auto_spills_on_local_runners_only(tmp_path, unrun_pipelines):
         is None
     )
     assert os.listdir(output_dir) == [layout.CLAIM_FILE]  # nothing written but the claim
+
+
+@pytest.mark.parametrize(
+    "runner, args, spreads",
+    [
+        ("DirectRunner", (), False),
+        ("DirectRunner", ("--direct_running_mode=in_memory",), False),
+        ("DirectRunner", ("--direct_running_mode=multi_threading", "--direct_num_workers=2"), True),
+        ("DirectRunner", ("--direct_running_mode=multi_processing",), True),
+        ("DirectRunner", ("--streaming",), True),
+        (FnApiRunner(), (), True),
+        (PortableRunner(), (), True),
+        ("FlinkRunner", (), True),
+    ],
+)
+def test_work_is_spread_wherever_more_than_one_worker_may_run_it(
+    unrun_pipelines, runner, args, spreads
+):
+    """The readers' work items are reshuffled except on the in-memory DirectRunner, whose one
+    worker runs every bundle (the `Reshuffle` would cost its start-up and spread nothing)."""
+    pipeline = _pipeline(unrun_pipelines, runner, *args)
+    assert spreads_work(pipeline) == spreads
+    items = pipeline | beam.Create([1, 2])
+    _ = items | stages.ReadSpread(beam.Map(lambda item: item).dofn, main="read")
+    labels = []
+
+    class Labels(beam.pipeline.PipelineVisitor):
+        def visit_transform(self, node):
+            labels.append(node.full_label)
+
+    pipeline.visit(Labels())
+    assert any("/Spread/" in label for label in labels) == spreads
 
 
 def _claimed(output_dir: str, run_id: str, pid: int) -> None:

@@ -18,7 +18,8 @@ REJECTED = common.REJECTED
 
 class ReadSpread(beam.PTransform):
     """Work items (file batches, files, manifest rows) -> what `reader` makes of them, spread
-    over the workers first (`beam.Reshuffle`: a listing or a `Create` hands everything to one).
+    over the workers first (`beam.Reshuffle`: a listing or a `Create` hands everything to one),
+    where there is more than one (`spreads_work`).
 
     Args:
         reader: the DoFn that reads one work item; it tags its rejects `REJECTED`.
@@ -48,14 +49,35 @@ class ReadSpread(beam.PTransform):
         Returns:
             The reader's `DoOutputsTuple`.
         """
-        return (
-            items
-            | "Spread" >> beam.Reshuffle()
-            | "Read"
-            >> beam.ParDo(self._reader).with_outputs(
-                REJECTED, *self._extra_outputs, main=self._main
-            )
+        if spreads_work(items.pipeline):
+            items = items | "Spread" >> beam.Reshuffle()
+        return items | "Read" >> beam.ParDo(self._reader).with_outputs(
+            REJECTED, *self._extra_outputs, main=self._main
         )
+
+
+def spreads_work(pipeline: beam.Pipeline) -> bool:
+    """Whether `pipeline`'s runner may run the work items on more than one worker.
+
+    The DirectRunner in memory (its default mode, batch) runs every bundle on one worker in
+    this process: a `Reshuffle` there spreads nothing, and its five transforms (a stage break)
+    cost the job's start-up about 60 ms. Every other runner and mode gets it.
+
+    Args:
+        pipeline: the pipeline the job is built on (its runner and options are read).
+
+    Returns:
+        False for the DirectRunner in memory, True otherwise.
+    """
+    from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
+    from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
+
+    options = pipeline.options
+    return not (
+        isinstance(pipeline.runner, SwitchingDirectRunner)
+        and options.view_as(DirectOptions).direct_running_mode == "in_memory"
+        and not options.view_as(StandardOptions).streaming
+    )
 
 
 @beam.ptransform_fn
