@@ -139,12 +139,20 @@ uint32_t MaskedCrc32c(const char* data, size_t n) {
 __attribute__((tls_model("initial-exec"))) thread_local sigjmp_buf* t_mapped_copy_guard = nullptr;
 struct sigaction previous_sigbus_action;
 
-void OnSigbus(int, siginfo_t*, void*) {
+void OnSigbus(int signal, siginfo_t* info, void* context) {
   sigjmp_buf* guard = t_mapped_copy_guard;
   if (guard != nullptr) siglongjmp(*guard, 1);
-  // Not a guarded copy: put the previous action back; the faulting access runs again and meets
-  // it (by default the process ends with SIGBUS, as it would without this handler).
-  sigaction(SIGBUS, &previous_sigbus_action, nullptr);
+  // Not a guarded copy: the action installed before ours handles it (Python's faulthandler, say).
+  const struct sigaction& previous = previous_sigbus_action;
+  if (previous.sa_flags & SA_SIGINFO) {
+    previous.sa_sigaction(signal, info, context);
+  } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
+    previous.sa_handler(signal);
+  } else {
+    // The default action: put it back; the faulting access runs again and ends the process
+    // with SIGBUS, as it would without this handler.
+    sigaction(SIGBUS, &previous, nullptr);
+  }
 }
 
 void InstallSigbusGuard() {
@@ -305,7 +313,7 @@ class ReadRecordsByIndexOp : public OpKernel {
       auto read_range = [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) ok(i) = ReadMapped(indices(i), &records(i));
       };
-      // A copy and a CRC, no system call: a fifth of what a pread costs.
+      // Shard's cost hint: a copy and a CRC, without the pread path's system call.
       ::tensorflow::Shard(workers->num_threads, workers->workers, count, /*cost_per_unit=*/4000,
                           read_range);
       return;
