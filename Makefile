@@ -30,7 +30,7 @@ WHEEL_DIR := build/wheel
 CORE_TESTS := tests/inputs tests/class_balanced tests/core tests/docs
 CORE_PYTEST = $(CORE_PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m core $(PYTEST_ARGS) \
   $(CORE_TESTS)
-CORE_TESTS_LOG := build/core-tests.log
+CORE_VENV_LOG := build/core-venv.log
 
 # The task image, built locally with podman (`make image`; docs/kubeflow.md): its base from
 # Debian's packages and a Python 3.10 (kubeflow/build_base_image.sh), uv from this venv, and the
@@ -80,18 +80,16 @@ demo: setup
 
 # The `image` tests run the tasks in the built image (minutes): `make image-tasks`. The `core`
 # tests run in test-core, on the newest TensorFlow; here only those also marked `full` (they need
-# an extra, or check the library on TensorFlow 2.16: tests/conftest.py). The core venv is built,
-# and its tests run, while the first run goes, at the lowest priority (their log printed after):
-# they take the time the first run leaves idle (its waits, its last files, its exit) and the
-# cores once it is done, instead of their own minutes after it.
+# an extra, or check the library on TensorFlow 2.16: tests/conftest.py). The core venv is built
+# while the first run goes (its log printed after): its install and native build then take
+# time the first run leaves idle instead of their own minute.
 test: setup
-	@mkdir -p build; \
-	( nice -n 19 $(MAKE) --no-print-directory core-venv && nice -n 19 $(CORE_PYTEST) ) \
-	  > $(CORE_TESTS_LOG) 2>&1 & core=$$!; \
+	@mkdir -p build; $(MAKE) --no-print-directory core-venv > $(CORE_VENV_LOG) 2>&1 & core_venv=$$!; \
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not image and (not core or full)" \
 	  $(PYTEST_ARGS); main=$$?; \
-	wait $$core; core_status=$$?; echo "== make core-venv and test-core (run alongside)"; \
-	cat $(CORE_TESTS_LOG); [ $$main -eq 0 ] && [ $$core_status -eq 0 ]
+	wait $$core_venv; built=$$?; echo "== make core-venv (built alongside)"; cat $(CORE_VENV_LOG); \
+	[ $$main -eq 0 ] && [ $$built -eq 0 ]
+	$(CORE_PYTEST)
 
 # The core install where its users are: the wheel in a clean venv with TensorFlow 2.21 and no
 # Beam or TFX, then the tests marked `core` (tests/conftest.py), among them the README's
