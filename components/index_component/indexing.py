@@ -30,6 +30,7 @@ import apache_beam as beam
 from tfx_dynamic_inputs import layout
 from tfx_dynamic_inputs.index_component import records, screening
 from tfx_dynamic_inputs.materialize import stages
+from tfx_dynamic_inputs.materialize.gather import Gathered
 from tfx_dynamic_inputs.materialize.stages import MaterializeError, ShardingConfig
 
 X = layout.X_RECORD_SET
@@ -304,15 +305,11 @@ class IndexRecords(stages.Job[IndexConfig]):
             sections.append(
                 judgement.verdict | "PairIndex" >> stages.WritePairing(output_dir, pairing, tables)
             )
-        # Every file as one side input: `combiners.ToList` would be nine more primitive
-        # transforms of the job's start-up.
         sections.append(
-            begin.pipeline
-            | "InputsOnce" >> beam.Impulse()
+            read[screening.FILES]
             | "InputsSection"
-            >> beam.Map(
-                lambda _, files, counts: _inputs_section(files, counts),
-                beam.pvalue.AsList(read[screening.FILES]),
+            >> Gathered(
+                _inputs_section,
                 beam.pvalue.AsDict(
                     read[screening.COUNTS] | "RecordsPerSet" >> beam.CombinePerKey(sum)
                 ),

@@ -36,6 +36,7 @@ from tfx_dynamic_inputs.materialize.config import (
     AudioLimits,
     ShardingConfig,
 )
+from tfx_dynamic_inputs.materialize.gather import Gathered
 from tfx_dynamic_inputs.materialize.manifest import ManifestRow
 from tfx_dynamic_inputs.materialize.splits import (
     EVAL,
@@ -330,21 +331,11 @@ def _AssignSplits(
     if mode == "none":
         return rows | "AllTrain" >> beam.Map(lambda row: row._replace(split=TRAIN))
     if mode == "speaker":
-        speakers = (
+        held_out = (
             rows
             | "Speakers" >> beam.Map(lambda row: row.speaker)
             | "DistinctSpeakers" >> beam.Distinct()
-        )
-        # Every speaker as one side input: `combiners.ToList` would be nine more primitive
-        # transforms of the job's start-up.
-        held_out = (
-            rows.pipeline
-            | "HoldOutOnce" >> beam.Impulse()
-            | "HoldOut"
-            >> beam.Map(
-                lambda _, names: held_out_speakers(names, eval_fraction, seed),
-                beam.pvalue.AsList(speakers),
-            )
+            | "HoldOut" >> Gathered(held_out_speakers, eval_fraction, seed)
         )
         return rows | "SplitBySpeaker" >> beam.Map(
             _assign_held_out_speaker, beam.pvalue.AsSingleton(held_out)

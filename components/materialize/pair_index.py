@@ -17,6 +17,7 @@ import numpy as np
 from tfx_dynamic_inputs import layout
 from tfx_dynamic_inputs.materialize import claims, common, pair_list, rejects, shards
 from tfx_dynamic_inputs.materialize.config import ShardingConfig
+from tfx_dynamic_inputs.materialize.gather import Gathered
 from tfx_dynamic_inputs.materialize.id_index import IdIndex
 from tfx_dynamic_inputs.materialize.shards import IdTable, ShardPlan
 from tfx_dynamic_inputs.materialize.verdict import Verdict
@@ -303,7 +304,7 @@ def _pair_rows(element, selection: XSelection, tables: dict[str, IdTable]):
 
 
 def _write_pair_index(
-    _, pieces, output_dir: str, run_id: str, selection: XSelection, verdict: Verdict
+    pieces, output_dir: str, run_id: str, selection: XSelection, verdict: Verdict
 ) -> dict:
     pieces = sorted(pieces, key=lambda piece: piece[0])
     if not verdict.ok:
@@ -359,22 +360,15 @@ def WritePairIndex(
     Raises:
         RuntimeError: (in the workers) when x shards are missing or an x record has no pair.
     """
-    pair_rows = (
+    return (
         edges
         | "EdgesByShard" >> beam.FlatMap(_edges_by_shard, beam.pvalue.AsSingleton(selection))
         | "GroupEdges" >> beam.GroupByKey()
         | "PairRows"
         >> beam.Map(_pair_rows, beam.pvalue.AsSingleton(selection), beam.pvalue.AsDict(tables))
-    )
-    # The rows of every shard as one side input (as `rejects.RecordRejects` gathers rejects):
-    # `combiners.ToList` would be nine more primitive transforms of the job's start-up.
-    return (
-        edges.pipeline
-        | "PairIndexOnce" >> beam.Impulse()
         | "WritePairIndex"
-        >> beam.Map(
+        >> Gathered(
             _write_pair_index,
-            beam.pvalue.AsList(pair_rows),
             output_dir,
             claims.claimed_run_id(output_dir),
             beam.pvalue.AsSingleton(selection),

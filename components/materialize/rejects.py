@@ -12,6 +12,7 @@ from typing import NamedTuple
 import apache_beam as beam
 
 from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.materialize.gather import Gathered
 
 COUNTER_NAMESPACE = "materialize"
 
@@ -204,7 +205,7 @@ def reject_counter(reason: str) -> beam.metrics.metricbase.Counter:
     return beam.metrics.Metrics.counter(COUNTER_NAMESPACE, f"rejected_{reason}")
 
 
-def _write_rejects(_, rejects: list[Reject], output_dir: str) -> dict[str, int]:
+def _write_rejects(rejects: list[Reject], output_dir: str) -> dict[str, int]:
     layout.save_lines(
         os.path.join(output_dir, layout.REJECTS_FILE), sorted(r.to_json() for r in rejects)
     )
@@ -242,10 +243,4 @@ class RecordRejects(beam.PTransform):
         Returns:
             A singleton PCollection[dict[str, int]] of rejects per reason.
         """
-        # One step over a side input, where `combiners.ToList` is nine primitive transforms, each
-        # a cost of every job's start-up (building, pickling and running the pipeline).
-        return (
-            rejects.pipeline
-            | "Once" >> beam.Impulse()
-            | "Write" >> beam.Map(_write_rejects, beam.pvalue.AsList(rejects), self._output_dir)
-        )
+        return rejects | "Write" >> Gathered(_write_rejects, self._output_dir)
