@@ -28,7 +28,7 @@ CORE_PY := $(CORE_VENV)/bin/python
 WHEEL_DIR := build/wheel
 # The folders of the tests marked `core` (tests/conftest.py); the others import Beam or TFX.
 CORE_TESTS := tests/inputs tests/class_balanced tests/core tests/docs
-CORE_PYTEST = $(CORE_PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m core $(PYTEST_ARGS) \
+CORE_PYTEST = $(CORE_PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -m core $(PYTEST_ARGS) \
   $(CORE_TESTS)
 CORE_VENV_LOG := build/core-venv.log
 
@@ -85,7 +85,7 @@ demo: setup
 # time the first run leaves idle instead of their own minute.
 test: setup
 	@mkdir -p build; $(MAKE) --no-print-directory core-venv > $(CORE_VENV_LOG) 2>&1 & core_venv=$$!; \
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not image and (not core or full)" \
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not image and (not core or full)" \
 	  $(PYTEST_ARGS); main=$$?; \
 	wait $$core_venv; built=$$?; echo "== make core-venv (built alongside)"; cat $(CORE_VENV_LOG); \
 	[ $$main -eq 0 ] && [ $$built -eq 0 ]

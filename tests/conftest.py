@@ -36,6 +36,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _folder(str(item.path)) in CORE_FOLDERS:
             item.add_marker(pytest.mark.core)
+    # pytest-xdist (`--dist loadfile --no-loadscope-reorder`, the Makefile's) hands whole files to
+    # its workers in this order: files with `slow` tests first, then the others by number of
+    # tests, most first (xdist's own order). By number alone a file of one long test went last
+    # and kept its worker busy 18 s after the other had finished (test_multiworker).
+    files: dict[str, tuple[bool, int, int]] = {}
+    for position, item in enumerate(items):
+        slow, count, first = files.get(item.nodeid.split("::")[0], (False, 0, position))
+        slow = slow or item.get_closest_marker("slow") is not None
+        files[item.nodeid.split("::")[0]] = (slow, count + 1, first)
+    items.sort(key=lambda item: _file_order(files[item.nodeid.split("::")[0]]))
+
+
+def _file_order(file: tuple[bool, int, int]) -> tuple[bool, int, int]:
+    slow, count, first = file
+    return (not slow, -count, first)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tests.class_balanced.runs import write_audio_run
@@ -92,6 +93,7 @@ def _uninterrupted_classes(run_dir: str, num_steps: int) -> list[dict]:
 
 
 @NEWEST_TENSORFLOW_ONLY
+@pytest.mark.slow
 def test_workers_resume_elastically_2_to_1_to_2(tmp_path):
     run_dir = str(tmp_path / "audio_run")
     write_audio_run(run_dir, worker.CLASS_SIZES, seed=3)
