@@ -8,6 +8,7 @@ op's tests skip on both installs)."""
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 
@@ -40,17 +41,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # its workers in this order: files with `slow` tests first, then the others by number of
     # tests, most first (xdist's own order). By number alone a file of one long test went last
     # and kept its worker busy 18 s after the other had finished (test_multiworker).
-    files: dict[str, tuple[bool, int, int]] = {}
-    for position, item in enumerate(items):
-        slow, count, first = files.get(item.nodeid.split("::")[0], (False, 0, position))
-        slow = slow or item.get_closest_marker("slow") is not None
-        files[item.nodeid.split("::")[0]] = (slow, count + 1, first)
-    items.sort(key=lambda item: _file_order(files[item.nodeid.split("::")[0]]))
-
-
-def _file_order(file: tuple[bool, int, int]) -> tuple[bool, int, int]:
-    slow, count, first = file
-    return (not slow, -count, first)
+    file_of = {id(item): item.nodeid.split("::")[0] for item in items}
+    counts = collections.Counter(file_of.values())
+    slow = {file_of[id(item)] for item in items if item.get_closest_marker("slow") is not None}
+    # A stable sort: a file's tests keep their order, files of equal keys their collection order.
+    items.sort(key=lambda item: (file_of[id(item)] not in slow, -counts[file_of[id(item)]]))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,4 +1,5 @@
-"""A process that cuts a shard short under the mapped reader (run by test_record_store.py).
+"""A process that cuts a shard short under the mapped reader (run by
+test_mapped_reader_truncation.py).
 
 Writes a one-shard run to RUN_DIR and opens it with `reader="mapped"`; binds the native op to
 the same shard with `map_shards=True`; reads every record with both; then cuts the shard in the
