@@ -5,7 +5,9 @@
 // copied to their places in the batch; a record alone is one pread into its output string, the
 // payload then moved to the front (`coalesce=false`: every record alone). The offset index
 // (int64 [N, 3]: shard, frame offset, payload length) is mapped, not loaded, so memory does not
-// grow with the number of records. A frame that does not fit in its shard (size taken once, at
+// grow with the number of records; each call copies its batch's rows out of the mapping under the
+// SIGBUS guard below, so an index cut short in place under the kernel fails the call (DataLoss)
+// instead of killing the process. A frame that does not fit in its shard (size taken once, at
 // construction) is damaged and never read: nothing is allocated for the length a damaged index
 // claims.
 //
@@ -134,7 +136,8 @@ uint32_t MaskedCrc32c(const char* data, size_t n) {
   return ((crc >> 15) | (crc << 17)) + kMaskDelta;
 }
 
-// The guard of the copy out of a mapped shard running on this thread, or null. Initial-exec TLS
+// The guard of the copy out of a mapped file (a shard or the offset index) running on this
+// thread, or null. Initial-exec TLS
 // (no allocation on first use), so the signal handler may read it.
 __attribute__((tls_model("initial-exec"))) thread_local sigjmp_buf* t_mapped_copy_guard = nullptr;
 struct sigaction previous_sigbus_action;
@@ -243,7 +246,7 @@ class ReadRecordsByIndexOp : public OpKernel {
         shard_maps_.push_back(static_cast<const char*>(mapped));
       }
     }
-    if (map_shards) InstallSigbusGuard();
+    InstallSigbusGuard();
     const int index_fd = open(offsets_path_.c_str(), O_RDONLY | O_CLOEXEC);
     OP_REQUIRES(ctx, index_fd >= 0,
                 errors::NotFound("cannot open offset index ", offsets_path_, ": ",
@@ -289,18 +292,24 @@ class ReadRecordsByIndexOp : public OpKernel {
     const auto indices = indices_tensor.vec<int64_t>();
     const int64_t count = indices.size();
     for (int64_t i = 0; i < count; ++i) {
-      const int64_t index = indices(i);
-      OP_REQUIRES(ctx, index >= 0 && index < num_records_,
-                  errors::InvalidArgument("record index ", index,
+      OP_REQUIRES(ctx, indices(i) >= 0 && indices(i) < num_records_,
+                  errors::InvalidArgument("record index ", indices(i),
                                           " out of range: num_records = ", num_records_));
+    }
+    std::vector<Row> rows(count);
+    OP_REQUIRES(ctx, CopyRows(indices.data(), count, rows.data()),
+                errors::DataLoss("offset index ", offsets_path_,
+                                 " was cut short under this reader (a page of its rows is gone):"
+                                 " the run was overwritten in place; open it again"));
+    for (int64_t i = 0; i < count; ++i) {
       // RecordStore.open checks every row; a bad one here means the index changed since.
-      const int64_t* row = rows_ + 3 * index;
+      const Row& row = rows[i];
       OP_REQUIRES(ctx,
-                  row[0] >= 0 && row[0] < static_cast<int64_t>(fds_.size()) && row[1] >= 0 &&
-                      row[2] >= 0,
-                  errors::DataLoss("offset index ", offsets_path_, ": record ", index,
-                                   " has shard ", row[0], " (of ", fds_.size(), "), offset ",
-                                   row[1], ", length ", row[2]));
+                  row.shard >= 0 && row.shard < static_cast<int64_t>(fds_.size()) &&
+                      row.offset >= 0 && row.length >= 0,
+                  errors::DataLoss("offset index ", offsets_path_, ": record ", indices(i),
+                                   " has shard ", row.shard, " (of ", fds_.size(), "), offset ",
+                                   row.offset, ", length ", row.length));
     }
     Tensor* records_tensor = nullptr;
     Tensor* ok_tensor = nullptr;
@@ -311,7 +320,7 @@ class ReadRecordsByIndexOp : public OpKernel {
     const auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
     if (!shard_maps_.empty()) {
       auto read_range = [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) ok(i) = ReadMapped(indices(i), &records(i));
+        for (int64_t i = begin; i < end; ++i) ok(i) = ReadMapped(rows[i], &records(i));
       };
       // Shard's cost hint: a copy and a CRC, without the pread path's system call.
       ::tensorflow::Shard(workers->num_threads, workers->workers, count, /*cost_per_unit=*/4000,
@@ -320,7 +329,7 @@ class ReadRecordsByIndexOp : public OpKernel {
     }
     if (!coalesce_) {
       auto read_range = [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) ok(i) = ReadOne(indices(i), &records(i));
+        for (int64_t i = begin; i < end; ++i) ok(i) = ReadOne(rows[i], &records(i));
       };
       // Page-cached reads cost a few microseconds each, mostly in the kernel: spread them over
       // the intra-op threads.
@@ -334,24 +343,23 @@ class ReadRecordsByIndexOp : public OpKernel {
     std::vector<int64_t> order(count);
     for (int64_t i = 0; i < count; ++i) order[i] = i;
     std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-      const int64_t* row_a = rows_ + 3 * indices(a);
-      const int64_t* row_b = rows_ + 3 * indices(b);
-      return row_a[0] != row_b[0] ? row_a[0] < row_b[0] : row_a[1] < row_b[1];
+      return rows[a].shard != rows[b].shard ? rows[a].shard < rows[b].shard
+                                            : rows[a].offset < rows[b].offset;
     });
     std::vector<int64_t> run_starts;
     int64_t run_end = -1, run_shard = -1, run_begin = 0;
     for (int64_t k = 0; k < count; ++k) {
-      const int64_t* row = rows_ + 3 * indices(order[k]);
+      const Row& row = rows[order[k]];
       const bool fits = Fits(row);
-      const bool follows = fits && row[0] == run_shard && row[1] == run_end &&
-                           row[1] + row[2] + kOverheadBytes - run_begin <= kMaxRunBytes;
+      const bool follows = fits && row.shard == run_shard && row.offset == run_end &&
+                           row.offset + row.length + kOverheadBytes - run_begin <= kMaxRunBytes;
       if (!follows) {
         run_starts.push_back(k);
-        run_begin = row[1];
+        run_begin = row.offset;
       }
       // A frame that does not fit ends its run and is read (refused) alone.
-      run_shard = fits ? row[0] : -1;
-      run_end = fits ? row[1] + row[2] + kOverheadBytes : -1;
+      run_shard = fits ? row.shard : -1;
+      run_end = fits ? row.offset + row.length + kOverheadBytes : -1;
     }
     const int64_t num_runs = static_cast<int64_t>(run_starts.size());
     run_starts.push_back(count);
@@ -360,19 +368,18 @@ class ReadRecordsByIndexOp : public OpKernel {
       for (int64_t r = begin; r < end; ++r) {
         const int64_t first = run_starts[r], last = run_starts[r + 1];
         if (last - first == 1) {
-          ok(order[first]) = ReadOne(indices(order[first]), &records(order[first]));
+          ok(order[first]) = ReadOne(rows[order[first]], &records(order[first]));
           continue;
         }
-        const int64_t* first_row = rows_ + 3 * indices(order[first]);
-        const int64_t* last_row = rows_ + 3 * indices(order[last - 1]);
-        const int64_t start = first_row[1];
-        const int64_t bytes = last_row[1] + last_row[2] + kOverheadBytes - start;
+        const Row& first_row = rows[order[first]];
+        const Row& last_row = rows[order[last - 1]];
+        const int64_t start = first_row.offset;
+        const int64_t bytes = last_row.offset + last_row.length + kOverheadBytes - start;
         buffer.resize(bytes);
-        const ssize_t got = pread(fds_[first_row[0]], &buffer[0], bytes, start);
+        const ssize_t got = pread(fds_[first_row.shard], &buffer[0], bytes, start);
         for (int64_t k = first; k < last; ++k) {
           const int64_t i = order[k];
-          const int64_t* row = rows_ + 3 * indices(i);
-          const int64_t at = row[1] - start, length = row[2];
+          const int64_t at = rows[i].offset - start, length = rows[i].length;
           // A short read damages the frames it does not hold, as a short read of one would.
           const bool whole = got >= 0 && at + length + kOverheadBytes <= got;
           ok(i) = whole && FrameIsGood(buffer.data() + at, length);
@@ -390,13 +397,35 @@ class ReadRecordsByIndexOp : public OpKernel {
   }
 
  private:
-  // Reads record `index` (its row checked by Compute) into `out` and checks its frame; false (and
-  // `out` empty) if damaged.
+  // One row of the offset index: the record's shard, its frame's offset and its payload length.
+  struct Row {
+    int64_t shard, offset, length;
+  };
+  static_assert(sizeof(Row) == 3 * sizeof(int64_t), "a Row is one row of the index");
+
+  // The rows of records `indices` (each in range) copied out of the mapped index into `rows`,
+  // under the SIGBUS guard: false if a page of them is gone (the index cut short in place).
+  bool CopyRows(const int64_t* indices, int64_t count, Row* rows) const {
+    sigjmp_buf guard;
+    if (sigsetjmp(guard, /*savemask=*/0) != 0) {
+      t_mapped_copy_guard = nullptr;
+      return false;
+    }
+    t_mapped_copy_guard = &guard;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    for (int64_t i = 0; i < count; ++i) {
+      std::memcpy(&rows[i], rows_ + 3 * indices[i], sizeof(Row));
+    }
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    t_mapped_copy_guard = nullptr;
+    return true;
+  }
+
   // The frame of `row` must fit in its shard before anything is allocated for it. In this order
   // no difference overflows: offset and length are >= 0 and `room` >= -16.
-  bool Fits(const int64_t* row) const {
-    const int64_t room = shard_bytes_[row[0]] - kOverheadBytes;
-    return row[1] <= room && row[2] <= room - row[1];
+  bool Fits(const Row& row) const {
+    const int64_t room = shard_bytes_[row.shard] - kOverheadBytes;
+    return row.offset <= room && row.length <= room - row.offset;
   }
 
   // The whole frame read at `frame`: its length field says `length`, and (with verify_crc) both
@@ -413,9 +442,10 @@ class ReadRecordsByIndexOp : public OpKernel {
            payload_crc == MaskedCrc32c(frame + kHeaderBytes, length);
   }
 
-  bool ReadOne(int64_t index, tstring* out) const {
-    const int64_t* row = rows_ + 3 * index;
-    const int64_t shard = row[0], offset = row[1], length = row[2];
+  // Reads the record of `row` (checked by Compute) into `out` and checks its frame; false (and
+  // `out` empty) if damaged.
+  bool ReadOne(const Row& row, tstring* out) const {
+    const int64_t shard = row.shard, offset = row.offset, length = row.length;
     if (!Fits(row)) {
       out->clear();
       return false;
@@ -434,17 +464,15 @@ class ReadRecordsByIndexOp : public OpKernel {
     return true;
   }
 
-  // Record `index` (its row checked by Compute) checked and copied out of its mapped shard; false
+  // The record of `row` (checked by Compute) checked and copied out of its mapped shard; false
   // (and `out` empty) if damaged, or if the shard was truncated under the mapping.
-  bool ReadMapped(int64_t index, tstring* out) const {
-    const int64_t* row = rows_ + 3 * index;
+  bool ReadMapped(const Row& row, tstring* out) const {
     if (!Fits(row)) {
       out->clear();
       return false;
     }
-    const int64_t length = row[2];
-    out->resize_uninitialized(length);
-    if (!CopyMappedFrame(shard_maps_[row[0]] + row[1], length, out->mdata())) {
+    out->resize_uninitialized(row.length);
+    if (!CopyMappedFrame(shard_maps_[row.shard] + row.offset, row.length, out->mdata())) {
       out->clear();
       return false;
     }
@@ -512,7 +540,8 @@ records: string [B] payloads; empty where the frame is damaged.
 ok: bool [B] false where the frame does not fit in its shard (a truncated shard or a damaged
   index: nothing is read or allocated for it), is truncated, its length disagrees with the index,
   or (with verify_crc) a CRC does not match. A row of the index that names no shard or holds a
-  negative offset or length fails the call (DataLoss, naming the record).
+  negative offset or length fails the call (DataLoss, naming the record), and so does an index cut
+  short in place under the kernel (a page of its rows gone).
 coalesce: read frames that follow each other in a shard with one pread (each still checked
   alone); false: one pread a record.
 map_shards: map each shard and copy the frames out of the mapping (no pread; coalesce unused).

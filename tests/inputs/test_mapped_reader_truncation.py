@@ -1,5 +1,6 @@
-"""The mapped reader (`reader="mapped"`) when a shard is cut short under its mapping: damaged
-records, not a dead process. Core only: the guard is the op's own C++, the same on every
+"""The native reader when a file it maps is cut short under it: a shard under
+`reader="mapped"` reads as damaged records, an offset index under either reader fails the read
+with one line, and the process lives on. Core only: the guard is the op's own C++, the same on every
 TensorFlow, and the check starts a TensorFlow process of its own."""
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 @pytest.mark.skipif(native.op_library() is None, reason="the native library is not built here")
-def test_a_shard_cut_short_under_the_mapped_reader_reads_as_damaged(tmp_path):
+def test_a_shard_or_index_cut_short_under_the_native_reader_is_damage_not_a_crash(tmp_path):
     """A read past the end of a mapped file raises SIGBUS. The mapped reader's kernel maps a
     shard, the shard is cut short in the middle of record 10, and the same kernel reads every
     record again: the records before the cut read as written, the rest (most on pages the cut
     removed) as damaged, and the process lives on; the store then fails naming the shard's two
-    sizes. A SIGBUS outside the reader's copy still reaches the handler installed before it
-    (faulthandler's), which ends the process."""
+    sizes. Emptying the offset index in place then fails the next read of that kernel, and of a
+    `pread` kernel made before, naming the index. A SIGBUS outside the reader's copies still
+    reaches the handler installed before it (faulthandler's), which ends the process."""
     worker = subprocess.run(
         [sys.executable, "-m", "tests.inputs.truncated_mapping_worker", str(tmp_path), "10"],
         cwd=REPO,
@@ -46,5 +48,11 @@ def test_a_shard_cut_short_under_the_mapped_reader_reads_as_damaged(tmp_path):
         r" run \w+: it was replaced since; open the run again",
         result["store_error"],
     )
+    for reader in ("mapped", "pread"):
+        assert re.search(
+            r"offset index \S+offsets\.npy was cut short under this reader \(a page of its rows is"
+            r" gone\): the run was overwritten in place; open it again",
+            result["index_emptied_error"][reader] or "",
+        ), (reader, result["index_emptied_error"])
     assert worker.returncode == -signal.SIGBUS, worker.stderr[-2000:]
     assert "Fatal Python error: Bus error" in worker.stderr
