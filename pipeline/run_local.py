@@ -212,12 +212,20 @@ def root_cause(error: BaseException) -> BaseException:
         error = parent
 
 
-def run_config(work_dir: str, **overrides) -> config.RunConfig:
+def run_config(
+    work_dir: str,
+    *,
+    enable_cache: bool = config.RunConfig.enable_cache,
+    beam_pipeline_args: tuple[str, ...] = config.RunConfig.beam_pipeline_args,
+    fingerprint_inputs: bool = config.RunConfig.fingerprint_inputs,
+) -> config.RunConfig:
     """A local `RunConfig` under `work_dir`: pipeline root and one shared sqlite MLMD file.
 
     Args:
         work_dir: the folder of local runs.
-        **overrides: other `RunConfig` fields, e.g. `enable_cache=False`.
+        enable_cache: as `RunConfig.enable_cache` (and its default).
+        beam_pipeline_args: as `RunConfig.beam_pipeline_args`.
+        fingerprint_inputs: as `RunConfig.fingerprint_inputs`.
 
     Returns:
         The `RunConfig`.
@@ -228,26 +236,43 @@ def run_config(work_dir: str, **overrides) -> config.RunConfig:
     return config.RunConfig(
         pipeline_root=os.path.join(work_dir, PIPELINE_ROOT_DIR),
         metadata_path=os.path.join(work_dir, METADATA_FILE),
-        **overrides,
+        enable_cache=enable_cache,
+        beam_pipeline_args=beam_pipeline_args,
+        fingerprint_inputs=fingerprint_inputs,
     )
 
 
-def cyclegan_config(digits_dir: str, **overrides) -> config.CycleGanConfig:
+def cyclegan_config(
+    digits_dir: str,
+    *,
+    image_size: int = config.CycleGanConfig.image_size,
+    groups_from_subfolder: bool = False,
+) -> config.CycleGanConfig:
     """The CycleGAN config over the bundled digit domains, written to `digits_dir` if needed.
+
+    Its other fields keep `CycleGanConfig`'s defaults; set them with `dataclasses.replace`, which
+    checks the new config whole.
 
     Args:
         digits_dir: where the digit domains and their pair list are (or are written).
-        **overrides: other `CycleGanConfig` fields, e.g. `num_epochs=1`.
+        image_size: the side of the digit images written, and the config's `image_size`.
+        groups_from_subfolder: pair each x with any y of its digit (the domains' folders are
+            their classes) instead of by the written pair list, which is then not read.
 
     Returns:
         The `CycleGanConfig`.
+
+    Example:
+        gan = dataclasses.replace(cyclegan_config("/tmp/digits", image_size=8), num_epochs=1)
     """
-    image_size = overrides.get("image_size", config.CycleGanConfig.image_size)
     domains = write_digit_domains(digits_dir, image_size=image_size)
-    by_group = overrides.get("groups_from_subfolder") or overrides.get("x_groups") is not None
-    # The digits' folders are their classes: grouped by them, no pair list is read.
-    pairs = None if by_group else overrides.pop("pairs", domains.pairs_path)
-    return config.CycleGanConfig(x_dir=domains.x_dir, y_dir=domains.y_dir, pairs=pairs, **overrides)
+    return config.CycleGanConfig(
+        x_dir=domains.x_dir,
+        y_dir=domains.y_dir,
+        pairs=None if groups_from_subfolder else domains.pairs_path,
+        groups_from_subfolder=groups_from_subfolder,
+        image_size=image_size,
+    )
 
 
 def latest_run(metadata_path: str, pipeline_name: str) -> dict[str, NodeResult]:
@@ -348,8 +373,15 @@ def local_configs(
         if args.pipeline == "speaker":
             return config.SpeakerConfig(**args.settings), run_settings
         if args.bundled_data:
-            digits_dir = os.path.join(work_dir, DIGITS_DIR)
-            return cyclegan_config(digits_dir, **args.settings), run_settings
+            settings = dict(args.settings)
+            bundled = cyclegan_config(
+                os.path.join(work_dir, DIGITS_DIR),
+                image_size=settings.pop("image_size", config.CycleGanConfig.image_size),
+                groups_from_subfolder=settings.pop("groups_from_subfolder", False),
+            )
+            if settings.get("x_groups") is not None:  # groups files replace the pair list
+                settings["pairs"] = None
+            return dataclasses.replace(bundled, **settings), run_settings
         return config.CycleGanConfig(**args.settings), run_settings
     except ValueError as error:  # a config's own check (e.g. two pairings): one line
         raise cli.ConfigError(str(error)) from None

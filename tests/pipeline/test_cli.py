@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
 import os
 import subprocess
@@ -293,6 +294,41 @@ def test_local_configs_use_the_bundled_data_without_data_flags(tmp_path):
     )
     assert (speaker.manifest, speaker.audio_root) == ("m.csv", "a")
     assert not run.fingerprint_inputs
+
+
+def test_run_config_takes_every_run_setting_with_runconfigs_own_default(tmp_path):
+    """`run_local.run_config`'s keywords are `RunConfig`'s fields besides the two paths it sets,
+    each with the default `RunConfig` gives it, so the two cannot drift apart."""
+    keywords = {
+        name: parameter.default
+        for name, parameter in inspect.signature(run_local.run_config).parameters.items()
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+    fields = {
+        field.name: field.default
+        for field in dataclasses.fields(config.RunConfig)
+        if field.name not in ("pipeline_root", "metadata_path")
+    }
+    assert keywords == fields
+    settings = {
+        "enable_cache": False,
+        "beam_pipeline_args": ("--direct_num_workers=2",),
+        "fingerprint_inputs": False,
+    }
+    run = run_local.run_config(str(tmp_path), **settings)
+    assert {name: getattr(run, name) for name in settings} == settings
+
+
+def test_the_bundled_cyclegan_config_pairs_by_list_or_by_digit(tmp_path):
+    listed = run_local.cyclegan_config(str(tmp_path), image_size=8)
+    assert listed.image_size == 8 and os.path.isfile(listed.pairs)
+    assert not listed.groups_from_subfolder
+    grouped = run_local.cyclegan_config(str(tmp_path), image_size=8, groups_from_subfolder=True)
+    assert grouped.pairs is None and grouped.groups_from_subfolder
+    assert (grouped.x_dir, grouped.y_dir) == (listed.x_dir, listed.y_dir)
+    assert dataclasses.replace(listed, num_epochs=1).num_epochs == 1
+    with pytest.raises(ValueError, match="give one pairing"):
+        dataclasses.replace(listed, groups_from_subfolder=True)  # two pairings
 
 
 def test_the_speaker_draw_cap_reaches_the_trainer_from_the_command_line(tmp_path):

@@ -73,9 +73,11 @@ def _run_local(*argv: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def cyclegan_runs(tmp_path_factory):
     work_dir = str(tmp_path_factory.mktemp("cyclegan"))
-    pipeline_config = run_local.cyclegan_config(
-        os.path.join(work_dir, run_local.DIGITS_DIR),
-        **config.TEST_OVERRIDES[config.CycleGanConfig],
+    pipeline_config = config.for_tests(
+        run_local.cyclegan_config(
+            os.path.join(work_dir, run_local.DIGITS_DIR),
+            image_size=config.TEST_OVERRIDES[config.CycleGanConfig]["image_size"],
+        )
     )
     return (*_run_twice(cyclegan_pipeline, pipeline_config, work_dir), pipeline_config, work_dir)
 
