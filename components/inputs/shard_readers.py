@@ -76,6 +76,11 @@ class ShardReader:
                 )
         self._shard_paths = shard_paths
         self._offsets = offsets
+        # A mapped index cut short in place would turn the next read of a row past its new end
+        # into SIGBUS, which ends the process: `_rows` checks its size first.
+        self._index_path = offsets.filename if isinstance(offsets, np.memmap) else None
+        self._index_bytes = offsets.offset + offsets.nbytes if self._index_path else 0
+        self._index_fd: int | None = None
         self._shard_bytes = np.asarray(shard_bytes, np.int64)
         self._verify_crc = verify_crc
         self._payload_check = payload_check
@@ -89,15 +94,34 @@ class ShardReader:
             with self._open_lock:
                 if self._fds is None:
                     fds = [os.open(p, os.O_RDONLY) for p in self._shard_paths]
+                    if self._index_path is not None:
+                        fds.append(os.open(self._index_path, os.O_RDONLY))
                     if self._pin is not None:
                         try:
-                            self._pin.check(self._shard_paths, [os.fstat(fd).st_size for fd in fds])
+                            sizes = [os.fstat(fd).st_size for fd in fds[: len(self._shard_paths)]]
+                            self._pin.check(self._shard_paths, sizes)
                         except layout.RunCommitError:
                             _close_all(fds)
                             raise
+                    weakref.finalize(self, _close_all, fds)
+                    if self._index_path is not None:
+                        self._index_fd = fds.pop()
                     self._fds = fds
-                    weakref.finalize(self, _close_all, self._fds)
         return self._fds
+
+    def _rows(self, indices: np.ndarray | int) -> np.ndarray:
+        """The offset-index rows of `indices`, copied out of the mapping after a check that the
+        index still holds what it held when the store was opened."""
+        self._descriptors()
+        if self._index_fd is not None:
+            size = os.fstat(self._index_fd).st_size
+            if size < self._index_bytes:
+                raise layout.RunCommitError(
+                    f"offset index {self._index_path} holds {size} bytes, {self._index_bytes} "
+                    "when the store was opened: it was cut short in place under this reader; "
+                    "open the run again"
+                )
+        return np.array(self._offsets[indices])
 
     def locate(self, index: int) -> tuple[str, int]:
         """`(shard path, frame offset)` of record `index`.
@@ -108,7 +132,7 @@ class ShardReader:
         Returns:
           The path of the record's shard and the byte offset of its frame there.
         """
-        shard, offset, _ = (int(v) for v in self._offsets[index])
+        shard, offset, _ = (int(v) for v in self._rows(index))
         return self._shard_paths[shard], offset
 
     def read(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[DamagedRecord]]:
@@ -122,11 +146,12 @@ class ShardReader:
           and a `DamagedRecord` for each record not ok.
 
         Raises:
-          layout.RunCommitError: on the first read, the run or a shard changed since open.
+          layout.RunCommitError: on the first read, the run or a shard changed since open; on
+            any read, the offset index was cut short in place since open.
           OSError: a shard cannot be opened or read.
         """
         fds = self._descriptors()
-        rows = np.asarray(self._offsets[indices])
+        rows = self._rows(indices)
         count = len(rows)
         pread, crc = os.pread, google_crc32c.value
         header, overhead = layout.FRAME_HEADER_BYTES, layout.FRAME_OVERHEAD_BYTES
@@ -189,8 +214,8 @@ class ShardReader:
         """
         fds = self._descriptors()
         damaged = []
-        for index in indices.tolist():
-            shard, offset, length = (int(v) for v in self._offsets[index])
+        rows = self._rows(indices).tolist()
+        for index, (shard, offset, length) in zip(indices.tolist(), rows, strict=True):
             size = int(self._shard_bytes[shard])
             if offset + length + layout.FRAME_OVERHEAD_BYTES > size:  # Python ints: no overflow
                 reason = past_end(length, offset, size)

@@ -86,6 +86,27 @@ def test_a_shard_copied_in_from_another_run_of_the_same_size_is_refused(tmp_path
         RecordStore.open(run_b_dir, "x", backend=backend, reader=reader)
 
 
+@pytest.mark.parametrize("reader", ["python", *NATIVE_READERS])
+def test_an_offset_index_cut_short_in_place_under_a_reader_fails_naming_it(tmp_path, reader):
+    """The index is mapped by every disk reader: a truncation in place (a tool that rewrites
+    files where they are) takes its pages away, which a read of a row would meet as SIGBUS, the
+    end of the process. Each reader fails the next epoch with one error naming the index
+    instead: the Python reader checks the size at each read, the native kernel (made again each
+    epoch) when it is made. Within an epoch the native kernel's guard does it
+    (`test_mapped_reader_truncation.py`)."""
+    _skip_without_native(reader)
+    output_dir = str(tmp_path / "run")
+    _write_pairs_run(output_dir, seed=1)
+    store = RecordStore.open(output_dir, "x", backend="disk", reader=reader)
+    dataset = tf.data.Dataset.from_tensors(tf.range(NUM_X, dtype=tf.int64)).map(store.read)
+    assert len(list(dataset)[0]) == NUM_X
+    index = os.path.join(layout.index_dir(output_dir, "x"), layout.OFFSETS_FILE)
+    os.truncate(index, 0)
+    found = "cut short in place" if reader == "python" else f"fewer than \\d+ \\+ {NUM_X} rows"
+    with pytest.raises(tf.errors.OpError, match=f"offset index {index} holds 0 bytes, .*{found}"):
+        list(dataset)
+
+
 def test_a_shard_grown_by_another_runs_records_is_refused(tmp_path):
     run_dir = str(tmp_path / "run")
     run_id = _write_pairs_run(run_dir, seed=3)
