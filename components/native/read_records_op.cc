@@ -171,6 +171,25 @@ void InstallSigbusGuard() {
   });
 }
 
+// Runs `read`, whose reads of mapped files return whether what it read is good, under the guard:
+// false if a page it touched is gone (the file cut short under its mapping), else what it
+// returns.
+template <typename Read>
+bool Guarded(const Read& read) {
+  sigjmp_buf guard;
+  if (sigsetjmp(guard, /*savemask=*/0) != 0) {
+    t_mapped_copy_guard = nullptr;
+    return false;
+  }
+  t_mapped_copy_guard = &guard;
+  // Keep the compiler from moving the mapped reads out from under the guard.
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  const bool good = read();
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  t_mapped_copy_guard = nullptr;
+  return good;
+}
+
 constexpr std::streamsize kMaxSummaryBytes = 64 << 20;
 
 // The top-level "run_id" of a summary.json as `layout.commit_run` writes it (json.dumps with
@@ -406,19 +425,12 @@ class ReadRecordsByIndexOp : public OpKernel {
   // The rows of records `indices` (each in range) copied out of the mapped index into `rows`,
   // under the SIGBUS guard: false if a page of them is gone (the index cut short in place).
   bool CopyRows(const int64_t* indices, int64_t count, Row* rows) const {
-    sigjmp_buf guard;
-    if (sigsetjmp(guard, /*savemask=*/0) != 0) {
-      t_mapped_copy_guard = nullptr;
-      return false;
-    }
-    t_mapped_copy_guard = &guard;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    for (int64_t i = 0; i < count; ++i) {
-      std::memcpy(&rows[i], rows_ + 3 * indices[i], sizeof(Row));
-    }
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    t_mapped_copy_guard = nullptr;
-    return true;
+    return Guarded([&] {
+      for (int64_t i = 0; i < count; ++i) {
+        std::memcpy(&rows[i], rows_ + 3 * indices[i], sizeof(Row));
+      }
+      return true;
+    });
   }
 
   // The frame of `row` must fit in its shard before anything is allocated for it. In this order
@@ -482,19 +494,11 @@ class ReadRecordsByIndexOp : public OpKernel {
   // FrameIsGood on the mapped `frame`, then its payload copied to `payload`, under the SIGBUS
   // guard: false if the frame is damaged or a page of it is gone.
   bool CopyMappedFrame(const char* frame, int64_t length, char* payload) const {
-    sigjmp_buf guard;
-    if (sigsetjmp(guard, /*savemask=*/0) != 0) {
-      t_mapped_copy_guard = nullptr;
-      return false;
-    }
-    t_mapped_copy_guard = &guard;
-    // Keep the compiler from moving the mapped reads out from under the guard.
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    const bool good = FrameIsGood(frame, length);
-    if (good) std::memcpy(payload, frame + kHeaderBytes, length);
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    t_mapped_copy_guard = nullptr;
-    return good;
+    return Guarded([&] {
+      const bool good = FrameIsGood(frame, length);
+      if (good) std::memcpy(payload, frame + kHeaderBytes, length);
+      return good;
+    });
   }
 
   std::string offsets_path_;
