@@ -127,7 +127,7 @@ def read_held(ref: HeldRef) -> bytes:
         RuntimeError: when this process holds no such payload (its run has ended, or the ref
             was made in another process).
     """
-    holder = _HOLDERS.get(ref.root)
+    holder = holder_of(ref.root)
     if holder is None:
         raise RuntimeError(
             f"payload {ref.key} of {ref.root} was held in memory by another process, or its run "
