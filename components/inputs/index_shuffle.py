@@ -19,7 +19,9 @@ over the part, the round number and a 64-bit key drawn from the stateless seed
 
 It runs as the native `PermutePositions` op (`tfx_dynamic_inputs.native`, C++ over the intra-op
 threads) where the native library is built, and else as the same computation in TensorFlow ops,
-bit for bit equal (tests/inputs/test_index_shuffle.py) and about 6 times slower (bench/).
+bit for bit equal (tests/inputs/test_index_shuffle.py) and about 6 times slower (bench/). The
+keyed draws (`keyed_uniform`, `keyed_offsets`, `keyed_seeds`) hash with the native
+`ElementKeys` op alike, for a smaller graph rather than speed.
 
 Why not TensorFlow's own `tf.random.experimental.index_shuffle` (the same construction, as a C++
 op): in TF 2.16 and 2.21 it is not a bijection when `size - 1` is an even power of two from 2**16
@@ -141,12 +143,21 @@ def keyed_uniform(seed: tf.Tensor, positions: tf.Tensor, salt: int) -> tf.Tensor
     return tf.cast(_shift_right(key, 11), tf.float64) * (2.0**-53)
 
 
-def _keyed_bits(seed: tf.Tensor, keys: tf.Tensor, salt: int) -> tf.Tensor:
-    """uint64 [n]: 64 keyed bits of each key, a pure function of (seed, salt, key)."""
+def _keyed_bits(
+    seed: tf.Tensor, keys: tf.Tensor, salt: int, implementation: str = "auto"
+) -> tf.Tensor:
+    """uint64, the shape of `keys`: 64 keyed bits of each key, a pure function of (seed, salt,
+    key). The native `ElementKeys` op where built (`implementation` as in `permuted_positions`):
+    one node where the TensorFlow ops are about 40, which tf.data traces for each dataset and
+    optimizes again for each epoch's iterator."""
     salted = tf.random.experimental.stateless_fold_in(
         tf.cast(seed, tf.int64), tf.constant(salt, tf.int64)
     )
-    return _element_key(salted, tf.convert_to_tensor(keys, tf.int64))
+    keys = tf.convert_to_tensor(keys, tf.int64)
+    op_module = None if implementation == "tensorflow" else native.op_library()
+    if op_module is not None:
+        return op_module.element_keys(keys, salted)
+    return _element_key(salted, keys)
 
 
 def keyed_offsets(sizes: tf.Tensor, seed: tf.Tensor, keys: tf.Tensor) -> tf.Tensor:

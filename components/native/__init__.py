@@ -1,6 +1,6 @@
 """Native TensorFlow ops of the project, built from source against the installed TensorFlow.
 
-Three ops, in one library:
+Four ops, in one library:
 
 * `ReadRecordsByIndex` (`read_records_op.cc`): the disk backend of
   `tfx_dynamic_inputs.inputs.record_store.RecordStore` reads a batch of records by record number
@@ -10,7 +10,11 @@ Three ops, in one library:
 * `PermutePositions` (`index_shuffle_op.cc`): the keyed elementwise permutation of
   `tfx_dynamic_inputs.inputs.index_shuffle`, bit for bit what its TensorFlow-ops form computes;
 * `GatherPermuted` (same file): one such permutation and a table gathered at it in one pass
-  (`index_shuffle.gather_permuted`, the pair plans' epoch order).
+  (`index_shuffle.gather_permuted`, the pair plans' epoch order);
+* `ElementKeys` (same file): the keyed hash under `index_shuffle.keyed_uniform`,
+  `keyed_offsets` and `keyed_seeds`, one node of a plan's graph instead of about 40 TensorFlow
+  ops (tf.data traces a dataset's functions for each dataset and optimizes them again for each
+  epoch's iterator).
 
 The library is built for whatever TensorFlow is installed (2.16 to 2.21 are tested), with the
 C++ compiler and TensorFlow's own compile and link flags: by `make setup`
@@ -185,8 +189,8 @@ def op_library() -> ModuleType | None:
     `TFX_DYNAMIC_INPUTS_NATIVE_BUILD=0`; a build that cannot be made is one warning line.
 
     Returns:
-        The op module (its `read_records_by_index` and `permute_positions` ops), or None when
-        it is not built.
+        The op module (its `read_records_by_index`, `permute_positions`, `gather_permuted`
+        and `element_keys` ops), or None when it is not built.
 
     Example:
         op_module = op_library()
@@ -214,7 +218,7 @@ def op_library() -> ModuleType | None:
 
 def load_op_library() -> ModuleType:
     """Loads the op library into this process, registering its ops (`ReadRecordsByIndex`,
-    `PermutePositions`).
+    `PermutePositions`, `GatherPermuted`, `ElementKeys`).
 
     For processes that run graphs built elsewhere (tf.data service workers): a graph naming an op
     that the process has not registered fails with "Op type not registered".

@@ -33,6 +33,17 @@ inline uint64_t Mix(uint64_t value) {
   return value ^ (value >> 31);
 }
 
+// The keys of index_shuffle._element_key: the stateless seed's two words hashed into a base,
+// then each element's key from the base and the element's tweak.
+inline uint64_t SeedBase(const Tensor& seed) {
+  const auto words = seed.flat<int64_t>();
+  return Mix(Mix(static_cast<uint64_t>(words(0)) + kGolden) ^ static_cast<uint64_t>(words(1)));
+}
+
+inline uint64_t ElementKey(uint64_t base, int64_t tweak) {
+  return Mix(base ^ Mix(static_cast<uint64_t>(tweak) + kGolden));
+}
+
 inline int BitWidth(uint64_t largest) { return largest == 0 ? 0 : 64 - __builtin_clzll(largest); }
 
 inline uint64_t Feistel(uint64_t value, uint64_t key, int bits, int rounds) {
@@ -148,14 +159,8 @@ class PermutePositionsOp : public OpKernel {
                   errors::InvalidArgument("position ", position(i), " at ", i,
                                           " is outside [0, ", size(i), ")"));
     }
-    const auto seed_words = seed.flat<int64_t>();
-    // As index_shuffle._element_key: the seed's two words, then each element's tweak.
-    const uint64_t base = Mix(Mix(static_cast<uint64_t>(seed_words(0)) + kGolden) ^
-                              static_cast<uint64_t>(seed_words(1)));
-    auto key = [&](int64_t i) {
-      const uint64_t tweak = static_cast<uint64_t>(tweak_values(one_tweak ? 0 : i));
-      return Mix(base ^ Mix(tweak + kGolden));
-    };
+    const uint64_t base = SeedBase(seed);
+    auto key = [&](int64_t i) { return ElementKey(base, tweak_values(one_tweak ? 0 : i)); };
     Tensor* output = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, positions.shape(), &output));
     auto permuted = output->flat<int64_t>();
@@ -243,11 +248,8 @@ class GatherPermutedOp : public OpKernel {
                   errors::InvalidArgument("position ", position(i), " at ", i,
                                           " is outside [0, ", size, ")"));
     }
-    const auto seed_words = seed.flat<int64_t>();
     // As PermutePositions with a tweak of 0.
-    const uint64_t base = Mix(Mix(static_cast<uint64_t>(seed_words(0)) + kGolden) ^
-                              static_cast<uint64_t>(seed_words(1)));
-    const uint64_t key = Mix(base ^ Mix(kGolden));
+    const uint64_t key = ElementKey(SeedBase(seed), 0);
     const int bits = BitWidth(static_cast<uint64_t>(size) - 1);
     const int rounds = bits <= small_bits_ ? small_rounds_ : rounds_;
     Tensor* permuted_tensor = nullptr;
@@ -279,7 +281,40 @@ class GatherPermutedOp : public OpKernel {
   int rank_max_size_;
 };
 
+// ElementKeys: index_shuffle._element_key's uint64 of each key under one stateless seed, the keyed
+// draws of `keyed_uniform`, `keyed_offsets` and `keyed_seeds` (crop offsets, masks, batch seeds):
+// one node of a plan's graph where the TensorFlow-ops form is about 40, each of which tf.data
+// traces and optimizes again for every dataset and epoch.
+class ElementKeysOp : public OpKernel {
+ public:
+  explicit ElementKeysOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& keys = ctx->input(0);
+    const Tensor& seed = ctx->input(1);
+    OP_REQUIRES(ctx, seed.dims() == 1 && seed.dim_size(0) == 2,
+                errors::InvalidArgument("seed must have shape [2]"));
+    Tensor* output = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, keys.shape(), &output));
+    const auto key = keys.flat<int64_t>();
+    auto hashed = output->flat<uint64_t>();
+    const uint64_t base = SeedBase(seed);
+    for (int64_t i = 0; i < key.size(); ++i) hashed(i) = ElementKey(base, key(i));
+  }
+};
+
 }  // namespace
+
+REGISTER_OP("ElementKeys")
+    .Input("keys: int64")
+    .Input("seed: int64")
+    .Output("hashed: uint64")
+    .SetShapeFn([](::tensorflow::shape_inference::InferenceContext* c) {
+      c->set_output(0, c->input(0));
+      return ::tensorflow::OkStatus();
+    });
+
+REGISTER_KERNEL_BUILDER(Name("ElementKeys").Device(DEVICE_CPU), ElementKeysOp);
 
 REGISTER_OP("PermutePositions")
     .Input("positions: int64")

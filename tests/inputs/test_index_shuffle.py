@@ -213,6 +213,32 @@ def test_one_shared_size_takes_the_blocked_path_and_gives_the_same_positions(
         assert sorted(whole.numpy().tolist()) == list(range(size))
 
 
+@needs_native
+@settings(max_examples=40, deadline=None)
+@given(
+    keys=st.one_of(
+        st.integers(-(2**63), 2**63 - 1),
+        st.lists(st.integers(-(2**63), 2**63 - 1), max_size=300),
+    ),
+    seed=st.integers(-(2**63), 2**63 - 1),
+    epoch=st.integers(0, 2**40),
+    salt=st.integers(0, 7),
+)
+def test_the_native_op_and_the_tensorflow_ops_give_the_same_keyed_draws(keys, seed, epoch, salt):
+    """The keyed bits under `keyed_uniform`, `keyed_offsets` and `keyed_seeds` (the native
+    `ElementKeys` op where built): the same uint64 values and shape, for a scalar key, none,
+    and many."""
+    results = {
+        implementation: index_shuffle._keyed_bits(
+            epoch_seed(seed, epoch), keys, salt, implementation=implementation
+        )
+        for implementation in ("native", "tensorflow")
+    }
+    assert results["native"].dtype == results["tensorflow"].dtype == tf.uint64
+    assert results["native"].shape == results["tensorflow"].shape == np.shape(keys)
+    assert np.array_equal(results["native"].numpy(), results["tensorflow"].numpy())
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     size=st.integers(1, 3000),

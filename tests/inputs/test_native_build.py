@@ -75,7 +75,7 @@ def test_first_use_builds_for_the_installed_tensorflow(tmp_path):
         f"native.library_dir = lambda: {str(cache)!r}\n"
         "op_module = native.op_library()\n"
         "print('loaded', all(hasattr(op_module, op) for op in "
-        "('read_records_by_index', 'permute_positions')))\n"
+        "('read_records_by_index', 'permute_positions', 'gather_permuted', 'element_keys')))\n"
         "print('path', native.library_path())\n"
     )
     env = {k: v for k, v in os.environ.items() if k != native.BUILD_AT_FIRST_USE_ENV}
