@@ -112,6 +112,32 @@ def test_pad_mode_features_equal_single_record_features():
         np.testing.assert_allclose(batch["features"][row, :length], alone["features"][0], atol=1e-4)
 
 
+@pytest.mark.parametrize(
+    "config",
+    [
+        af.AudioFeatureConfig(mode="pad"),
+        af.AudioFeatureConfig(crop_seconds=0.1, num_mel_bins=20, spec_augment=af.SpecAugment(4, 3)),
+        af.AudioFeatureConfig(
+            mode="pad", num_mel_bins=40, lower_edge_hertz=100.0, upper_edge_hertz=7000.0
+        ),
+    ],
+    ids=["pad", "crop-masked", "pad-edges"],
+)
+def test_a_dataset_computes_the_features_bit_for_bit_as_eager_code_does(config):
+    """The window and the filterbank enter the graph as constants computed once: a tf.data
+    function (the samplers), a `tf.function` (serving) and eager code give the same bits."""
+    audio = pcm_batch(random_waveforms(np.random.default_rng(1), [4000, 2600, 16000, 9000]))
+    seed = tf.constant([3, 4], tf.int64)
+
+    def features(batch):
+        return af.audio_features(batch, config, seed)["features"]
+
+    eager = features(audio).numpy()
+    in_function = tf.function(features)(audio).numpy()
+    in_dataset = next(iter(tf.data.Dataset.from_tensors(audio).map(features))).numpy()
+    assert np.array_equal(in_function, eager) and np.array_equal(in_dataset, eager)
+
+
 def test_pad_mode_cuts_records_to_max_pad_seconds():
     """A record longer than the cap is featurized from its first `max_pad_seconds` only, so the
     batch pads to the cap, not to the longest record."""
