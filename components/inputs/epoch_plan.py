@@ -25,8 +25,9 @@ samples left out as damaged, `skip_log`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
+from functools import lru_cache, partial
 
+import numpy as np
 import tensorflow as tf
 
 from tfx_dynamic_inputs.inputs.epoch_state import EpochState
@@ -62,9 +63,23 @@ def epoch_seed(seed: int, epoch, salt: int = 0) -> tf.Tensor:
     Returns:
       int64 [2].
     """
-    base = tf.constant([seed, 0], dtype=tf.int64)
-    with_salt = tf.random.experimental.stateless_fold_in(base, tf.constant(salt, tf.int64))
-    return tf.random.experimental.stateless_fold_in(with_salt, tf.cast(epoch, tf.int64))
+    if isinstance(epoch, int):
+        return tf.constant(_folded_seed(seed, salt, epoch))
+    return tf.random.experimental.stateless_fold_in(
+        tf.constant(_folded_seed(seed, salt)), tf.cast(epoch, tf.int64)
+    )
+
+
+# Folds of Python ints are constants of a plan: computed once, eagerly, by the same kernel, and
+# put in its graph as one constant, where each fold in the graph takes about 8 nodes that tf.data
+# traces again for each dataset and optimizes again for each epoch's iterator.
+@lru_cache(maxsize=4096)
+def _folded_seed(seed: int, *words: int) -> np.ndarray:
+    with tf.init_scope():
+        folded = tf.constant([seed, 0], dtype=tf.int64)
+        for word in words:
+            folded = tf.random.experimental.stateless_fold_in(folded, tf.constant(word, tf.int64))
+        return folded.numpy()
 
 
 def checked_batch_numbers(batch_numbers, num_batches: int) -> tf.Tensor:

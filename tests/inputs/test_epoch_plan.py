@@ -25,6 +25,27 @@ def test_epoch_seeds_are_distinct_and_reproducible():
     assert epoch_seed(7, 3, 1).numpy().tolist() == epoch_seed(7, 3, 1).numpy().tolist()
 
 
+@FEW
+@given(
+    seed=st.integers(-(2**63), 2**63 - 1),
+    epoch=st.integers(-1, 2**62),
+    salt=st.integers(0, 3),
+)
+def test_an_epoch_seed_is_the_same_for_a_python_epoch_and_a_tensor_one(seed, epoch, salt):
+    """A Python epoch makes a constant, a tensor one folds in the graph: the same stream, eagerly
+    and traced, and the two folds of `stateless_fold_in` it is defined as."""
+    folded = tf.constant([seed, 0], tf.int64)
+    for word in (salt, epoch):
+        folded = tf.random.experimental.stateless_fold_in(folded, tf.constant(word, tf.int64))
+    traced = tf.function(lambda e: epoch_seed(seed, e, salt))
+    for got in (
+        epoch_seed(seed, epoch, salt),
+        epoch_seed(seed, tf.constant(epoch, tf.int64), salt),
+        traced(tf.constant(epoch, tf.int64)),
+    ):
+        assert got.numpy().tolist() == folded.numpy().tolist()
+
+
 def test_worker_slice_from_context_or_arguments():
     context = tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=2)
     assert worker_slice(context) == (2, 3)
