@@ -17,7 +17,10 @@ TWO_PROCESSES = ["--direct_running_mode=multi_processing", "--direct_num_workers
 def _worker_facts(_):
     return (
         os.getpid(),
-        sys.modules.get("google.cloud.bigquery", "not imported") is None,
+        all(
+            sys.modules.get(name, "not imported") is None
+            for name in ("google.cloud.bigquery", "pandas")
+        ),
         "tfx_dynamic_inputs.materialize.beam_worker" in sys.modules,
     )
 
@@ -38,7 +41,8 @@ def test_multi_processing_runs_on_lean_worker_processes(tmp_path):
     assert len(facts) == 64
     pids = {pid for pid, _, _ in facts}
     assert os.getpid() not in pids  # ran in worker processes, not the launcher
-    assert all(hidden and lean for _, hidden, lean in facts)  # BigQuery hidden by our entry point
+    # BigQuery and pandas hidden by our entry point.
+    assert all(hidden and lean for _, hidden, lean in facts)
     # The launcher itself keeps every client importable.
     assert sys.modules.get("google.cloud.bigquery", "not imported") is not None
 
