@@ -147,9 +147,8 @@ def _keyed_bits(
     seed: tf.Tensor, keys: tf.Tensor, salt: int, implementation: str = "auto"
 ) -> tf.Tensor:
     """uint64, the shape of `keys`: 64 keyed bits of each key, a pure function of (seed, salt,
-    key). The native `ElementKeys` op where built (`implementation` as in `permuted_positions`):
-    one node where the TensorFlow ops are about 40, which tf.data traces for each dataset and
-    optimizes again for each epoch's iterator."""
+    key). The native `ElementKeys` op where built, one node where the TensorFlow ops are about
+    40; `implementation="tensorflow"` takes the TensorFlow ops even then (the tests compare)."""
     salted = tf.random.experimental.stateless_fold_in(
         tf.cast(seed, tf.int64), tf.constant(salt, tf.int64)
     )
