@@ -246,7 +246,7 @@ def cyclegan_config(
     digits_dir: str,
     *,
     image_size: int = config.CycleGanConfig.image_size,
-    groups_from_subfolder: bool = False,
+    groups_from_subfolder: bool = config.CycleGanConfig.groups_from_subfolder,
 ) -> config.CycleGanConfig:
     """The CycleGAN config over the bundled digit domains, written to `digits_dir` if needed.
 
@@ -377,7 +377,9 @@ def local_configs(
             bundled = cyclegan_config(
                 os.path.join(work_dir, DIGITS_DIR),
                 image_size=settings.pop("image_size", config.CycleGanConfig.image_size),
-                groups_from_subfolder=settings.pop("groups_from_subfolder", False),
+                groups_from_subfolder=settings.pop(
+                    "groups_from_subfolder", config.CycleGanConfig.groups_from_subfolder
+                ),
             )
             if settings.get("x_groups") is not None:  # groups files replace the pair list
                 settings["pairs"] = None
