@@ -292,7 +292,7 @@ class PairPlanner:
         return positions
 
     def _order_seed(self, epoch) -> tf.Tensor:
-        return epoch_seed(self.seed, tf.convert_to_tensor(epoch, tf.int64), SALT_ORDER)
+        return epoch_seed(self.seed, epoch, SALT_ORDER)
 
     def _choices(self, epoch: tf.Tensor, planned: tf.Tensor | None, x: tf.Tensor) -> tf.Tensor:
         """int64 [n]: the y each of the `planned` x (positions in `valid_pairs.planned_x`; None:
