@@ -137,8 +137,8 @@ uint32_t MaskedCrc32c(const char* data, size_t n) {
 }
 
 // The guard of the copy out of a mapped file (a shard or the offset index) running on this
-// thread, or null. Initial-exec TLS
-// (no allocation on first use), so the signal handler may read it.
+// thread, or null. Initial-exec TLS (no allocation on first use), so the signal handler may read
+// it.
 __attribute__((tls_model("initial-exec"))) thread_local sigjmp_buf* t_mapped_copy_guard = nullptr;
 struct sigaction previous_sigbus_action;
 
