@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -309,10 +310,7 @@ REGISTER_OP("ElementKeys")
     .Input("keys: int64")
     .Input("seed: int64")
     .Output("hashed: uint64")
-    .SetShapeFn([](::tensorflow::shape_inference::InferenceContext* c) {
-      c->set_output(0, c->input(0));
-      return ::tensorflow::OkStatus();
-    });
+    .SetShapeFn(::tensorflow::shape_inference::UnchangedShape);
 
 REGISTER_KERNEL_BUILDER(Name("ElementKeys").Device(DEVICE_CPU), ElementKeysOp);
 
@@ -326,10 +324,7 @@ REGISTER_OP("PermutePositions")
     .Attr("small_rounds: int")
     .Attr("small_bits: int")
     .Attr("rank_max_size: int")
-    .SetShapeFn([](::tensorflow::shape_inference::InferenceContext* c) {
-      c->set_output(0, c->input(0));
-      return ::tensorflow::OkStatus();
-    });
+    .SetShapeFn(::tensorflow::shape_inference::UnchangedShape);
 
 REGISTER_KERNEL_BUILDER(Name("PermutePositions").Device(DEVICE_CPU), PermutePositionsOp);
 
