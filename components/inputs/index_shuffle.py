@@ -32,6 +32,8 @@ same permutation.
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import tensorflow as tf
 
 from tfx_dynamic_inputs import native
@@ -148,12 +150,12 @@ def _keyed_bits(
 ) -> tf.Tensor:
     """uint64, the shape of `keys`: 64 keyed bits of each key, a pure function of (seed, salt,
     key). The native `ElementKeys` op where built, one node where the TensorFlow ops are about
-    40; `implementation="tensorflow"` takes the TensorFlow ops even then (the tests compare)."""
+    40; `implementation` as in `permuted_positions` (the tests compare the two)."""
     salted = tf.random.experimental.stateless_fold_in(
         tf.cast(seed, tf.int64), tf.constant(salt, tf.int64)
     )
     keys = tf.convert_to_tensor(keys, tf.int64)
-    op_module = None if implementation == "tensorflow" else native.op_library()
+    op_module = _op_module(implementation)
     if op_module is not None:
         return op_module.element_keys(keys, salted)
     return _element_key(salted, keys)
@@ -203,6 +205,23 @@ def keyed_seeds(seed: tf.Tensor, keys: tf.Tensor) -> tf.Tensor:
 IMPLEMENTATIONS = ("auto", "native", "tensorflow")
 
 
+def _op_module(implementation: str) -> ModuleType | None:
+    """The native op module that `implementation` (one of `IMPLEMENTATIONS`) runs on, or None
+    for the TensorFlow ops: with "auto", where the native library is not built.
+
+    Raises:
+      ValueError: an unknown `implementation`, or "native" without the native library.
+    """
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
+    op_module = None if implementation == "tensorflow" else native.op_library()
+    if op_module is None and implementation == "native":
+        raise ValueError(
+            "implementation='native' needs the native library: python -m tfx_dynamic_inputs.native"
+        )
+    return op_module
+
+
 def permuted_positions(
     positions: tf.Tensor,
     size: tf.Tensor,
@@ -238,13 +257,11 @@ def permuted_positions(
         order = permuted_positions(tf.range(5, dtype=tf.int64), 5, epoch_seed(0, 3))
         sorted(order.numpy().tolist()) == [0, 1, 2, 3, 4]  # epoch 3's order of 5 records
     """
-    if implementation not in IMPLEMENTATIONS:
-        raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
+    op_module = _op_module(implementation)
     positions = tf.convert_to_tensor(positions, tf.int64)
     size = tf.convert_to_tensor(size, tf.int64)
     seed = tf.convert_to_tensor(seed, tf.int64)
     tweak = tf.zeros([], tf.int64) if tweak is None else tf.convert_to_tensor(tweak, tf.int64)
-    op_module = None if implementation == "tensorflow" else native.op_library()
     if op_module is not None:
         # Sizes and tweaks as given (a scalar is not broadcast to n); the op derives the keys.
         return op_module.permute_positions(
@@ -256,10 +273,6 @@ def permuted_positions(
             small_rounds=SMALL_ROUNDS,
             small_bits=SMALL_BITS,
             rank_max_size=RANK_MAX_SIZE,
-        )
-    if implementation == "native":
-        raise ValueError(
-            "implementation='native' needs the native library: python -m tfx_dynamic_inputs.native"
         )
     in_range = tf.debugging.Assert(
         tf.reduce_all((positions >= 0) & (positions < size)),
@@ -300,7 +313,7 @@ def gather_permuted(
             dtype=tf.int64), 10, epoch_seed(0, 0))  # values == order + 10
     """
     positions = tf.convert_to_tensor(positions, tf.int64)
-    op_module = None if implementation == "tensorflow" else native.op_library()
+    op_module = _op_module(implementation)
     if op_module is not None and size > RANK_MAX_SIZE:
         return op_module.gather_permuted(
             tf.convert_to_tensor(table, tf.int64),
