@@ -1,14 +1,29 @@
-"""The claim on a run folder: `.claim` names the job writing it, so a second job fails fast."""
+"""The claim on a run folder: `.claim` names the job writing it, so a second job fails fast.
+
+`take_claim` is the whole protocol (claim, else judge the holder, take over a stale claim); the
+materialize job claims its output folder with it, `run_local` its work dir. A local claim is read
+and written with `os` alone, so a refused command has not imported TensorFlow.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
 import json
+import logging
 import os
 import socket
 
 from tfx_dynamic_inputs.layout import CLAIM_FILE, IndexFileError, gfile, load_json
+
+_log = logging.getLogger(__name__)
+# A holder may release its claim, or another job take over a stale one, between our tries.
+_CLAIM_ATTEMPTS = 3
+
+
+class FolderInUse(Exception):
+    """Another job holds the folder (or its claim is unreadable); the message is one line that
+    names the folder, the holder and its claim file."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,9 +118,20 @@ def load_claim(output_dir: str) -> Claim | None:
         IndexFileError: when the claim file is not a claim.
     """
     path = claim_path(output_dir)
-    if not gfile().exists(path):
-        return None
-    value = load_json(path)
+    if "://" in path:
+        if not gfile().exists(path):
+            return None
+        value = load_json(path)
+    else:
+        try:
+            with open(path, "rb") as f:
+                text = f.read()
+        except FileNotFoundError:
+            return None
+        try:
+            value = json.loads(text.decode("utf-8"))
+        except ValueError as error:  # as `layout.load_json` says it
+            raise IndexFileError(f"{path}: not valid JSON: {error}") from error
     try:
         return Claim(**value)
     except TypeError as error:  # not an object, or other fields
@@ -147,4 +173,80 @@ def release_claim(output_dir: str, run_id: str) -> None:
     """
     claim = load_claim(output_dir)
     if claim is not None and claim.run_id == run_id:
-        gfile().remove(claim_path(output_dir))
+        path = claim_path(output_dir)
+        if "://" in path:
+            gfile().remove(path)
+        else:
+            os.remove(path)
+
+
+def is_stale(claim: Claim) -> bool:
+    """Whether the process holding `claim` is known to be gone: only one of this host can be
+    (a pid reused since is taken for the holder, which errs on the side of refusing).
+
+    Args:
+        claim: a claim.
+
+    Returns:
+        True when its host is this one and no process has its pid.
+    """
+    if claim.host != socket.gethostname():
+        return False
+    try:
+        os.kill(claim.pid, 0)  # signal 0: checks that the process exists, sends nothing
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # it exists, under another user
+        return False
+    return False
+
+
+def take_claim(output_dir: str, claim: Claim) -> list[str]:
+    """Claims `output_dir` (an existing folder) for `claim`; returns the run ids of the stale
+    claims taken over.
+
+    A claim held by a live process (or by a process on another host, which cannot be checked)
+    raises FolderInUse naming it. A claim left by a process of this host that is gone is stale:
+    it is taken over, with a warning (the caller cleans up what that run left).
+
+    Args:
+        output_dir: the folder, which exists.
+        claim: the claim to make.
+
+    Returns:
+        The run ids of the stale claims taken over, oldest first.
+
+    Raises:
+        FolderInUse: another job holds (or keeps taking) the claim, or the claim file is not a
+            claim; the message starts with `output_dir`.
+
+    Example:
+        stale = take_claim(run_dir, Claim.of_this_process(run_id))
+    """
+    path = claim_path(output_dir)
+    stale_run_ids = []
+    for _ in range(_CLAIM_ATTEMPTS):
+        if try_claim(output_dir, claim):
+            return stale_run_ids
+        try:
+            holder = load_claim(output_dir)
+        except IndexFileError as error:
+            raise FolderInUse(
+                f"{output_dir} is in use: {error} (another job may be starting; remove {path} if "
+                "none is)"
+            ) from None
+        if holder is None:
+            continue
+        if not is_stale(holder):
+            raise FolderInUse(
+                f"{output_dir} is in use by {holder.describe()}, claim {path}: wait for that job "
+                f"to end, or remove {path} if it is gone"
+            )
+        _log.warning(
+            "%s: taking over the stale claim of %s: that process is gone",
+            output_dir,
+            holder.describe(),
+        )
+        release_claim(output_dir, holder.run_id)
+        stale_run_ids.append(holder.run_id)
+    raise FolderInUse(f"{output_dir}: could not claim {path}; other jobs keep it")

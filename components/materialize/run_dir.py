@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 
 from tfx_dynamic_inputs import layout
 from tfx_dynamic_inputs.materialize import claims, owned_files, preflight
@@ -26,12 +25,10 @@ _RUN_ENTRIES = (
     layout.REJECTS_FILE,
     PICTURES_DIR,
 )
-# A holder may release its claim, or another job take over a stale one, between our tries.
-_CLAIM_ATTEMPTS = 3
 
 
 def claim_output_dir(output_dir: str, run_id: str) -> list[str]:
-    """Creates `output_dir` and claims it for run `run_id` (`claims.try_claim`); returns the run
+    """Creates `output_dir` and claims it for run `run_id` (`claims.take_claim`); returns the run
     ids of the stale claims taken over (see below), which `prepare_output_dir` may overwrite.
 
     A claim held by a live job (or by a process on another host, which cannot be checked) raises
@@ -58,49 +55,14 @@ def claim_output_dir(output_dir: str, run_id: str) -> list[str]:
     if gfile.exists(output_dir) and not gfile.isdir(output_dir):
         raise MaterializeError(f"--output_dir is a file: {output_dir}")
     gfile.makedirs(output_dir)
-    claim = claims.Claim.of_this_process(run_id)
-    path = claims.claim_path(output_dir)
-    stale_run_ids = []
-    for _ in range(_CLAIM_ATTEMPTS):
-        if claims.try_claim(output_dir, claim):
-            for stale_run_id in stale_run_ids:
-                remove_spill_dir(output_dir, stale_run_id)
-            return stale_run_ids
-        try:
-            holder = claims.load_claim(output_dir)
-        except layout.IndexFileError as error:
-            raise MaterializeError(
-                f"--output_dir {output_dir} is in use: {error} (another job may be starting; "
-                f"remove {path} if none is)"
-            ) from None
-        if holder is None:
-            continue
-        if not _is_stale(holder):
-            raise MaterializeError(
-                f"--output_dir {output_dir} is in use by {holder.describe()}, claim {path}: wait "
-                f"for that job to end, or remove {path} if it is gone"
-            )
-        _log.warning(
-            "%s: taking over the stale claim of %s: that process is gone; removing its spill files",
-            output_dir,
-            holder.describe(),
-        )
-        claims.release_claim(output_dir, holder.run_id)
-        stale_run_ids.append(holder.run_id)
-    raise MaterializeError(f"--output_dir {output_dir}: could not claim {path}; other jobs keep it")
-
-
-def _is_stale(claim: claims.Claim) -> bool:
-    """Whether the process holding `claim` is known to be gone (only one of this host is)."""
-    if claim.host != socket.gethostname():
-        return False
     try:
-        os.kill(claim.pid, 0)  # signal 0: checks that the process exists, sends nothing
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # it exists, under another user
-        return False
-    return False
+        stale_run_ids = claims.take_claim(output_dir, claims.Claim.of_this_process(run_id))
+    except claims.FolderInUse as error:
+        raise MaterializeError(f"--output_dir {error}") from None
+    for stale_run_id in stale_run_ids:
+        _log.info("%s: removing the spill files of run %s", output_dir, stale_run_id)
+        remove_spill_dir(output_dir, stale_run_id)
+    return stale_run_ids
 
 
 def prepare_output_dir(
