@@ -11,10 +11,12 @@ Every field of `SpeakerConfig` / `CycleGanConfig` and the local run settings (`e
 (`tfx_dynamic_inputs.pipeline.cli`; `--help` lists them). Without data flags a pipeline runs on the
 bundled sample data (the CycleGAN digit domains are written to `<work_dir>/digits`). The run's
 pipeline root and sqlite ML Metadata live under `--work_dir` (default `out/local`), so a second run
-with unchanged inputs is served from the cache. At the end it prints each node (ran / cached /
-failed / not run), every output URI, the Beam stage's rejects by reason and the trainer's metrics; a
-failed run then ends with `error: <the failed component's own error>` and exit status 1. A bad flag
-or config key ends with one `error:` line and exit status 2; Ctrl-C, with one line naming the
+with unchanged inputs is served from the cache; a run claims its work dir while it runs, so a
+second one started there meanwhile is refused in one line naming the first (`work_dir_claim`). At
+the end it prints each node (ran / cached / failed / not run), every output URI, the Beam stage's
+rejects by reason and the trainer's metrics; a failed run then ends with `error: <the failed
+component's own error>` and exit status 1. A bad flag or config key, or a work dir in use, ends
+with one `error:` line and exit status 2; Ctrl-C, with one line naming the
 nodes done and status 130 (`interrupted_line`).
 
 `run(pipeline)` executes a pipeline in this process; `execute` also catches its failure and
@@ -37,7 +39,7 @@ from ml_metadata.proto import metadata_store_pb2
 
 from tfx_dynamic_inputs.interrupts import EXIT_INTERRUPTED, watching_interrupts
 from tfx_dynamic_inputs.materialize.errors import MaterializeError
-from tfx_dynamic_inputs.pipeline import cli, config, mixed_corpora, speakers
+from tfx_dynamic_inputs.pipeline import cli, config, mixed_corpora, speakers, work_dir_claim
 from tfx_dynamic_inputs.pipeline.sample_data import write_digit_domains
 
 if TYPE_CHECKING:
@@ -419,26 +421,37 @@ def check_inputs(pipeline_config: config.CycleGanConfig | config.SpeakerConfig) 
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the pipeline `argv` asks for; 0 when it succeeded, 1 when it failed, 130 when it
-    was interrupted.
+    was interrupted. It holds the claim on its work dir while it runs (`work_dir_claim.claimed`): a
+    second run there is refused in one line naming the first.
 
     Args:
         argv: the arguments without the program name; None reads `sys.argv`.
 
     Raises:
-        SystemExit: status 2 for a bad flag, config or input path (`cli.fail`).
+        SystemExit: status 2 for a bad flag, config or input path, or a work dir in use by
+            another run (`cli.fail`).
 
     Example:
         main(["speaker", "--num_epochs", "1", "--work_dir", "/tmp/work"])
     """
     try:
         args = cli.parse_local_args(argv)
-        pipeline_config, run_settings = local_configs(args)
-        check_inputs(pipeline_config)
-        if isinstance(pipeline_config, config.SpeakerConfig):
-            speakers.check_speakers(pipeline_config)
-            mixed_corpora.mixed_corpora(pipeline_config)  # a bad --mix file: one line, now
     except cli.ConfigError as error:
         cli.fail(error)
+    try:
+        with work_dir_claim.claimed(args.run[cli.WORK_DIR]):
+            return _run_claimed(args)
+    except cli.ConfigError as error:
+        cli.fail(error)
+
+
+def _run_claimed(args: cli.LocalArgs) -> int:
+    """`main` once the work dir is claimed: checks, runs, reports; ConfigError before TFX."""
+    pipeline_config, run_settings = local_configs(args)
+    check_inputs(pipeline_config)
+    if isinstance(pipeline_config, config.SpeakerConfig):
+        speakers.check_speakers(pipeline_config)
+        mixed_corpora.mixed_corpora(pipeline_config)  # a bad --mix file: one line, now
     from tfx_dynamic_inputs.pipeline import (  # they import TFX: see `run`
         cyclegan_pipeline,
         report,
