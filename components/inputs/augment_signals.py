@@ -169,3 +169,111 @@ def _row_sum(values: tf.Tensor) -> tf.Tensor:
     over threads by the batch's size, so a float32 sum of a sample could change with the
     replica count; the float64 sum rounded to float32 does not (in practice: ~1e-16 apart)."""
     return tf.cast(tf.reduce_sum(tf.cast(values, tf.float64), axis=1, keepdims=True), tf.float32)
+
+
+# Resampling between rates known only when the graph runs (a served WAV's header declares its
+# rate): `speed_filter`'s filter, its taps computed in the graph by `windowed_sinc` for each
+# output's own phase instead of a kernel built in numpy for one ratio, so any pair of integer
+# rates is exact (a kernel of all phases of 47999 -> 16000 Hz would hold 768M taps). Where it
+# decimates, the window spans `half_taps` output samples, not input samples: the speed factors
+# (near 1) lose little to a window 10 % short, 48 -> 16 kHz would lose 3.5-6.4 kHz (soxr 20 dB
+# apart there). Outputs are computed in blocks of about `_RESAMPLE_BLOCK_TAPS` taps, which
+# bounds the [block, taps] temporaries.
+_RESAMPLE_BLOCK_TAPS = 1 << 19
+
+
+def windowed_sinc(distance: tf.Tensor, cutoff: tf.Tensor, stretch: tf.Tensor) -> tf.Tensor:
+    """`speed_filter`'s taps, computed in the graph: its formula on float64 tensors.
+
+    Args:
+      distance: float64 [...], an output point's position minus an input sample's (in input
+        samples).
+      cutoff: float64 scalar, cycles per input sample (`0.5 * rolloff * min(1, 1 / factor)`).
+      stretch: float64 scalar, the window's span in `half_taps` units (1: `speed_filter`'s).
+
+    Returns:
+      float64 [...]: `2 cutoff sinc(2 cutoff distance)` times the Kaiser window, linearly
+      interpolated at `distance / stretch` as `np.interp` does; 0 farther than
+      `half_taps * stretch`.
+    """
+    window = tf.constant(np.kaiser(2 * _HALF_TAPS + 1, _KAISER_BETA), tf.float64)
+    window_distance = distance / stretch
+    position = tf.clip_by_value(window_distance + _HALF_TAPS, 0.0, 2.0 * _HALF_TAPS)
+    below = tf.minimum(tf.floor(position), 2.0 * _HALF_TAPS - 1)
+    index = tf.cast(below, tf.int32)
+    lower, upper = tf.gather(window, index), tf.gather(window, index + 1)
+    weight = lower + (position - below) * (upper - lower)
+    weight = tf.where(tf.abs(window_distance) <= _HALF_TAPS, weight, 0.0)
+    # np.sinc's own way: pi * x, with 1e-20 for 0.
+    angle = math.pi * tf.where(tf.equal(distance, 0.0), 1e-20, 2 * cutoff * distance)
+    return 2 * cutoff * (tf.sin(angle) / angle) * weight
+
+
+def resampled_length(num_samples: tf.Tensor, input_rate: tf.Tensor, output_rate: int) -> tf.Tensor:
+    """`round(num_samples * output_rate / input_rate)`, halves to even, as soxr's `resample`.
+
+    Args:
+      num_samples: int64 scalar, the input's samples.
+      input_rate: int64 scalar, Hz.
+      output_rate: Hz.
+
+    Returns:
+      int64 scalar: the output's samples.
+    """
+    scaled = num_samples * output_rate
+    quotient, remainder = scaled // input_rate, scaled % input_rate
+    up = tf.logical_or(
+        2 * remainder > input_rate,
+        tf.logical_and(tf.equal(2 * remainder, input_rate), tf.equal(quotient % 2, 1)),
+    )
+    return quotient + tf.cast(up, tf.int64)
+
+
+def resample(signal: tf.Tensor, input_rate: tf.Tensor, output_rate: int) -> tf.Tensor:
+    """One signal from `input_rate` to `output_rate` Hz by `speed_filter`'s filter.
+
+    `y[n] = x(n * input_rate / output_rate)` (no delay, as soxr's `resample`), the input zero
+    outside its samples; the position and phase of each output computed exactly in int64. Where
+    `input_rate <= output_rate` it is `perturb_speed`'s filter: past the first `half_taps`
+    outputs, `resample(x[half_taps:], 9, 10)` is `perturb_speed(x, 0.9, ...)`.
+
+    Args:
+      signal: float32 [n].
+      input_rate: int64 scalar, Hz (a tensor: known when the graph runs).
+      output_rate: Hz.
+
+    Returns:
+      float32 [resampled_length(n, input_rate, output_rate)].
+
+    Example:
+
+        resample(tf.zeros([44100]), tf.constant(44100, tf.int64), 16000)  # [16000]
+    """
+    input_rate = tf.cast(input_rate, tf.int64)
+    num_in = tf.size(signal, out_type=tf.int64)
+    num_out = resampled_length(num_in, input_rate, output_rate)
+    ratio = tf.cast(output_rate, tf.float64) / tf.cast(input_rate, tf.float64)
+    one = tf.constant(1.0, tf.float64)
+    cutoff = 0.5 * _ROLLOFF * tf.minimum(one, ratio)
+    stretch = tf.maximum(one, 1.0 / ratio)
+    half = tf.cast(tf.math.ceil(_HALF_TAPS * stretch), tf.int64)
+    taps = tf.range(2 * half + 1, dtype=tf.int64)
+    block_size = tf.maximum(tf.constant(1, tf.int64), _RESAMPLE_BLOCK_TAPS // (2 * half + 1))
+
+    def block(start: tf.Tensor) -> tf.Tensor:
+        scaled = (start + tf.range(block_size, dtype=tf.int64)) * input_rate
+        nearest = scaled // output_rate  # the input sample at or before each output point
+        phase = tf.cast(scaled % output_rate, tf.float64) / output_rate
+        distance = phase[:, None] + tf.cast(half - taps, tf.float64)[None, :]
+        inputs = nearest[:, None] + taps[None, :] - half
+        # Inputs outside the signal read the zero after it.
+        outside = tf.logical_or(inputs < 0, inputs >= num_in)
+        values = tf.gather(padded, tf.where(outside, num_in, inputs))
+        weights = tf.cast(windowed_sinc(distance, cutoff, stretch), tf.float32)
+        return tf.reduce_sum(weights * values, axis=1)
+
+    padded = tf.concat([signal, tf.zeros([1], signal.dtype)], axis=0)
+    # At least one block: map_fn over no elements cannot give a [0, None] result.
+    starts = tf.range(0, tf.maximum(num_out, 1), block_size, dtype=tf.int64)
+    blocks = tf.map_fn(block, starts, fn_output_signature=tf.TensorSpec([None], tf.float32))
+    return tf.reshape(blocks, [-1])[:num_out]
