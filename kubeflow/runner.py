@@ -14,6 +14,11 @@ Dockerfile generates the digit domains there) and a `gs://` pipeline root to rep
 Input fingerprints are not computed at compile time (the data need not be reachable from here);
 the cluster's own caching keys on parameters.
 
+Both pipeline names must be legal KFP names (1-128 of a-z, 0-9 and '-'): they name the files,
+which are written only in the output folder, never through a link (`spec_files`). Every value is
+checked before TFX is imported or a file touched (`compile_checks`): a bad one is one line and
+exit status 2.
+
 `--config FILE` is the file `python -m tfx_dynamic_inputs.pipeline.run_local` reads
 (`tfx_dynamic_inputs.pipeline.cli`): its `kubeflow` section sets `KubeflowConfig` fields (the flags
 above override them), its `cyclegan` and `speaker` sections replace fields of the compiled pipelines
@@ -32,26 +37,17 @@ import difflib
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import yaml
-from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
-from tfx.orchestration.pipeline import Pipeline
 
-from tfx_dynamic_inputs.pipeline import (
-    cli,
-    config,
-    cyclegan_pipeline,
-    mixed_corpora,
-    speaker_pipeline,
-)
+from tfx_dynamic_inputs.kubeflow import compile_checks, spec_files
+from tfx_dynamic_inputs.pipeline import cli, config
 from tfx_dynamic_inputs.pipeline.sample_data import PAIRS_FILE, X_DIR, Y_DIR
-from tfx_dynamic_inputs.trainer_component import ClassBalancedTrainer, PairsTrainer
 
-# The trainers' executors as a compiled task names them (`--executor_class_path`).
-TRAINER_EXECUTORS = tuple(
-    trainer.EXECUTOR_SPEC.class_path for trainer in (PairsTrainer, ClassBalancedTrainer)
-)
+if TYPE_CHECKING:
+    from tfx.orchestration.pipeline import Pipeline
+
 DIGITS_DIR = "digits"
 SPEAKERS_DIR = "speakers"
 
@@ -60,12 +56,11 @@ def compile_pipeline(
     pipeline: Pipeline,
     output_dir: str,
     image: str,
-    filename: str | None = None,
     trainer_retries: int = config.KubeflowConfig.trainer_retries,
     resources: Mapping[str, config.TaskResources] | None = None,
 ) -> str:
-    """Compiles `pipeline` to `<output_dir>/<filename or pipeline name>.json` (and the KFP
-    package beside it, `kfp_package_path`).
+    """Compiles `pipeline` to `<output_dir>/<pipeline name>.json` (and the KFP package beside
+    it, `kfp_package_path`), replacing the files a previous compile wrote.
 
     Every trainer task (`PairsTrainer`, `ClassBalancedTrainer`) gets a KFP `retryPolicy` of
     `trainer_retries` retries (0: none): a preempted or killed trainer pod is started again with
@@ -73,11 +68,13 @@ def compile_pipeline(
     (`tfx_dynamic_inputs.trainer_component.checkpoints`). TFX's compiler sets no retry policy, so it
     is added to the compiled spec.
 
+    The pipeline name, the spec paths (`spec_files.spec_paths`), the image and `trainer_retries`
+    are checked before any file is touched; the files are then written only in `output_dir`.
+
     Args:
       pipeline: the TFX pipeline.
       output_dir: the folder the specs go to.
       image: the container image every task runs in.
-      filename: the PipelineJob file's name (default `<pipeline name>.json`).
       trainer_retries: retries of a failed trainer pod.
       resources: node id -> the requests and limits of its pod (`KubeflowConfig.resources`),
         written into the task's container spec; None or empty for the cluster's defaults.
@@ -86,35 +83,32 @@ def compile_pipeline(
       The path of the PipelineJob JSON.
 
     Raises:
-      ValueError: `trainer_retries` is negative, or `resources` names a node that is not a
-        container task of the pipeline.
+      TypeError: `trainer_retries` is not an int, or the pipeline name not a string.
+      ValueError: an illegal pipeline name or image, a spec path that is not ours to write,
+        `trainer_retries` out of range, or `resources` naming a node that is not a container
+        task of the pipeline.
 
     Example:
 
         compile_pipeline(cyclegan_pipeline.create_pipeline(cyclegan, run), "kubeflow", image)
     """
-    if trainer_retries < 0:
-        raise ValueError(f"trainer_retries must be >= 0, got {trainer_retries}")
-    filename = filename or f"{pipeline.pipeline_info.pipeline_name}.json"
+    compile_checks.check_trainer_retries(trainer_retries)
+    compile_checks.check_image(image)
+    paths = spec_files.spec_paths(output_dir, pipeline.pipeline_info.pipeline_name)
+    # Imported here: the runner's checks answer a bad config before TFX's import (seconds).
+    from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
+
     runner = kubeflow_v2_dag_runner.KubeflowV2DagRunner(
-        config=kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(default_image=image),
-        output_dir=output_dir,
-        output_filename=filename,
+        config=kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(default_image=image)
     )
-    path = os.path.join(output_dir, filename)
-    if os.path.exists(path):
-        # The runner refuses to overwrite; a re-compile replaces the spec.
-        os.remove(path)
-    runner.run(pipeline)
-    with open(path) as f:
-        job = json.load(f)
+    # Not written by TFX (which refuses an existing file): `spec_files` writes only checked paths.
+    job = runner.run(pipeline, write_out=False)
     for task in trainer_tasks(job) if trainer_retries else ():
         task["retryPolicy"] = {"maxRetryCount": trainer_retries}
     set_resources(job, resources or {})
-    with open(path, "w") as f:
-        json.dump(job, f, sort_keys=True)
-    write_kfp_package(job, kfp_package_path(path))
-    return path
+    spec_files.write_spec_file(paths.job, json.dumps(job, sort_keys=True))
+    write_kfp_package(job, paths.package)
+    return paths.job
 
 
 def kfp_package_path(job_path: str) -> str:
@@ -142,8 +136,7 @@ def write_kfp_package(job: dict[str, Any], path: str) -> None:
       job: the compiled PipelineJob, as JSON.
       path: the YAML file to write.
     """
-    with open(path, "w") as f:
-        yaml.safe_dump(job["pipelineSpec"], f, sort_keys=True)
+    spec_files.write_spec_file(path, yaml.safe_dump(job["pipelineSpec"], sort_keys=True))
 
 
 def set_resources(job: dict[str, Any], resources: Mapping[str, config.TaskResources]) -> None:
@@ -188,7 +181,8 @@ def set_resources(job: dict[str, Any], resources: Mapping[str, config.TaskResour
 
 
 def trainer_tasks(job: dict[str, Any]) -> list[dict[str, Any]]:
-    """The tasks of compiled `job` that run a trainer's executor (`TRAINER_EXECUTORS`).
+    """The tasks of compiled `job` that run a trainer's executor (`PairsTrainer`,
+    `ClassBalancedTrainer`).
 
     Args:
       job: the compiled PipelineJob, as JSON.
@@ -196,13 +190,22 @@ def trainer_tasks(job: dict[str, Any]) -> list[dict[str, Any]]:
     Returns:
       The task dicts of `job` itself (changing one changes `job`).
     """
+    from tfx_dynamic_inputs.trainer_component import (  # imports TensorFlow: see compile_pipeline
+        ClassBalancedTrainer,
+        PairsTrainer,
+    )
+
+    # The trainers' executors as a compiled task names them (`--executor_class_path`).
+    executors_run = [
+        trainer.EXECUTOR_SPEC.class_path for trainer in (PairsTrainer, ClassBalancedTrainer)
+    ]
     spec = job["pipelineSpec"]
     executors = spec["deploymentSpec"]["executors"]
     found = []
     for task in spec["root"]["dag"]["tasks"].values():
         label = spec["components"][task["componentRef"]["name"]]["executorLabel"]
         args = executors[label].get("container", {}).get("args", [])
-        if any(executor in args for executor in TRAINER_EXECUTORS):
+        if any(executor in args for executor in executors_run):
             found.append(task)
     return found
 
@@ -274,7 +277,8 @@ def compile_all(
     cyclegan: config.CycleGanConfig,
     speaker: config.SpeakerConfig,
 ) -> list[str]:
-    """Compiles both pipelines into `kubeflow_config.output_dir`.
+    """Compiles both pipelines into `kubeflow_config.output_dir`, once
+    `compile_checks.check_compile` passed.
 
     Args:
       kubeflow_config: image, output folder, pipeline root, retries.
@@ -285,16 +289,16 @@ def compile_all(
       The PipelineJob paths, CycleGAN's first.
 
     Raises:
-      cli.ConfigError: `kubeflow_config.resources` names a node of neither pipeline, or the
-        speaker config mixes more than one further corpus.
+      cli.ConfigError: a bad value (`compile_checks.check_compile`; no file is touched then), or
+        `kubeflow_config.resources` naming a node of neither pipeline.
+      OSError: the output folder cannot be written.
     """
-    further = mixed_corpora.mixed_corpora(speaker)
-    if len(further) > 1:
-        # TFX's KFP v2 compiler takes one channel an input; the trainer's mixed runs are one.
-        raise cli.ConfigError(
-            f"mix: {len(further)} further corpora do not compile for Kubeflow (KFP v2 takes one "
-            "channel an input): mix one, or run them with run_local"
-        )
+    compile_checks.check_compile(kubeflow_config, cyclegan, speaker)
+    from tfx_dynamic_inputs.pipeline import (  # they import TFX: see compile_pipeline
+        cyclegan_pipeline,
+        speaker_pipeline,
+    )
+
     run = run_config(kubeflow_config)
     pipelines = [
         cyclegan_pipeline.create_pipeline(cyclegan, run),
@@ -320,10 +324,18 @@ def compile_all(
     ]
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line and exit status 2, as the config's are."""
+
+    def error(self, message: str) -> NoReturn:
+        cli.fail(cli.ConfigError(message))
+
+
 def parse_args(
     argv: list[str] | None = None,
 ) -> tuple[config.KubeflowConfig, config.CycleGanConfig, config.SpeakerConfig]:
-    """What `argv` asks to compile: the config file's sections, then the flags over them.
+    """What `argv` asks to compile: the config file's sections, then the flags over them; each
+    config is built (its own checks run) before anything is compiled or written.
 
     Args:
       argv: the command-line arguments (None: `sys.argv[1:]`).
@@ -332,9 +344,9 @@ def parse_args(
       The Kubeflow config and the two pipelines' configs.
 
     Raises:
-      SystemExit: a bad flag or config file (one line on stderr, exit status 2).
+      SystemExit: a bad flag, config file or config value (one line on stderr, exit status 2).
     """
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = _OneLineParser(description=__doc__.split("\n")[0])
     defaults = config.KubeflowConfig()
     parser.add_argument("--config", metavar="FILE", help="JSON or YAML config file (see above)")
     # Defaults are None: an absent flag leaves the config file's value, else KubeflowConfig's.
@@ -377,13 +389,18 @@ def parse_args(
     flags: dict[str, Any] = {k: v for k, v in args.items() if v is not None}
     if "beam_pipeline_args" in flags:
         flags["beam_pipeline_args"] = tuple(flags["beam_pipeline_args"])
-    kubeflow_config = config.KubeflowConfig(**{**sections.get(cli.KUBEFLOW_SECTION, {}), **flags})
-    cyclegan, speaker = pipeline_configs(
-        kubeflow_config.data_root,
-        kubeflow_config.schemas_dir,
-        cyclegan=sections.get("cyclegan", {}),
-        speaker=sections.get("speaker", {}),
-    )
+    try:
+        kubeflow_config = config.KubeflowConfig(
+            **{**sections.get(cli.KUBEFLOW_SECTION, {}), **flags}
+        )
+        cyclegan, speaker = pipeline_configs(
+            kubeflow_config.data_root,
+            kubeflow_config.schemas_dir,
+            cyclegan=sections.get("cyclegan", {}),
+            speaker=sections.get("speaker", {}),
+        )
+    except (TypeError, ValueError) as error:  # the configs' own checks
+        cli.fail(cli.ConfigError(" ".join(str(error).split("\n"))))
     return kubeflow_config, cyclegan, speaker
 
 
@@ -395,8 +412,10 @@ def main(argv: list[str] | None = None) -> None:
       argv: the command-line arguments (None: `sys.argv[1:]`), as `parse_args` reads them.
 
     Raises:
-      SystemExit: a bad flag or config file (`parse_args`), or `resources` naming a node of
-        neither pipeline: one line, status 2.
+      SystemExit: a bad flag, config file or value (`parse_args`,
+        `compile_checks.check_compile`: before TFX is imported or a file touched), `resources`
+        naming a node of neither pipeline, or an output folder that cannot be written: one
+        line, status 2.
 
     Example:
       main(["--image", "REGISTRY/tfx-dynamic-inputs:TAG", "--output-dir", "out/kubeflow"])
@@ -406,6 +425,8 @@ def main(argv: list[str] | None = None) -> None:
         paths = compile_all(*configs)
     except cli.ConfigError as error:
         cli.fail(error)
+    except OSError as error:
+        cli.fail(cli.ConfigError(f"--output-dir {configs[0].output_dir}: {error}"))
     for path in paths:
         print(f"wrote {path}")
 
