@@ -1,7 +1,7 @@
 """A tf.data service worker that can run the samplers' datasets.
 
     python -m tfx_dynamic_inputs.data_service_worker --dispatcher_address HOST:PORT [--port P]
-        [--worker_address HOST] [--without_native_ops]
+        [--worker_address HOST] [--connect_timeout_seconds S] [--without_native_ops]
 
 A worker runs dataset graphs that clients register with the dispatcher, so every op a graph names
 must be registered in the worker's process before it serves: a plain
@@ -12,65 +12,196 @@ registered". This entrypoint loads it, then starts a `WorkerServer` and serves u
 The disk backend reads shards by the paths the client opened them with: every worker must see the
 run at the same path (a shared filesystem). Clients build their datasets with
 `sampler.distributed_dataset("grpc://HOST:PORT", ...)` (`tfx_dynamic_inputs.inputs.epoch_plan`).
+
+Exit status 2 for a malformed flag (an address that is not HOST:PORT, a port outside 0-65535, a
+timeout that is not a number of seconds in (0, 86400]): one line, before TensorFlow loads.
 Exit status 1 when the native op is not built (unless `--without_native_ops`: then only datasets
-whose records are in memory can run here).
+whose records are in memory can run here), or when the dispatcher does not answer within
+`--connect_timeout_seconds` (default 60).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import math
+import re
 import sys
-
-import tensorflow as tf
+from typing import NoReturn
 
 from tfx_dynamic_inputs import native
 
+# How long the worker waits for its dispatcher to answer by default, and at most (a day): TF's
+# WorkerServer itself retries its registration forever, silently to anyone but its log.
+CONNECT_TIMEOUT_SECONDS = 60.0
+MAX_CONNECT_TIMEOUT_SECONDS = 86400.0
+MAX_PORT = 65535
+# A host name, an IPv4 address or a bracketed IPv6 address, then ":" and a decimal port.
+_HOST = r"\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9._-]*"
+_HOST_ONLY = re.compile(_HOST)
+_HOST_PORT = re.compile(rf"(?P<host>{_HOST}):(?P<port>[0-9]{{1,5}})")
+PROGRAM = "python -m tfx_dynamic_inputs.data_service_worker"
 
-def worker_config(
-    dispatcher_address: str, port: int = 0, worker_address: str = "localhost"
-) -> tf.data.experimental.service.WorkerConfig:
-    """The `WorkerConfig` of a worker on `port` (0: any free one) that clients reach at
-    `worker_address` (a host name), serving the dispatcher at `dispatcher_address` ("HOST:PORT",
-    a "grpc://" prefix allowed).
+
+def dispatcher_host_port(dispatcher_address: str) -> str:
+    """The "HOST:PORT" of a dispatcher address, checked without connecting.
+
+    Args:
+        dispatcher_address: "HOST:PORT" or "grpc://HOST:PORT"; HOST a host name, an IPv4 address
+            or a bracketed IPv6 address, PORT in 1-65535.
+
+    Returns:
+        "HOST:PORT", without the "grpc://" prefix.
+
+    Raises:
+        ValueError: one line naming the address, when it is not of that form.
+        TypeError: when it is not a str.
+
+    Example:
+        dispatcher_host_port("grpc://dispatcher:5050")  # "dispatcher:5050"
+    """
+    if not isinstance(dispatcher_address, str):
+        raise TypeError(f"the dispatcher address must be a str, got {dispatcher_address!r}")
+    protocol, _, address = dispatcher_address.rpartition("://")
+    match = _HOST_PORT.fullmatch(address)
+    if protocol not in ("", "grpc") or match is None or not 1 <= int(match["port"]) <= MAX_PORT:
+        raise ValueError(
+            f"the dispatcher address must be HOST:PORT or grpc://HOST:PORT with PORT in "
+            f"1-{MAX_PORT}, got {dispatcher_address!r}"
+        )
+    return address
+
+
+def wait_for_dispatcher(host_port: str, timeout_seconds: float) -> bool:
+    """Whether a gRPC server (the dispatcher) answers at `host_port` within `timeout_seconds`;
+    gRPC retries the connection (a refused one, an unresolved host) until then.
+
+    Args:
+        host_port: "HOST:PORT", as `dispatcher_host_port` returns it.
+        timeout_seconds: how long to wait, in seconds.
+
+    Returns:
+        True once the connection is ready; False when the time ran out.
+
+    Example:
+        wait_for_dispatcher("dispatcher:5050", 60.0)
+    """
+    import grpc  # a dependency of TensorFlow, loaded in a tenth of its time
+
+    channel = grpc.insecure_channel(host_port)
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout_seconds)
+    except grpc.FutureTimeoutError:
+        return False
+    finally:
+        channel.close()
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerOptions:
+    """The worker's flags, checked when made.
+
+    Attributes:
+        dispatcher_address: the dispatcher, "HOST:PORT" or "grpc://HOST:PORT"
+            (`dispatcher_host_port`).
+        port: the port to serve on, 0-65535; 0 picks a free one.
+        worker_address: the host name (or address, without a port) clients reach this worker at.
+        connect_timeout_seconds: how long to wait for the dispatcher to answer, in
+            (0, `MAX_CONNECT_TIMEOUT_SECONDS`].
+        without_native_ops: serve even when the native op is not built.
+    """
+
+    dispatcher_address: str
+    port: int = 0
+    worker_address: str = "localhost"
+    connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS
+    without_native_ops: bool = False
+
+    def __post_init__(self) -> None:
+        dispatcher_host_port(self.dispatcher_address)
+        if isinstance(self.port, bool) or not isinstance(self.port, int):
+            raise TypeError(f"port must be an int, got {self.port!r}")
+        if not 0 <= self.port <= MAX_PORT:
+            raise ValueError(f"--port must be in 0-{MAX_PORT} (0: any free one), got {self.port}")
+        if not isinstance(self.worker_address, str) or not _HOST_ONLY.fullmatch(
+            self.worker_address
+        ):
+            raise ValueError(
+                "--worker_address must be a host name or address without a port, got "
+                f"{self.worker_address!r}"
+            )
+        seconds = self.connect_timeout_seconds
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise TypeError(f"connect_timeout_seconds must be a number, got {seconds!r}")
+        if not (math.isfinite(seconds) and 0 < seconds <= MAX_CONNECT_TIMEOUT_SECONDS):
+            raise ValueError(
+                f"--connect_timeout_seconds must be in (0, {MAX_CONNECT_TIMEOUT_SECONDS:g}], "
+                f"got {seconds}"
+            )
+
+    @property
+    def host_port(self) -> str:
+        """The dispatcher's "HOST:PORT", without a "grpc://" prefix."""
+        return dispatcher_host_port(self.dispatcher_address)
+
+
+def worker_config(dispatcher_address: str, port: int = 0, worker_address: str = "localhost"):
+    """The `tf.data.experimental.service.WorkerConfig` of a worker on `port` (0: any free one)
+    that clients reach at `worker_address` (a host name), serving the dispatcher at
+    `dispatcher_address` ("HOST:PORT", a "grpc://" prefix allowed).
 
     Args:
         dispatcher_address: the dispatcher, "HOST:PORT" or "grpc://HOST:PORT".
-        port: the port to serve on; 0 picks a free one.
+        port: the port to serve on, 0-65535; 0 picks a free one.
         worker_address: the host name clients reach this worker at.
 
     Returns:
         The `tf.data.experimental.service.WorkerConfig`.
 
     Raises:
-        ValueError: for a dispatcher address with another protocol.
+        ValueError: as `WorkerOptions`: for a dispatcher address that is not HOST:PORT, a port
+            outside 0-65535 or a worker address that is not a host.
 
     Example:
         worker_config("grpc://dispatcher:5050", port=5051)
     """
-    protocol, _, address = dispatcher_address.rpartition("://")
-    if protocol not in ("", "grpc"):
-        raise ValueError(f"the dispatcher address must be HOST:PORT, got {dispatcher_address!r}")
+    options = WorkerOptions(dispatcher_address, port, worker_address)
+    import tensorflow as tf
+
     return tf.data.experimental.service.WorkerConfig(
-        dispatcher_address=address, worker_address=f"{worker_address}:%port%", port=port
+        dispatcher_address=options.host_port,
+        worker_address=f"{options.worker_address}:%port%",
+        port=options.port,
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Serves a tf.data service worker until interrupted.
+class _OneLineParser(argparse.ArgumentParser):
+    """Raises a bad flag as a ValueError, which `main` prints in one line (argparse's own exit
+    adds its usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ValueError(message)
+
+
+def parse_options(argv: list[str] | None = None) -> WorkerOptions:
+    """The worker's options from its command line, checked before TensorFlow loads.
 
     Args:
         argv: `--dispatcher_address HOST:PORT [--port N] [--worker_address HOST]
-            [--without_native_ops]`; None reads `sys.argv`.
+            [--connect_timeout_seconds S] [--without_native_ops]`; None reads `sys.argv`.
 
     Returns:
-        The exit status: 0 after an interrupt, 1 when the native op is missing (unless
-        `--without_native_ops`).
+        The `WorkerOptions`.
+
+    Raises:
+        ValueError: one line, for an unknown flag, a missing or malformed value.
 
     Example:
-        main(["--dispatcher_address", "localhost:5050"])
+        parse_options(["--dispatcher_address", "dispatcher:5050", "--port", "5051"])
     """
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = _OneLineParser(prog=PROGRAM, description=__doc__.splitlines()[0])
     parser.add_argument("--dispatcher_address", required=True, help="HOST:PORT of the dispatcher")
     parser.add_argument("--port", type=int, default=0, help="port to serve on (0: any free one)")
     parser.add_argument(
@@ -79,19 +210,56 @@ def main(argv: list[str] | None = None) -> int:
         help="host name clients reach this worker at (default: localhost)",
     )
     parser.add_argument(
+        "--connect_timeout_seconds",
+        type=float,
+        default=CONNECT_TIMEOUT_SECONDS,
+        help="how long to wait for the dispatcher to answer before exiting with status 1 "
+        f"(default {CONNECT_TIMEOUT_SECONDS:g}, at most {MAX_CONNECT_TIMEOUT_SECONDS:g})",
+    )
+    parser.add_argument(
         "--without_native_ops",
         action="store_true",
         help="serve even when the native op is not built (only in-memory record stores work)",
     )
-    args = parser.parse_args(argv)
+    return WorkerOptions(**vars(parser.parse_args(argv)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serves a tf.data service worker until interrupted.
+
+    Args:
+        argv: the flags (`parse_options`); None reads `sys.argv`.
+
+    Returns:
+        The exit status: 0 after an interrupt; 2 for a malformed flag (one line, before
+        TensorFlow loads); 1 when the native op is missing (unless `--without_native_ops`), or
+        when the dispatcher does not answer within `--connect_timeout_seconds`.
+
+    Example:
+        main(["--dispatcher_address", "localhost:5050"])
+    """
+    try:
+        options = parse_options(argv)
+    except ValueError as error:
+        print(f"{PROGRAM}: error: {error}", file=sys.stderr)
+        return 2
     try:
         native.load_op_library()
     except native.NativeBuildError as error:
-        if not args.without_native_ops:
+        if not options.without_native_ops:
             print(f"error: {error}", file=sys.stderr)
             return 1
         print(f"warning: {error}; serving without it", file=sys.stderr)
-    config = worker_config(args.dispatcher_address, args.port, args.worker_address)
+    if not wait_for_dispatcher(options.host_port, options.connect_timeout_seconds):
+        print(
+            f"error: no dispatcher answered at {options.host_port} within "
+            f"--connect_timeout_seconds={options.connect_timeout_seconds:g} s",
+            file=sys.stderr,
+        )
+        return 1
+    import tensorflow as tf
+
+    config = worker_config(options.host_port, options.port, options.worker_address)
     server = tf.data.experimental.service.WorkerServer(config)
     # The bound port is known only once the server runs (port 0); no public API returns it.
     print(
