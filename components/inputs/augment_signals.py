@@ -205,7 +205,8 @@ def windowed_sinc(distance: tf.Tensor, cutoff: tf.Tensor, stretch: tf.Tensor) ->
     weight = lower + (position - below) * (upper - lower)
     weight = tf.where(tf.abs(window_distance) <= _HALF_TAPS, weight, 0.0)
     # np.sinc's own way: pi * x, with 1e-20 for 0.
-    angle = math.pi * tf.where(tf.equal(distance, 0.0), 1e-20, 2 * cutoff * distance)
+    tiny = tf.constant(1e-20, tf.float64)
+    angle = math.pi * tf.where(tf.equal(distance, 0.0), tiny, 2 * cutoff * distance)
     return 2 * cutoff * (tf.sin(angle) / angle) * weight
 
 

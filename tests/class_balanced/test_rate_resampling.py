@@ -35,7 +35,7 @@ def _tones(rate: int, seconds: float, top_hertz: float, rng: np.random.Generator
     freqs, phases = rng.uniform(50, top_hertz, 10), rng.uniform(0, 2 * np.pi, 10)
 
     def at(t: np.ndarray) -> np.ndarray:
-        return sum(0.08 * np.sin(2 * np.pi * f * t + p) for f, p in zip(freqs, phases))
+        return sum(0.08 * np.sin(2 * np.pi * f * t + p) for f, p in zip(freqs, phases, strict=True))
 
     return at, at(np.arange(int(rate * seconds)) / rate).astype(np.float32)
 
@@ -106,3 +106,15 @@ def test_an_empty_signal_resamples_to_nothing():
     assert _resample(np.zeros(0, np.float32), 44100, 16000).shape == (0,)
     assert _resample(np.ones(1, np.float32), 48000, 16000).shape == (0,)
     assert _resample(np.ones(2, np.float32), 48000, 16000).shape == (1,)
+
+
+def test_a_graph_resamples_as_eager_code_does():
+    # A served file's rate is a tensor of a traced graph: Python constants must take its dtypes.
+    graph = tf.function(
+        lambda signal, rate: resample(signal, rate, 16000),
+        input_signature=[tf.TensorSpec([None], tf.float32), tf.TensorSpec([], tf.int64)],
+    )
+    signal = np.random.default_rng(1).standard_normal(4410).astype(np.float32)
+    for rate in (8000, 44100):
+        eager = _resample(signal, rate, 16000).numpy()
+        np.testing.assert_array_equal(graph(signal, tf.constant(rate, tf.int64)).numpy(), eager)
