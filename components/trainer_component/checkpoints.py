@@ -27,7 +27,11 @@ resumed run reports every epoch (`history()`), not only those of its last attemp
 
 The checkpoints are a few model-sized files; `CheckpointManager` keeps the latest two and
 writes each atomically (a checkpoint is listed only once complete), so an attempt killed while
-saving resumes from the one before.
+saving resumes from the one before. A resume does not trust the `checkpoint` file's list: it reads
+every `ckpt-<steps>` in the folder, newest first, and resumes from the first whose index and data
+files are all there and readable (a file cut short, a `checkpoint` file naming one that is gone),
+with one warning naming those it skipped; when checkpoints are there but none is complete it
+fails naming the newest, and never starts afresh beside them.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 from collections.abc import Mapping
 
 import keras
@@ -46,6 +51,10 @@ from tfx_dynamic_inputs.inputs.epoch_sampler import EpochSampler
 CHECKPOINT_DIR = "checkpoints"
 HISTORY_FILE = "history.json"
 _MAX_TO_KEEP = 2
+# `CheckpointManager`'s file names: `ckpt-<steps>.index` and `ckpt-<steps>.data-<i>-of-<n>`.
+_CHECKPOINT_FILE = re.compile(r"ckpt-(\d+)\.(?:index|data-\d+-of-\d+)")
+_CHECKPOINT_NAME = re.compile(r"ckpt-(\d+)")
+_DATA_SHARD = re.compile(r"\.data-(\d+)-of-(\d+)$")
 
 _log = logging.getLogger(__name__)
 
@@ -77,6 +86,7 @@ class TrainingCheckpoints:
         self.trained_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="trained_steps")
         self._inputs: dict[str, tf.Module] = {}
         self._sampler: EpochSampler | None = None
+        self._resumed_from: str | None = None
 
     def resume(
         self, sampler: EpochSampler, other_inputs: Mapping[str, tf.Module] | None = None
@@ -93,19 +103,22 @@ class TrainingCheckpoints:
             The batches of the epoch in progress already trained (0 on a fresh start).
 
         Raises:
-            ValueError: when called a second time.
+            ValueError: when called a second time, or when the folder holds checkpoints but
+                none is complete (the message names the newest and what is wrong with it).
         """
         if self._inputs:
             raise ValueError("resume() was called already: one sampler per training run")
         self._inputs = {"sampler": sampler.state, **(other_inputs or {})}
         self._sampler = sampler
         self.steps_per_epoch = sampler.steps_per_epoch
-        latest = self.latest()
-        if latest is not None:
+        self._resumed_from = newest_complete_checkpoint(self.directory)
+        if self._resumed_from is not None:
             checkpoint = tf.train.Checkpoint(trained_steps=self.trained_steps, **self._inputs)
             # The model's part is restored later, by the callback.
-            checkpoint.restore(latest).expect_partial()
-            _log.info("resuming from %s: %d steps trained", latest, int(self.trained_steps))
+            checkpoint.restore(self._resumed_from).expect_partial()
+            _log.info(
+                "resuming from %s: %d steps trained", self._resumed_from, int(self.trained_steps)
+            )
         return self.resume_point().step
 
     def rewind_inputs(self) -> None:
@@ -115,9 +128,11 @@ class TrainingCheckpoints:
         if self._sampler is not None:
             self._sampler.rewind()
 
-    def latest(self) -> str | None:
-        """The path of the latest complete checkpoint, or None."""
-        return tf.train.latest_checkpoint(self.directory)
+    @property
+    def resumed_from(self) -> str | None:
+        """The checkpoint `resume` restored (the newest complete one), or None on a fresh
+        start."""
+        return self._resumed_from
 
     def resume_point(self) -> ResumePoint:
         """Where training goes on, as restored by `resume` (and advanced by training)."""
@@ -189,6 +204,103 @@ class TrainingCheckpoints:
         )
 
 
+def newest_complete_checkpoint(directory: str) -> str | None:
+    """The newest complete checkpoint of `CheckpointManager` in `directory`, checked by reading it.
+
+    Every `ckpt-<steps>` there (a file of it, or a name in the `checkpoint` file) is a candidate,
+    newest (most steps) first; the first whose index and every data file are there and whose
+    every tensor reads back (`tf.train.load_checkpoint`) is returned, after one warning naming the
+    newer ones skipped. Reading a checkpoint whole costs one read of its files.
+
+    Args:
+        directory: the checkpoint folder.
+
+    Returns:
+        The complete checkpoint's prefix (`<directory>/ckpt-<steps>`), or None when there is no
+        checkpoint at all.
+
+    Raises:
+        ValueError: there are checkpoints but none is complete; the message names the newest's
+            damaged or missing file.
+    """
+    skipped = []
+    for prefix in _checkpoint_prefixes(directory):
+        damage = _damage(prefix)
+        if damage is None:
+            if skipped:
+                _log.warning(
+                    "resuming from %s, the newest complete checkpoint; skipped newer ones: %s",
+                    prefix,
+                    "; ".join(skipped),
+                )
+            return prefix
+        skipped.append(damage)
+    if not skipped:
+        return None
+    older = f" (and {len(skipped) - 1} older ones, as damaged)" if len(skipped) > 1 else ""
+    raise ValueError(
+        f"no complete checkpoint to resume from in {directory}: {skipped[0]}{older}; move the "
+        "folder away to train afresh"
+    )
+
+
+def _checkpoint_prefixes(directory: str) -> list[str]:
+    """The prefixes of the checkpoints in `directory` (files, or names in its `checkpoint`
+    file), newest first."""
+    steps = set()
+    if tf.io.gfile.isdir(directory):
+        for name in tf.io.gfile.listdir(directory):
+            match = _CHECKPOINT_FILE.fullmatch(name)
+            if match:
+                steps.add(int(match.group(1)))
+    try:
+        state = tf.train.get_checkpoint_state(directory)
+    except ValueError:  # an empty `checkpoint` file names none: the files above are all there is
+        state = None
+    if state is not None:
+        # The checkpoint it names may be gone: it is then skipped, and named in the warning.
+        folder, name = os.path.split(state.model_checkpoint_path)
+        match = _CHECKPOINT_NAME.fullmatch(name)
+        if match and folder.rstrip("/") == directory.rstrip("/"):
+            steps.add(int(match.group(1)))
+    return [os.path.join(directory, f"ckpt-{step}") for step in sorted(steps, reverse=True)]
+
+
+def _damage(prefix: str) -> str | None:
+    """What makes the checkpoint `prefix` incomplete, naming its file; None when it is whole."""
+    index = f"{prefix}.index"
+    if not tf.io.gfile.exists(index):
+        return f"{index} is missing"
+    directory, name = os.path.split(prefix)
+    data = [
+        os.path.join(directory, file)
+        for file in sorted(tf.io.gfile.listdir(directory))
+        if file.startswith(f"{name}.data-")
+    ]
+    shards = [tuple(map(int, match.groups())) for match in map(_DATA_SHARD.search, data) if match]
+    if not shards:
+        return f"the data files of {prefix} are missing (no {name}.data-*)"
+    count = max(count for _, count in shards)
+    missing = sorted(set(range(count)) - {shard for shard, _ in shards})
+    if missing:
+        return f"{prefix}.data-{missing[0]:05d}-of-{count:05d} is missing"
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+    except (tf.errors.OpError, RuntimeError, ValueError, IndexError) as error:
+        return f"{index} is unreadable ({_first_line(error)})"
+    for tensor in reader.get_variable_to_dtype_map():
+        try:
+            reader.get_tensor(tensor)
+        except (tf.errors.OpError, RuntimeError, ValueError, IndexError) as error:
+            return f"{', '.join(data)} cannot be read back ({tensor}: {_first_line(error)})"
+    return None
+
+
+def _first_line(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
+
+
 def _names(epochs: list[dict[str, float]]) -> list[str]:
     return sorted({name for logs in epochs for name in logs})
 
@@ -220,7 +332,7 @@ class _CheckpointCallback(keras.callbacks.Callback):
         # Under a tf.distribute strategy `fit` has read a batch already, from an iterator it
         # dropped (to build the model): the sampler goes back to where its dataset was built.
         self._checkpoints.rewind_inputs()
-        latest = self._checkpoints.latest()
+        latest = self._checkpoints.resumed_from
         if latest is None:
             return
         # Keras builds a model and its optimizer inside the first traced train step, where a

@@ -7,11 +7,17 @@ kill test (`test_kill_resume.py`) does it with SIGKILL."""
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
+import shutil
+import tempfile
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tfx_dynamic_inputs.inputs import ClassBalancedSampler, EpochState, RecordStore
 from tfx_dynamic_inputs.trainer_component.checkpoints import TrainingCheckpoints
@@ -210,3 +216,119 @@ def test_bad_settings_are_refused(tmp_path):
     checkpoints.resume(sampler())
     with pytest.raises(ValueError, match="called already"):
         checkpoints.resume(sampler())
+
+
+# ------------------------------------------------------------------ damaged checkpoint folders
+
+SAVED_STEPS = (2, 4)
+
+
+def saved_checkpoints(directory: str) -> None:
+    """Writes the checkpoints of a run that trained `SAVED_STEPS` batches (the sampler's state, a
+    small model, the steps), as the training callback does, without training."""
+    checkpoints = TrainingCheckpoints(directory)
+    checkpoints.resume(sampler())
+    model = keras.Sequential([keras.Input([4]), keras.layers.Dense(2)])
+    manager = checkpoints.manager(model)
+    for steps in SAVED_STEPS:
+        checkpoints.trained_steps.assign(steps)
+        manager.save(checkpoint_number=steps)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> str:
+    directory = str(tmp_path_factory.mktemp("saved"))
+    saved_checkpoints(directory)
+    return directory
+
+
+def resumed_steps(directory: str) -> int:
+    """The trained steps a new attempt on `directory` resumes at."""
+    checkpoints = TrainingCheckpoints(directory)
+    checkpoints.resume(sampler())
+    return checkpoints.resume_point().trained_steps
+
+
+def cut(path: str, size: int) -> None:
+    with open(path, "rb") as f:
+        kept = f.read()[:size]
+    with open(path, "wb") as f:
+        f.write(kept)
+
+
+def skip_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def test_a_checkpoint_file_naming_a_missing_checkpoint_resumes_from_the_newest_complete_one(
+    saved, tmp_path, caplog
+):
+    directory = str(tmp_path / "run")
+    shutil.copytree(saved, directory)
+    state = os.path.join(directory, "checkpoint")
+    with open(state) as f:
+        text = f.read()
+    with open(state, "w") as f:
+        f.write(
+            text.replace('model_checkpoint_path: "ckpt-4"', 'model_checkpoint_path: "ckpt-999"')
+        )
+    with caplog.at_level(logging.WARNING):
+        assert resumed_steps(directory) == 4
+    (warning,) = skip_warnings(caplog)
+    assert "ckpt-999.index is missing" in warning and "resuming from" in warning
+
+
+# Any cut of the newest checkpoint's data or index file, at any byte.
+@settings(max_examples=25, deadline=None)
+@given(suffix=st.sampled_from([".data-00000-of-00001", ".index"]), fraction=st.floats(0, 0.999))
+def test_a_cut_newest_checkpoint_falls_back_to_the_one_before_with_one_warning(
+    saved, suffix, fraction
+):
+    with tempfile.TemporaryDirectory() as root:
+        directory = os.path.join(root, "run")
+        shutil.copytree(saved, directory)
+        damaged = os.path.join(directory, f"ckpt-4{suffix}")
+        cut(damaged, int(os.path.getsize(damaged) * fraction))
+        handler = _Records()
+        logging.getLogger(TrainingCheckpoints.__module__).addHandler(handler)
+        try:
+            assert resumed_steps(directory) == 2
+        finally:
+            logging.getLogger(TrainingCheckpoints.__module__).removeHandler(handler)
+    (warning,) = handler.warnings
+    assert damaged in warning and "ckpt-2" in warning
+
+
+class _Records(logging.Handler):
+    """The warnings logged while it is attached (caplog is per test, not per example)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.warnings: list[str] = []
+
+    def emit(self, record):
+        self.warnings.append(record.getMessage())
+
+
+def test_a_missing_data_file_is_named_and_skipped(saved, tmp_path, caplog):
+    directory = str(tmp_path / "run")
+    shutil.copytree(saved, directory)
+    os.remove(os.path.join(directory, "ckpt-4.data-00000-of-00001"))
+    with caplog.at_level(logging.WARNING):
+        assert resumed_steps(directory) == 2
+    (warning,) = skip_warnings(caplog)
+    assert "ckpt-4" in warning and "data files" in warning
+
+
+def test_checkpoints_none_complete_fail_naming_the_newest_never_restart(saved, tmp_path):
+    directory = str(tmp_path / "run")
+    shutil.copytree(saved, directory)
+    for steps in SAVED_STEPS:
+        data = os.path.join(directory, f"ckpt-{steps}.data-00000-of-00001")
+        cut(data, os.path.getsize(data) // 2)
+    with pytest.raises(ValueError, match="no complete checkpoint to resume from") as raised:
+        resumed_steps(directory)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert os.path.join(directory, "ckpt-4.data-00000-of-00001") in message
+    assert "1 older ones" in message
