@@ -3,8 +3,9 @@
 Flags not listed here must be Beam pipeline options (`--runner`, `--direct_num_workers`,
 `--direct_running_mode`, ...): they go to Beam's PipelineOptions, DirectRunner by default; any
 other flag is an error (one line, status 2), as is a bad value or folder (found before Beam or
-TensorFlow load). Prints a one-line summary; on a failed run prints the reason and exits with
-status 1, without a traceback.
+TensorFlow load): each value is checked against its bound in `config` (the one the Python API
+and the TFX components check too). Prints a one-line summary; on a failed run prints the reason
+and exits with status 1, without a traceback.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import difflib
 import importlib
 import logging
 import sys
+from typing import NoReturn
 
 from tfx_dynamic_inputs.interrupts import EXIT_INTERRUPTED, watching_interrupts
 from tfx_dynamic_inputs.materialize import preflight
@@ -26,6 +28,7 @@ from tfx_dynamic_inputs.materialize.config import (
     MAX_INPUT_SAMPLE_RATE,
     MIN_INPUT_SAMPLE_RATE,
     PAIRS_FORMATS,
+    RAW_CHANNELS,
     SPILL_MODES,
     SPLIT_MODES,
     AudioConfig,
@@ -57,8 +60,16 @@ class _HelpWithDefaults(argparse.HelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Reports a bad flag (`--num_shards nan`) in one line with status 2, without argparse's
+    usage; its sub-command parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="python -m tfx_dynamic_inputs.materialize",
         description="Materialize raw data into indexed TFRecord shards (Apache Beam).",
         epilog="Other flags are Beam pipeline options, e.g. --direct_num_workers=2 "
@@ -88,7 +99,9 @@ def _parser() -> argparse.ArgumentParser:
     pairs.add_argument("--image_storage", default="encoded", choices=IMAGE_STORAGE_MODES)
     pairs.add_argument("--raw_height", type=int, default=256)
     pairs.add_argument("--raw_width", type=int, default=256)
-    pairs.add_argument("--raw_channels", type=int, default=3, choices=(1, 3, 4))
+    pairs.add_argument(
+        "--raw_channels", type=int, default=3, metavar="{" + ",".join(map(str, RAW_CHANNELS)) + "}"
+    )
     pairs.add_argument(
         "--max_image_pixels",
         type=int,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 import os
 from collections.abc import Mapping
 from typing import Any, TypeVar
@@ -39,6 +41,8 @@ MANIFEST_FORMATS = ("auto", "jsonl", "csv")
 # How payloads pass between the stages of a job (`spill`): "auto" spills them to files on the
 # local runners only, "files" always, "none" never (the runner's shuffle carries them).
 SPILL_MODES = ("auto", "files", "none")
+# Channels of a raw image: gray, RGB, RGBA.
+RAW_CHANNELS = (1, 3, 4)
 
 # Limits on what one input file may decode to, so that a small file cannot take gigabytes: a
 # 40 KB WAV that declares 1 Hz resamples to 320M samples, a 660 KB FLAC of an hour of silence
@@ -61,6 +65,28 @@ MAX_IMAGE_PIXELS = 1 << 25
 PILLOW_MAX_IMAGE_PIXELS = 2 * 89478485
 # A serialized tf.train.Example (protobuf) must stay under 2 GiB.
 _MAX_RECORD_BYTES = (1 << 31) - (1 << 20)
+# The largest rate a decoder reports (a C int); `--min/max_input_sample_rate` bound the rates of
+# the files, which `AudioLimits` keeps in [1, MAX_DECLARED_SAMPLE_RATE].
+MAX_DECLARED_SAMPLE_RATE = (1 << 31) - 1
+
+# The bounds of the numeric options, one per option: the CLI, the Python API (`run_pairs`,
+# `run_audio`), the TFX components and the index job all check them through `validate`.
+#
+# 8 kHz (narrowband telephone speech, the lowest rate speech corpora are recorded at) to
+# 192 kHz (the highest rate studio audio is produced at): the rate records are stored at.
+MIN_STORED_SAMPLE_RATE = 8000
+MAX_STORED_SAMPLE_RATE = 192000
+# 10,000 shards: each is a file, a writer and an open file of every reader; at the default
+# 128 MiB a shard that is 1.3 TB, and a fixed count is never more than the records anyway.
+MAX_NUM_SHARDS = 10_000
+# 64 GiB: far above the 100-200 MB TensorFlow advises per TFRecord shard; one writer writes a
+# shard whole, so a larger one is hours of one worker.
+MAX_SHARD_BYTES = 1 << 36
+# Files per Beam element: one element is decoded by one worker (two threads for audio) and
+# its payloads are held together; 4096 is 16x the pairs job's default of 256.
+MAX_FILES_PER_BATCH = 4096
+# Seeds of the speaker / utterance split: what a TFX int parameter (int64) holds.
+MAX_SPLIT_SEED = (1 << 63) - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,21 +107,26 @@ class AudioLimits:
 
         Raises:
             MaterializeError: when `max_seconds` is not above `layout.MIN_AUDIO_SECONDS` (or not
-                finite), allows records over 2 GiB, or the rate range is empty.
+                finite), allows records over 2 GiB, or the rate range is empty or leaves
+                [1, `MAX_DECLARED_SAMPLE_RATE`].
         """
-        if not layout.MIN_AUDIO_SECONDS < self.max_seconds < float("inf"):
+        if not _is_real(self.max_seconds) or not (
+            layout.MIN_AUDIO_SECONDS < self.max_seconds < math.inf
+        ):
             raise MaterializeError(
                 f"max_audio_seconds must be a number above {layout.MIN_AUDIO_SECONDS} "
-                f"(layout.MIN_AUDIO_SECONDS), got {self.max_seconds}"
+                f"(layout.MIN_AUDIO_SECONDS), got {self.max_seconds!r}"
             )
         if sample_rate is not None and self.max_seconds * sample_rate * 2 > _MAX_RECORD_BYTES:
             raise MaterializeError(
                 f"max_audio_seconds={self.max_seconds} at sample_rate={sample_rate} allows "
                 "records over 2 GiB, more than a tf.train.Example can hold"
             )
-        if not 1 <= self.min_sample_rate <= self.max_sample_rate:
+        _require_int(self.min_sample_rate, "min_input_sample_rate", 1, MAX_DECLARED_SAMPLE_RATE)
+        _require_int(self.max_sample_rate, "max_input_sample_rate", 1, MAX_DECLARED_SAMPLE_RATE)
+        if self.min_sample_rate > self.max_sample_rate:
             raise MaterializeError(
-                "need 1 <= min_input_sample_rate <= max_input_sample_rate, got "
+                "need min_input_sample_rate <= max_input_sample_rate, got "
                 f"{self.min_sample_rate} and {self.max_sample_rate}"
             )
 
@@ -104,8 +135,9 @@ class AudioLimits:
 class ShardingConfig:
     """How a record set is cut into shards.
 
-    `num_shards` > 0 fixes the shard count (records split evenly by count); 0 cuts a new shard
-    whenever the next record would push the current one past `max_shard_bytes`.
+    `num_shards` in [1, `MAX_NUM_SHARDS`] fixes the shard count (records split evenly by count,
+    never more shards than records); 0 cuts a new shard whenever the next record would push the
+    current one past `max_shard_bytes`, in [1, `MAX_SHARD_BYTES`].
     """
 
     max_shard_bytes: int = 128 << 20
@@ -115,12 +147,11 @@ class ShardingConfig:
         """Checks the config.
 
         Raises:
-            MaterializeError: when `max_shard_bytes` is not positive or `num_shards` is negative.
+            MaterializeError: when `max_shard_bytes` or `num_shards` is not an integer in its
+                range.
         """
-        if self.max_shard_bytes <= 0:
-            raise MaterializeError(f"max_shard_bytes must be positive, got {self.max_shard_bytes}")
-        if self.num_shards < 0:
-            raise MaterializeError(f"num_shards must be >= 0, got {self.num_shards}")
+        _require_int(self.max_shard_bytes, "max_shard_bytes", 1, MAX_SHARD_BYTES)
+        _require_int(self.num_shards, "num_shards", 0, MAX_NUM_SHARDS, " (0: by max_shard_bytes)")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -146,12 +177,8 @@ class JobSettings:
     def _validate_settings(self, files_per_batch: int) -> None:
         self.sharding.validate()
         _require_choice(self.spill, SPILL_MODES, "spill")
-        if not 0.0 <= self.max_reject_fraction <= 1.0:
-            raise MaterializeError(
-                f"max_reject_fraction must be in [0, 1], got {self.max_reject_fraction}"
-            )
-        if files_per_batch <= 0:
-            raise MaterializeError(f"files_per_batch must be positive, got {files_per_batch}")
+        check_reject_fraction(self.max_reject_fraction)
+        _require_int(files_per_batch, "files_per_batch", 1, MAX_FILES_PER_BATCH)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -222,15 +249,20 @@ class PairsConfig(JobSettings):
         _require_choice(self.pairs_format, PAIRS_FORMATS, "pairs_format")
         _require_choice(self.groups_format, GROUPS_FORMATS, "groups_format")
         _require_choice(self.image_storage, IMAGE_STORAGE_MODES, "image_storage")
-        if not 1 <= self.max_image_pixels <= PILLOW_MAX_IMAGE_PIXELS:
+        _require_int(
+            self.max_image_pixels,
+            "max_image_pixels",
+            1,
+            PILLOW_MAX_IMAGE_PIXELS,
+            " (Pillow opens no larger image)",
+        )
+        # No side may be longer than the most pixels any image may have; with raw storage the
+        # product is bounded by max_image_pixels below.
+        _require_int(self.raw_height, "raw_height", 1, PILLOW_MAX_IMAGE_PIXELS)
+        _require_int(self.raw_width, "raw_width", 1, PILLOW_MAX_IMAGE_PIXELS)
+        if not (_is_int(self.raw_channels) and self.raw_channels in RAW_CHANNELS):
             raise MaterializeError(
-                f"max_image_pixels must be in [1, {PILLOW_MAX_IMAGE_PIXELS}] (Pillow opens no "
-                f"larger image), got {self.max_image_pixels}"
-            )
-        if min(self.raw_height, self.raw_width) <= 0 or self.raw_channels not in (1, 3, 4):
-            raise MaterializeError(
-                "raw image size must be positive and raw_channels 1, 3 or 4, got "
-                f"{self.raw_height}x{self.raw_width}x{self.raw_channels}"
+                f"--raw_channels must be one of 1, 3, 4; got {self.raw_channels!r}"
             )
         if self.image_storage == "raw" and self.raw_height * self.raw_width > self.max_image_pixels:
             raise MaterializeError(
@@ -301,10 +333,14 @@ class AudioConfig(JobSettings):
         _require_dir(self.root, "root")
         _require_choice(self.manifest_format, MANIFEST_FORMATS, "manifest_format")
         _require_choice(self.split_mode, SPLIT_MODES, "split_mode")
-        if not 1000 <= self.sample_rate <= 384000:
-            raise MaterializeError(f"sample_rate must be in [1000, 384000], got {self.sample_rate}")
-        if not 0.0 <= self.eval_fraction < 1.0:
-            raise MaterializeError(f"eval_fraction must be in [0, 1), got {self.eval_fraction}")
+        _require_int(
+            self.sample_rate, "sample_rate", MIN_STORED_SAMPLE_RATE, MAX_STORED_SAMPLE_RATE
+        )
+        if not _is_real(self.eval_fraction) or not 0.0 <= self.eval_fraction < 1.0:
+            raise MaterializeError(
+                f"--eval_fraction must be a number in [0, 1), got {self.eval_fraction!r}"
+            )
+        _require_int(self.split_seed, "split_seed", 0, MAX_SPLIT_SEED)
         self.limits.validate(self.sample_rate)
         self._validate_settings(self.files_per_batch)
 
@@ -347,6 +383,37 @@ def from_flat(config_class: type[JobConfig], values: Mapping[str, Any]) -> JobCo
         **{name: value for name, value in given.items() if name in fields},
         sharding=ShardingConfig(**sharding),
     )
+
+
+def check_reject_fraction(fraction: float) -> None:
+    """Checks `max_reject_fraction`, the largest fraction of a job's inputs that may be rejected.
+
+    Args:
+        fraction: the value, a number in [0, 1].
+
+    Raises:
+        MaterializeError: when it is not a number in [0, 1] (NaN included).
+    """
+    if not _is_real(fraction) or not 0.0 <= fraction <= 1.0:
+        raise MaterializeError(f"--max_reject_fraction must be in [0, 1], got {fraction!r}")
+
+
+def _is_real(value: object) -> bool:
+    """Whether `value` is a number (an int or a float, not a bool)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _is_int(value: object) -> bool:
+    """Whether `value` is an integer (a Python or NumPy int, not a bool)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _require_int(value: object, flag: str, low: int, high: int, note: str = "") -> None:
+    """Refuses `value` unless it is an integer (not a bool) in [`low`, `high`]."""
+    if not _is_int(value) or not low <= value <= high:
+        raise MaterializeError(
+            f"--{flag} must be an integer in [{low}, {high}]{note}, got {value!r}"
+        )
 
 
 def _require_dir(path: str, flag: str) -> None:
