@@ -261,16 +261,32 @@ def resample(signal: tf.Tensor, input_rate: tf.Tensor, output_rate: int) -> tf.T
     taps = tf.range(2 * half + 1, dtype=tf.int64)
     block_size = tf.maximum(tf.constant(1, tf.int64), _RESAMPLE_BLOCK_TAPS // (2 * half + 1))
 
+    def phase_taps(phase: tf.Tensor) -> tf.Tensor:
+        """float64 [k] output positions past their input sample -> float32 [k, taps]."""
+        distance = phase[:, None] + tf.cast(half - taps, tf.float64)[None, :]
+        return tf.cast(windowed_sinc(distance, cutoff, stretch), tf.float32)
+
+    # The phases repeat every output_rate / gcd outputs (2 of them at 8 -> 16 kHz, 160 at 44.1);
+    # where they are fewer than the outputs and fit a block, their taps are computed once.
+    phases = output_rate // _gcd(input_rate, tf.constant(output_rate, tf.int64))
+    tabled = tf.logical_and(phases <= num_out, phases * (2 * half + 1) <= _RESAMPLE_BLOCK_TAPS)
+    steps = tf.cond(tabled, lambda: phases, lambda: tf.constant(0, tf.int64))
+    # i / phases is (i * gcd) / output_rate: the same float64 as the direct phase below.
+    table = phase_taps(tf.cast(tf.range(steps), tf.float64) / tf.cast(phases, tf.float64))
+
     def block(start: tf.Tensor) -> tf.Tensor:
         scaled = (start + tf.range(block_size, dtype=tf.int64)) * input_rate
         nearest = scaled // output_rate  # the input sample at or before each output point
-        phase = tf.cast(scaled % output_rate, tf.float64) / output_rate
-        distance = phase[:, None] + tf.cast(half - taps, tf.float64)[None, :]
+        residue = scaled % output_rate
+        weights = tf.cond(
+            tabled,
+            lambda: tf.gather(table, residue // (output_rate // phases)),
+            lambda: phase_taps(tf.cast(residue, tf.float64) / output_rate),
+        )
         inputs = nearest[:, None] + taps[None, :] - half
         # Inputs outside the signal read the zero after it.
         outside = tf.logical_or(inputs < 0, inputs >= num_in)
         values = tf.gather(padded, tf.where(outside, num_in, inputs))
-        weights = tf.cast(windowed_sinc(distance, cutoff, stretch), tf.float32)
         return tf.reduce_sum(weights * values, axis=1)
 
     padded = tf.concat([signal, tf.zeros([1], signal.dtype)], axis=0)
@@ -278,3 +294,8 @@ def resample(signal: tf.Tensor, input_rate: tf.Tensor, output_rate: int) -> tf.T
     starts = tf.range(0, tf.maximum(num_out, 1), block_size, dtype=tf.int64)
     blocks = tf.map_fn(block, starts, fn_output_signature=tf.TensorSpec([None], tf.float32))
     return tf.reshape(blocks, [-1])[:num_out]
+
+
+def _gcd(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
+    """The greatest common divisor of two positive int64 scalars (Euclid)."""
+    return tf.while_loop(lambda a, b: b > 0, lambda a, b: (b, a % b), (a, b))[0]
