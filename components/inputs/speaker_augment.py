@@ -22,41 +22,44 @@ Per sample, in this order (WeSpeaker's):
    (chosen by a keyed draw), its first `max_rir_seconds` from its direct-path peak (the largest
    absolute sample: the output stays aligned with the dry speech), normalized to **unit energy**
    (as WeSpeaker and voxceleb_trainer do, so a diffuse signal keeps its power), convolved by FFT
-   (`tf.signal.rfft` / `irfft`) and truncated to the segment.
+   (`tf.signal.rfft` / `irfft`) and truncated to the segment. RIRs are zero-padded to the
+   longest kept RIR of the run, not to `max_rir_seconds` (at most `MAX_RIR_SECONDS`).
 3. **Additive noise** (`AdditiveNoise`), with probability `probability`: a clip of the noise run
    (chosen by a keyed draw), a keyed window of the segment's length (short clips looped), scaled
-   so that the segment's power over the noise's is an SNR drawn uniformly in `snr_db` (dB).
+   so that the segment's power over the noise's is an SNR drawn uniformly in `snr_db` (dB,
+   within [`MIN_SNR_DB`, `MAX_SNR_DB`]). A window below the silence floor is not mixed in (the
+   sample is not ``noisy``).
 
 The front end then computes log-mels and SpecAugment exactly as `audio_features` does.
-Noise clips and RIRs are read by index from their runs' `RecordStore`s, one batched read per
-augmented batch (in memory when the run fits the store's memory budget, else from disk).
+Noise clips and RIRs come from `augment_clips.ClipBank`s: silent clips are left out when the run
+is opened (counted in `noise_report` / `rir_report`; a run of silence only is refused), and each
+batch gathers only the windows it draws, so memory follows the segments, not the clips.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 import tensorflow as tf
 
 from tfx_dynamic_inputs.inputs.audio_config import AudioFeatureConfig
 from tfx_dynamic_inputs.inputs.audio_features import (
-    decode_padded,
     log_mel,
     mean_normalize,
-    parse_audio_examples,
     pcm16_num_samples,
     random_crop,
     spec_augment,
 )
+from tfx_dynamic_inputs.inputs.augment_clips import SILENCE_FLOOR_DB, ClipBank, ClipReport
 from tfx_dynamic_inputs.inputs.augment_signals import (
-    normalize_rirs,
+    mean_power,
     per_row,
     perturb_speed,
     reverberate,
     snr_scale,
     speed_input_samples,
+    unit_energy,
 )
 from tfx_dynamic_inputs.inputs.index_shuffle import keyed_uniform
 from tfx_dynamic_inputs.inputs.run import Run, StoreOptions, open_run
@@ -70,6 +73,46 @@ _SALT_RIR_PICK = 34
 _SALT_RIR_APPLY = 35
 _SALT_SPEECH_CROP = 0  # audio_features' crop stream: factor 1.0 crops as the plain front end
 
+# The SNR range. The gain is sqrt(speech energy / (max(noise energy, 1e-20) * 10 ** (snr / 10)))
+# in float32: below about -250 dB the power ratio underflows and the gain is inf (NaN in the
+# batch). Within +-100 dB the ratio is 1e-10 .. 1e10, the divisor stays above 1e-30 (float32's
+# smallest normal is 1.2e-38) and the gain is finite; and 16-bit PCM spans 96 dB, so past 100 dB
+# one signal is below the other's quantization step: the mix is the speech or the noise alone.
+MIN_SNR_DB = -100.0
+MAX_SNR_DB = 100.0
+# The most of a RIR used: rooms' reverberation times are seconds; 10 s x 16 kHz is 640 KB a
+# sample of the batch before the FFT (RIRs are padded to the longest kept one, not to this).
+MAX_RIR_SECONDS = 10.0
+
+
+def check_snr_range(low: float, high: float, names: str = "snr_db") -> tuple[float, float]:
+    """The SNR range (low, high) in dB as floats, checked (`AdditiveNoise`, the pipeline config).
+
+    Args:
+      low, high: the range's ends, in dB.
+      names: what the range is called in the message, e.g. "min_snr_db/max_snr_db".
+
+    Returns:
+      (low, high) as floats.
+
+    Raises:
+      TypeError: an end that is not a number.
+      ValueError: an end outside [MIN_SNR_DB, MAX_SNR_DB] (NaN and inf too), or low > high.
+    """
+    ends = []
+    for value in (low, high):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{names} must be numbers (dB), got {low!r}, {high!r}")
+        ends.append(float(value))
+    if not all(MIN_SNR_DB <= v <= MAX_SNR_DB for v in ends):
+        raise ValueError(
+            f"{names} must be within [{MIN_SNR_DB:g}, {MAX_SNR_DB:g}] dB, got {low!r}, {high!r} "
+            "(beyond it the float32 gain overflows and one signal is below 16-bit quantization)"
+        )
+    if ends[0] > ends[1]:
+        raise ValueError(f"{names} must have low <= high, got {low!r}, {high!r}: swap them")
+    return ends[0], ends[1]
+
 
 @dataclasses.dataclass(frozen=True)
 class AdditiveNoise:
@@ -79,11 +122,14 @@ class AdditiveNoise:
       run: the noise run: a `Run` (`open_run`) or its URI, materialized by the audio job (e.g.
         `materialize audio --root musan/noise --speaker_from_path`) at the speech's rate.
       record_set: the run's record set of clips.
-      snr_db: (low, high): the SNR of a sample is drawn uniformly in it, in dB.
+      snr_db: (low, high): the SNR of a sample is drawn uniformly in it, in dB, each within
+        [`MIN_SNR_DB`, `MAX_SNR_DB`] (= [-100, 100]).
       probability: the share of samples that get noise, in [0, 1].
 
     Raises:
-      ValueError: a reversed or non-finite `snr_db`, or a `probability` outside [0, 1].
+      ValueError: a reversed `snr_db` or one outside [-100, 100] dB (NaN, inf), or a
+        `probability` outside [0, 1].
+      TypeError: an `snr_db` that is not two numbers.
 
     Example:
 
@@ -96,13 +142,10 @@ class AdditiveNoise:
     probability: float = 0.6
 
     def __post_init__(self):
-        low, high = (float(v) for v in self.snr_db)
-        if not (math.isfinite(low) and math.isfinite(high) and low <= high):
-            raise ValueError(
-                f"AdditiveNoise.snr_db must be (low, high) with low <= high, got {self.snr_db}; "
-                "swap them"
-            )
-        object.__setattr__(self, "snr_db", (low, high))
+        if not isinstance(self.snr_db, (tuple, list)) or len(self.snr_db) != 2:
+            raise TypeError(f"AdditiveNoise.snr_db must be (low, high) in dB, got {self.snr_db!r}")
+        snr_db = check_snr_range(*self.snr_db, names="AdditiveNoise.snr_db")
+        object.__setattr__(self, "snr_db", snr_db)
         _check_probability("AdditiveNoise", self.probability)
 
 
@@ -114,10 +157,11 @@ class Reverberation:
       run: the RIR run: a `Run` or its URI, materialized by the audio job at the speech's rate.
       record_set: the run's record set of RIRs.
       probability: the share of samples that are reverberated, in [0, 1].
-      max_rir_seconds: the most of each RIR used, from its direct-path peak on (> 0).
+      max_rir_seconds: the most of each RIR used, from its direct-path peak on, in
+        (0, `MAX_RIR_SECONDS`] (10 s).
 
     Raises:
-      ValueError: a `probability` outside [0, 1] or a `max_rir_seconds` that is not positive.
+      ValueError: a `probability` outside [0, 1] or a `max_rir_seconds` outside (0, 10].
 
     Example:
 
@@ -131,9 +175,12 @@ class Reverberation:
 
     def __post_init__(self):
         _check_probability("Reverberation", self.probability)
-        if not (math.isfinite(self.max_rir_seconds) and self.max_rir_seconds > 0):
+        seconds = self.max_rir_seconds
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise TypeError(f"Reverberation.max_rir_seconds must be a number, got {seconds!r}")
+        if not 0 < seconds <= MAX_RIR_SECONDS:
             raise ValueError(
-                f"Reverberation.max_rir_seconds must be > 0, got {self.max_rir_seconds}"
+                f"Reverberation.max_rir_seconds must be in (0, {MAX_RIR_SECONDS:g}], got {seconds}"
             )
 
 
@@ -217,11 +264,17 @@ class SpeakerAugmenter:
       config: the augmentation.
       features: the speech front end (``"crop"`` mode: the segment is `crop_samples`).
       num_classes: C, the classes of the speech run before speed perturbation.
-      memory_budget_bytes: the noise and RIR stores are held in memory under it.
+      memory_budget_bytes: the kept noise and RIR samples are each held in memory under it
+        (else read by window from disk, `augment_clips`).
+
+    Attributes:
+      noise_report, rir_report: what opening the runs found (`augment_clips.ClipReport`: the
+        silent clips left out), or None.
 
     Raises:
-      ValueError: a front end in ``"pad"`` mode; a noise or RIR run that is empty or at another
-        rate than `features.sample_rate` (one line naming the run and the fix).
+      ValueError: a front end in ``"pad"`` mode; a noise or RIR run that is empty, of silence
+        only (below `augment_clips.SILENCE_FLOOR_DB`) or at another rate than
+        `features.sample_rate` (one line naming the run and the fix).
 
     Example:
 
@@ -245,8 +298,18 @@ class SpeakerAugmenter:
         self.features = features
         self.num_classes = int(num_classes)
         options = StoreOptions(memory_budget_bytes=memory_budget_bytes)
-        self._noise = _clip_store(config.noise, "noise", features.sample_rate, options)
-        self._rirs = _clip_store(config.reverb, "RIR", features.sample_rate, options)
+        self._noise = _clip_bank(config.noise, "noise", features.sample_rate, options, None)
+        rir_samples = None
+        if config.reverb is not None:
+            rir_samples = int(round(config.reverb.max_rir_seconds * features.sample_rate))
+        self._rirs = _clip_bank(config.reverb, "RIR", features.sample_rate, options, rir_samples)
+        self.noise_report: ClipReport | None = None if self._noise is None else self._noise.report
+        self.rir_report: ClipReport | None = None if self._rirs is None else self._rirs.report
+
+    def service_problems(self) -> list[str]:
+        """Why a tf.data service worker cannot augment (empty: it can): clips read from disk."""
+        banks = [b for b in (self._noise, self._rirs) if b is not None]
+        return [problem for bank in banks for problem in bank.service_problems()]
 
     def derived_classes(
         self, row_splits: np.ndarray, classes: list[str] | None
@@ -321,7 +384,8 @@ class SpeakerAugmenter:
         Returns:
           ``audio`` float32 [B, segment]; ``clean`` float32 [B, segment] (speed-perturbed, dry);
           ``reverberated`` and ``noisy`` bool [B]; ``snr_db`` float32 [B] (drawn for every
-          sample, used where ``noisy``); ``factor`` float32 [B].
+          sample, used where ``noisy``); ``factor`` float32 [B]; ``rir`` and ``noise_clip``
+          int64 [B], the record numbers drawn (-1 without RIRs / noise).
         """
         seed, positions, label = (tf.cast(t, tf.int64) for t in (seed, positions, label))
         segment = self.features.crop_samples
@@ -332,31 +396,39 @@ class SpeakerAugmenter:
         batch = tf.shape(label)[0]
         out = {"factor": tf.gather(tf.constant(self.config.speed_factors or (1.0,)), speed)}
         out["reverberated"] = tf.zeros([batch], tf.bool)
+        out["rir"] = tf.fill([batch], tf.constant(-1, tf.int64))
         if self._rirs is not None:
             applied = (
                 keyed_uniform(seed, positions, _SALT_RIR_APPLY) < self.config.reverb.probability
             )
-            rir = self._pick(self._rirs, seed, positions, _SALT_RIR_PICK)
-            max_rir = int(round(self.config.reverb.max_rir_seconds * self.features.sample_rate))
-            lengths = pcm16_num_samples(rir)
-            padded = decode_padded(rir, lengths)
-            normalized = normalize_rirs(padded, lengths, max_rir)
-            signal = tf.where(applied[:, None], reverberate(signal, normalized), signal)
-            out["reverberated"] = applied
+            rir = _draw(self._rirs, seed, positions, _SALT_RIR_PICK)
+            # Padded to the longest kept RIR (each is cut at max_rir_seconds from its peak).
+            taken = self._rirs.windows(rir, tf.zeros_like(rir), self._rirs.longest, loop=False)
+            signal = tf.where(applied[:, None], reverberate(signal, unit_energy(taken)), signal)
+            out["reverberated"], out["rir"] = applied, tf.gather(self._rirs.records, rir)
         out["noisy"] = tf.zeros([batch], tf.bool)
         out["snr_db"] = tf.zeros([batch], tf.float32)
+        out["noise_clip"] = tf.fill([batch], tf.constant(-1, tf.int64))
         if self._noise is not None:
             noise_config = self.config.noise
             applied = keyed_uniform(seed, positions, _SALT_NOISE_APPLY) < noise_config.probability
-            clip = self._pick(self._noise, seed, positions, _SALT_NOISE_PICK)
+            clip = _draw(self._noise, seed, positions, _SALT_NOISE_PICK)
             noise_seed = tf.random.experimental.stateless_fold_in(seed, _SALT_NOISE_CROP)
-            noise = random_crop(clip, pcm16_num_samples(clip), segment, noise_seed, positions)
+            noise = self._noise.windows(
+                clip,
+                _window_start(self._noise.lengths(clip), segment, noise_seed, positions),
+                segment,
+                loop=True,
+            )
+            # A silent window of an audible clip (a pause in it) would leave the sample clean.
+            applied = tf.logical_and(applied, mean_power(noise) >= 10.0 ** (SILENCE_FLOOR_DB / 10))
             low, high = noise_config.snr_db
             uniform = keyed_uniform(seed, positions, _SALT_NOISE_SNR)[:, None]
             snr_db = per_row(lambda u: tf.cast(low + u * (high - low), tf.float32), uniform)[:, 0]
             mixed = signal + snr_scale(signal, noise, snr_db) * noise
             signal = tf.where(applied[:, None], mixed, signal)
             out["noisy"], out["snr_db"] = applied, snr_db
+            out["noise_clip"] = tf.gather(self._noise.records, clip)
         out["audio"] = tf.ensure_shape(signal, [None, segment])
         out["clean"] = clean
         return out
@@ -380,17 +452,22 @@ class SpeakerAugmenter:
             signal = tf.tensor_scatter_nd_update(signal, rows, part)
         return signal
 
-    @staticmethod
-    def _pick(store, seed, positions, salt) -> tf.Tensor:
-        """One record of `store` per sample, by a keyed draw: its int16 PCM."""
-        uniform = keyed_uniform(seed, positions, salt)
-        count = store.num_records
-        index = tf.minimum(tf.cast(uniform * count, tf.int64), count - 1)
-        return parse_audio_examples(store.read(index), 0)["audio"]
+
+def _draw(bank: ClipBank, seed: tf.Tensor, positions: tf.Tensor, salt: int) -> tf.Tensor:
+    """int64 [B]: a clip of `bank` per sample, by a keyed draw."""
+    uniform = keyed_uniform(seed, positions, salt)
+    return tf.minimum(tf.cast(uniform * bank.num_clips, tf.int64), bank.num_clips - 1)
 
 
-def _clip_store(part, what: str, sample_rate: int, options: StoreOptions):
-    """The `RecordStore` of a noise or RIR run, checked: committed, not empty, at the rate."""
+def _window_start(lengths, segment: int, seed: tf.Tensor, positions: tf.Tensor) -> tf.Tensor:
+    """int64 [B]: a uniformly placed window's first sample, drawn as `random_crop` draws it."""
+    room = tf.maximum(lengths - segment, 0) + 1
+    uniform = keyed_uniform(seed, positions, salt=0)
+    return tf.minimum(tf.cast(uniform * tf.cast(room, tf.float64), tf.int64), room - 1)
+
+
+def _clip_bank(part, what: str, sample_rate: int, options: StoreOptions, max_samples):
+    """The `ClipBank` of a noise or RIR run, checked: committed, not empty, at the rate."""
     if part is None:
         return None
     run = part.run if isinstance(part.run, Run) else open_run(str(part.run))
@@ -405,9 +482,11 @@ def _clip_store(part, what: str, sample_rate: int, options: StoreOptions):
             f"{', '.join(f'{s}={run.num_records(s)}' for s in run.record_sets) or 'none'}); "
             f"give a run with {what} clips"
         )
-    return run.store(part.record_set, options)
+    return ClipBank.open(run, part.record_set, what, options, max_samples)
 
 
 def _check_probability(owner: str, probability: float) -> None:
+    if isinstance(probability, bool) or not isinstance(probability, (int, float)):
+        raise TypeError(f"{owner}.probability must be a number, got {probability!r}")
     if not 0.0 <= probability <= 1.0:
         raise ValueError(f"{owner}.probability must be in [0, 1], got {probability}")

@@ -13,12 +13,14 @@ from hypothesis import strategies as st
 from tests.class_balanced.runs import write_audio_run, write_clip_run
 from tests.inputs.test_elastic_resume import _contexts, _interrupted_and_resumed
 from tfx_dynamic_inputs.inputs import AudioFeatureConfig, ClassBalancedSampler, SpecAugment
+from tfx_dynamic_inputs.inputs.augment_clips import ClipBank
 from tfx_dynamic_inputs.inputs.augment_signals import (
-    normalize_rirs,
     perturb_speed,
     reverberate,
     speed_input_samples,
+    unit_energy,
 )
+from tfx_dynamic_inputs.inputs.run import StoreOptions, open_run
 from tfx_dynamic_inputs.inputs.speaker_augment import (
     AdditiveNoise,
     Reverberation,
@@ -122,15 +124,17 @@ def test_noise_and_reverb_apply_with_their_probability(runs):
 
 
 def test_rirs_are_taken_from_their_direct_path_peak_at_unit_energy(runs):
-    rirs = _rirs(np.random.default_rng(1))
-    floats = [r.astype(np.float32) / 32768 for r in rirs]
-    lengths = np.array([len(r) for r in floats])
-    padded = np.zeros([len(floats), lengths.max()], np.float32)
-    for i, r in enumerate(floats):
-        padded[i, : len(r)] = r
+    rng = np.random.default_rng(7)  # the fixture's clips: noise drawn first, then the RIRs
+    _noise_clips(rng)
+    rirs = _rirs(rng)
     kept = 1000
-    normalized = normalize_rirs(tf.constant(padded), tf.constant(lengths), kept).numpy()
+    bank = ClipBank.open(open_run(runs["rirs"]), "train", "RIR", StoreOptions(), kept)
+    clips = tf.range(bank.num_clips, dtype=tf.int64)
+    taken = bank.windows(clips, tf.zeros_like(clips), bank.longest, loop=False)
+    normalized = unit_energy(taken).numpy()
     np.testing.assert_allclose((normalized**2).sum(1), 1.0, rtol=1e-5)
+    assert bank.longest == max(min(len(r) - int(np.argmax(np.abs(r))), kept) for r in rirs)
+    floats = [r.astype(np.float32) / 32768 for r in rirs]
     for row, rir in zip(normalized, floats, strict=True):
         peak = int(np.argmax(np.abs(rir)))
         expected = rir[peak : peak + kept] / np.sqrt((rir[peak : peak + kept] ** 2).sum())
@@ -143,7 +147,7 @@ def test_rirs_are_taken_from_their_direct_path_peak_at_unit_energy(runs):
     wet = reverberate(tf.constant(signal), tf.constant(normalized)).numpy()
     for row, dry, rir in zip(wet, signal, normalized, strict=True):
         np.testing.assert_allclose(row, np.convolve(dry, rir)[:SEGMENT], atol=2e-5)
-    np.testing.assert_allclose(wet[0, :kept], normalized[0], atol=1e-6)
+    np.testing.assert_allclose(wet[0, : bank.longest], normalized[0], atol=1e-6)
 
 
 @pytest.mark.full
