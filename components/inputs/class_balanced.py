@@ -25,7 +25,7 @@ from tfx_dynamic_inputs.inputs.class_plan import ClassBalancedPlan
 from tfx_dynamic_inputs.inputs.class_report import ClassReport
 from tfx_dynamic_inputs.inputs.damaged_records import describe_damaged
 from tfx_dynamic_inputs.inputs.epoch_sampler import EpochSampler
-from tfx_dynamic_inputs.inputs.epoch_state import EpochState
+from tfx_dynamic_inputs.inputs.epoch_state import EpochState, array_digest, plan_key
 from tfx_dynamic_inputs.inputs.graph_functions import as_given, as_written
 from tfx_dynamic_inputs.inputs.parsing import AUDIO_EXAMPLE_SPEC, ExampleGuard, ParseFn
 from tfx_dynamic_inputs.inputs.record_store import RecordStore
@@ -190,6 +190,21 @@ class ClassBalancedSampler(EpochSampler):
     @property
     def stream(self) -> str:
         return self.plan.stream
+
+    @property
+    def plan_key(self) -> str:
+        """The seed, the small-class policy and the class sizes planned (speed perturbation's
+        derived classes included); `stream` names the rest (global batch, epoch mode, draw
+        cap)."""
+        report = self.plan.report
+        return plan_key(
+            {
+                "seed": self.plan.seed,
+                "small_classes": report.policy,
+                "classes": report.num_classes,
+                "class_sizes": array_digest(report.class_sizes),
+            }
+        )
 
     @property
     def plans_batches_alone(self) -> bool:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from tfx_dynamic_inputs.inputs import data_service
+from tfx_dynamic_inputs.inputs.arguments import int_argument
 from tfx_dynamic_inputs.inputs.epoch_plan import epoch_dataset, epoch_range_dataset
 from tfx_dynamic_inputs.inputs.epoch_state import EpochState
 from tfx_dynamic_inputs.inputs.graph_functions import as_written
@@ -24,8 +25,9 @@ class EpochSampler:
     `plans_batches_alone`, `_plan_batches(epoch, batch_numbers)` (those rows of it, computed
     from their numbers alone: the datasets then plan a batch at a time),
     `_load_batch(row, for_service=...)` (read and parse one batch; the row also holds its
-    ``epoch``, for `SkipLog`), `_stores()` (the record stores it reads) and may extend
-    `_service_problems()` (what keeps its dataset off tf.data service workers).
+    ``epoch``, for `SkipLog`), `_stores()` (the record stores it reads), `stream` and
+    `plan_key` (what its state must name), and may extend `_service_problems()` (what keeps its
+    dataset off tf.data service workers).
     """
 
     state: EpochState
@@ -54,6 +56,14 @@ class EpochSampler:
         """What fixes this sampler's stream of batches besides its data and seed, in words (the
         plan's `stream`: the global batch, and the replica count of a plan that is not elastic):
         what its `state.stream` must name."""
+        raise NotImplementedError
+
+    @property
+    def plan_key(self) -> str:
+        """What shapes this sampler's plan besides its runs (`run_key`) and its stream
+        (`stream`), as `epoch_state.plan_key` writes it: the seed and the options the stream does
+        not name, and the sizes of the data planned. Nothing in it depends on the number of
+        workers or replicas, so an elastic resume keeps it. What its `state.plan` must name."""
         raise NotImplementedError
 
     @property
@@ -86,13 +96,19 @@ class EpochSampler:
           `steps_per_epoch` of them per iteration.
 
         Raises:
-          epoch_state.StateRunError: `state` follows another run than `run_key`, or another
-            stream than `stream` (a checkpoint of another global batch).
-          ValueError: `initial_step` outside `[0, steps_per_epoch)`.
+          epoch_state.StateRunError: `state` follows another run than `run_key`, another
+            stream than `stream` (a checkpoint of another global batch) or another plan than
+            `plan_key` (of another seed or plan option).
+          TypeError: `initial_step` not an int (a float, a bool).
+          ValueError: `initial_step` outside `[0, steps_per_epoch)`, or above 0 with a state
+            that has not started an epoch (no checkpoint restored).
         """
+        initial_step = int_argument("initial_step", initial_step, 0)
         num_batches = self.num_batches
-        run_key, stream = self.run_key, self.stream
-        self.state.bind_run(run_key, stream)
+        run_key, stream, plan_key = self.run_key, self.stream, self.plan_key
+        # A state of another plan first: its resume point means nothing to this one.
+        self.state.bind_run(run_key, stream, plan_key)
+        self._check_resume_point(initial_step)
         if self._steps_to_skip is None:
             # Outside any strategy scope, as the state's own variables.
             self._steps_to_skip = tf.Variable(0, dtype=tf.int64, trainable=False)
@@ -100,7 +116,7 @@ class EpochSampler:
         self._built_at = ([v.numpy() for v in self.state.variables], initial_step)
 
         def checked(epoch: tf.Tensor) -> tf.Tensor:
-            with tf.control_dependencies([self.state.check_run(run_key, stream)]):
+            with tf.control_dependencies([self.state.check_run(run_key, stream, plan_key)]):
                 return tf.identity(epoch)
 
         def plan_with_epoch(epoch: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -128,6 +144,21 @@ class EpochSampler:
             num_parallel_calls=num_parallel_calls,
             deterministic=deterministic,
         ).prefetch(tf.data.AUTOTUNE)
+
+    def _check_resume_point(self, initial_step: int) -> None:
+        """Checks the resume point now: in this worker's batches of an epoch, and 0 unless the
+        state has started an epoch (a resume restores its checkpoint first)."""
+        if initial_step >= self.steps_per_epoch:
+            raise ValueError(
+                f"initial_step must be in [0, {self.steps_per_epoch}) (batches per worker per "
+                f"epoch), got {initial_step}"
+            )
+        if initial_step and int(self.state.epoch.numpy()) == 0:
+            raise ValueError(
+                f"initial_step={initial_step} resumes the epoch in progress, but the sampler "
+                "state has started no epoch (epoch 0): restore its checkpoint before building "
+                "the dataset, or pass initial_step=0"
+            )
 
     def rewind(self) -> None:
         """Puts the latest `dataset()` back where it was built: the state's values as they were
@@ -184,17 +215,23 @@ class EpochSampler:
           data_service.ServiceUnsupportedError: now, not on a worker, when something cannot run
             there (the Python disk reader, on_damaged="skip", Python in a parse function, a
             graph over `max_graph_bytes`).
-          epoch_state.StateRunError: `state` follows another run than `run_key`, or another
-            stream than `stream` (a checkpoint of another global batch).
+          epoch_state.StateRunError: `state` follows another run than `run_key`, another
+            stream than `stream` (a checkpoint of another global batch) or another plan than
+            `plan_key`.
+          TypeError: `start_epoch` or `num_epochs` not an int (a float, a bool).
           ValueError: `start_epoch` below 0, `num_epochs` below 1, `max_graph_bytes` out of
             range, or a parsed batch that has an ``epoch`` key.
         """
+        if start_epoch is not None:
+            start_epoch = int_argument("start_epoch", start_epoch, 0)
+        if num_epochs is not None:
+            num_epochs = int_argument("num_epochs", num_epochs, 1)
         data_service.check_sampler(
             self._service_problems(),
             sum(store.memory_bytes for store in self._stores()),
             max_graph_bytes,
         )
-        self.state.bind_run(self.run_key, self.stream)
+        self.state.bind_run(self.run_key, self.stream, self.plan_key)
         if start_epoch is None:
             start_epoch = int(self.state.epoch.numpy())
         plan_fn, batch_plan_fn = self._plan_form(self._plan, self._plan_batches)

@@ -24,11 +24,17 @@ import numpy as np
 import tensorflow as tf
 
 from tfx_dynamic_inputs.inputs import labelled_sources
+from tfx_dynamic_inputs.inputs.arguments import int_argument
 from tfx_dynamic_inputs.inputs.audio_config import AudioFeatureConfig
 from tfx_dynamic_inputs.inputs.audio_features import audio_features, parse_audio_examples
 from tfx_dynamic_inputs.inputs.class_report import ClassReport
 from tfx_dynamic_inputs.inputs.epoch_sampler import EpochSampler
-from tfx_dynamic_inputs.inputs.epoch_state import EpochState, StateRunError
+from tfx_dynamic_inputs.inputs.epoch_state import (
+    EpochState,
+    StateRunError,
+    array_digest,
+    plan_key,
+)
 from tfx_dynamic_inputs.inputs.mix_plan import MixedClassPlan
 from tfx_dynamic_inputs.inputs.record_store import RecordStore
 from tfx_dynamic_inputs.inputs.run import StoreOptions
@@ -196,6 +202,20 @@ class MixedClassBalancedSampler(EpochSampler):
         return f"{self.plan.stream} over runs [{run_ids}]"
 
     @property
+    def plan_key(self) -> str:
+        """The seed, the small-class policy and each run's class sizes; `stream` names the rest
+        (the runs, the global batch, the weighting) and `MixState.weights` the weights."""
+        sizes = [report.class_sizes for report in self.plan.reports]
+        return plan_key(
+            {
+                "seed": self.plan.seed,
+                "small_classes": self.plan.reports[0].policy,
+                "classes": self.num_classes,
+                "class_sizes": array_digest(np.concatenate([self.plan.class_offsets, *sizes])),
+            }
+        )
+
+    @property
     def weights_key(self) -> str:
         """The weights in words, as `MixState.weights` records them (JSON, name -> weight)."""
         return json.dumps(dict(zip(self.mix.names, self.mix.weights, strict=True)))
@@ -219,9 +239,12 @@ class MixedClassBalancedSampler(EpochSampler):
           ``run`` each sample's run, and the features or records).
 
         Raises:
-          epoch_state.StateRunError: another mix's state, or new weights mid-epoch.
+          epoch_state.StateRunError: another mix's or plan's state, or new weights mid-epoch.
+          TypeError, ValueError: a bad `initial_step` (`EpochSampler.dataset`).
         """
-        self.state.bind_run(self.run_key, self.stream)  # another mix: refused first, naming it
+        initial_step = int_argument("initial_step", initial_step, 0)
+        # Another mix or plan: refused first, naming it.
+        self.state.bind_run(self.run_key, self.stream, self.plan_key)
         held = self.state.weights.numpy().decode()
         if initial_step > 0 and held and held != self.weights_key:
             raise StateRunError(

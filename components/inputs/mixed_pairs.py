@@ -25,6 +25,7 @@ from tfx_dynamic_inputs.inputs.epoch_sampler import EpochSampler
 from tfx_dynamic_inputs.inputs.graph_functions import as_given
 from tfx_dynamic_inputs.inputs.group_pairs import GroupPairs
 from tfx_dynamic_inputs.inputs.pair_plan import PairingState, PairPlanner
+from tfx_dynamic_inputs.inputs.pairs import pair_plan_key
 from tfx_dynamic_inputs.inputs.parsing import ParseFn
 from tfx_dynamic_inputs.inputs.record_store import RecordStore
 from tfx_dynamic_inputs.inputs.run import StoreOptions
@@ -150,6 +151,10 @@ class MixedPairsSampler(EpochSampler):
     def stream(self) -> str:
         run_ids = ", ".join(run.run.run_id for run in self.mix.runs)
         return f"{self.planner.stream} over runs [{run_ids}]"
+
+    @property
+    def plan_key(self) -> str:
+        return pair_plan_key(self.planner)
 
     def coverage(self) -> MixedPairCoverage:
         """A `MixedPairCoverage` of this sampler's runs (feed it the batches' indices)."""

@@ -16,6 +16,7 @@ from tfx_dynamic_inputs import layout
 from tfx_dynamic_inputs.inputs.arguments import int_argument, seed_argument
 from tfx_dynamic_inputs.inputs.damaged_records import describe_damaged
 from tfx_dynamic_inputs.inputs.epoch_sampler import EpochSampler
+from tfx_dynamic_inputs.inputs.epoch_state import plan_key
 from tfx_dynamic_inputs.inputs.graph_functions import as_given
 from tfx_dynamic_inputs.inputs.group_pairs import GroupPairs
 from tfx_dynamic_inputs.inputs.pair_plan import PairingState, PairPlanner
@@ -257,6 +258,10 @@ class DynamicPairsSampler(EpochSampler):
     def stream(self) -> str:
         return self.planner.stream
 
+    @property
+    def plan_key(self) -> str:
+        return pair_plan_key(self.planner)
+
     def _plan(self, epoch: tf.Tensor) -> dict[str, tf.Tensor]:
         return self.planner.plan(epoch)
 
@@ -293,6 +298,30 @@ class DynamicPairsSampler(EpochSampler):
             "x_index": tf.boolean_mask(x_index, keep),
             "y_index": tf.boolean_mask(y_index, keep),
         }
+
+
+def pair_plan_key(planner: PairPlanner) -> str:
+    """A pairs sampler's `plan_key`: the seed and the sizes of the pairs planned (x, planned x,
+    y, pairs, and whether they pair by edges or by groups); the planner's `stream` names the
+    rest (global batch, strategy, remainder).
+
+    Args:
+      planner: the sampler's `PairPlanner`.
+
+    Returns:
+      The key (`epoch_state.plan_key`).
+    """
+    pairs = planner.valid_pairs
+    return plan_key(
+        {
+            "seed": planner.seed,
+            "x": pairs.num_x,
+            "planned_x": len(pairs.planned_x),
+            "y": pairs.num_y,
+            "pairs": pairs.num_pairs,
+            "pairing": "groups" if isinstance(pairs, GroupPairs) else "edges",
+        }
+    )
 
 
 def open_pairs_run(
