@@ -6,8 +6,7 @@
   resampler (which needs the whole signal and a transform of its length per sample) and over
   `tensorflow-io` (hundreds of times slower than soxr, `docs/design.md`); it matches `soxr`
   within 1 % RMS on band-limited signals (`tests/class_balanced/test_speaker_augment.py`).
-* Reverberation: RIRs (from their direct-path peak, `augment_clips`) at unit energy, FFT
-  convolution.
+* Reverberation: RIRs taken from their direct-path peak at unit energy, FFT convolution.
 * Additive noise: the gain that puts a noise at an SNR.
 
 Every per-sample value is computed the same bits whatever the batch size (`per_row`,
@@ -98,26 +97,26 @@ def reverberate(signal: tf.Tensor, rir: tf.Tensor) -> tf.Tensor:
     return tf.signal.irfft(spectrum, [fft_length])[:, : signal.shape[1]]
 
 
-def unit_energy(rir: tf.Tensor) -> tf.Tensor:
-    """Each RIR at unit energy (`augment_clips` takes it from its direct-path peak).
+def normalize_rirs(rir: tf.Tensor, lengths: tf.Tensor, max_samples: int) -> tf.Tensor:
+    """Each RIR from its direct-path peak (largest |h|), its first `max_samples`, unit energy.
 
     Args:
-      rir: float32 [B, R], zero past each RIR's end.
+      rir: float32 [B, R] padded RIRs.
+      lengths: int64 [B] valid samples of each.
+      max_samples: samples kept from the peak on.
 
     Returns:
-      float32 [B, R] with sum of squares 1 (0 for silence).
+      float32 [B, max_samples], zero past each RIR's end, with sum of squares 1 (0 for silence).
     """
-    energy = _row_sum(tf.square(rir))
-    return rir * per_row(lambda e: tf.math.rsqrt(tf.maximum(e, 1e-20)), energy)
-
-
-def mean_power(signal: tf.Tensor) -> tf.Tensor:
-    """float32 [B]: each row's mean square, the same bits whatever B.
-
-    Args:
-      signal: float32 [B, S], S known.
-    """
-    return _row_sum(tf.square(signal))[:, 0] / signal.shape[1]
+    valid = tf.sequence_mask(lengths, tf.shape(rir)[1])
+    peak = tf.argmax(tf.where(valid, tf.abs(rir), -1.0), axis=1)
+    taken = peak[:, None] + tf.range(max_samples, dtype=tf.int64)[None, :]
+    inside = taken < lengths[:, None]
+    aligned = tf.where(
+        inside, tf.gather(rir, tf.minimum(taken, lengths[:, None] - 1), batch_dims=1), 0.0
+    )
+    energy = _row_sum(tf.square(aligned))
+    return aligned * per_row(lambda e: tf.math.rsqrt(tf.maximum(e, 1e-20)), energy)
 
 
 def snr_scale(speech: tf.Tensor, noise: tf.Tensor, snr_db: tf.Tensor) -> tf.Tensor:
@@ -275,6 +274,7 @@ def resample(signal: tf.Tensor, input_rate: tf.Tensor, output_rate: int) -> tf.T
     # i / phases is (i * gcd) / output_rate: the same float64 as the direct phase below.
     table = phase_taps(tf.cast(tf.range(steps), tf.float64) / tf.cast(phases, tf.float64))
 
+    @tf.autograph.experimental.do_not_convert  # plain ops: converting them only costs time
     def block(start: tf.Tensor) -> tf.Tensor:
         scaled = (start + tf.range(block_size, dtype=tf.int64)) * input_rate
         nearest = scaled // output_rate  # the input sample at or before each output point
