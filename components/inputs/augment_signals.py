@@ -6,7 +6,8 @@
   resampler (which needs the whole signal and a transform of its length per sample) and over
   `tensorflow-io` (hundreds of times slower than soxr, `docs/design.md`); it matches `soxr`
   within 1 % RMS on band-limited signals (`tests/class_balanced/test_speaker_augment.py`).
-* Reverberation: RIRs taken from their direct-path peak at unit energy, FFT convolution.
+* Reverberation: RIRs (from their direct-path peak, `augment_clips`) at unit energy, FFT
+  convolution.
 * Additive noise: the gain that puts a noise at an SNR.
 
 Every per-sample value is computed the same bits whatever the batch size (`per_row`,
@@ -97,26 +98,26 @@ def reverberate(signal: tf.Tensor, rir: tf.Tensor) -> tf.Tensor:
     return tf.signal.irfft(spectrum, [fft_length])[:, : signal.shape[1]]
 
 
-def normalize_rirs(rir: tf.Tensor, lengths: tf.Tensor, max_samples: int) -> tf.Tensor:
-    """Each RIR from its direct-path peak (largest |h|), its first `max_samples`, unit energy.
+def unit_energy(rir: tf.Tensor) -> tf.Tensor:
+    """Each RIR at unit energy (`augment_clips` takes it from its direct-path peak).
 
     Args:
-      rir: float32 [B, R] padded RIRs.
-      lengths: int64 [B] valid samples of each.
-      max_samples: samples kept from the peak on.
+      rir: float32 [B, R], zero past each RIR's end.
 
     Returns:
-      float32 [B, max_samples], zero past each RIR's end, with sum of squares 1 (0 for silence).
+      float32 [B, R] with sum of squares 1 (0 for silence).
     """
-    valid = tf.sequence_mask(lengths, tf.shape(rir)[1])
-    peak = tf.argmax(tf.where(valid, tf.abs(rir), -1.0), axis=1)
-    taken = peak[:, None] + tf.range(max_samples, dtype=tf.int64)[None, :]
-    inside = taken < lengths[:, None]
-    aligned = tf.where(
-        inside, tf.gather(rir, tf.minimum(taken, lengths[:, None] - 1), batch_dims=1), 0.0
-    )
-    energy = _row_sum(tf.square(aligned))
-    return aligned * per_row(lambda e: tf.math.rsqrt(tf.maximum(e, 1e-20)), energy)
+    energy = _row_sum(tf.square(rir))
+    return rir * per_row(lambda e: tf.math.rsqrt(tf.maximum(e, 1e-20)), energy)
+
+
+def mean_power(signal: tf.Tensor) -> tf.Tensor:
+    """float32 [B]: each row's mean square, the same bits whatever B.
+
+    Args:
+      signal: float32 [B, S], S known.
+    """
+    return _row_sum(tf.square(signal))[:, 0] / signal.shape[1]
 
 
 def snr_scale(speech: tf.Tensor, noise: tf.Tensor, snr_db: tf.Tensor) -> tf.Tensor:
