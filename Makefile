@@ -60,7 +60,7 @@ help:
 
 setup: $(STAMP)
 
-$(STAMP): requirements.lock pyproject.toml setup.py $(wildcard components/native/*.cc)
+$(STAMP): requirements.lock pyproject.toml setup.py $(wildcard components/native/*.cc components/native/*.h)
 	@py=$$($(FIND_PY310) | head -n 1); \
 	if [ -z "$$py" ]; then \
 	  echo "error: python3.10 not found. TFX 1.16 needs Python 3.10: install it (e.g. 'pyenv install 3.10') or pass PYTHON310=/path/to/python3.10." >&2; \

@@ -51,7 +51,8 @@ def open_native_reader(
     if reader == "python":
         return None, "the store was opened with reader='python'"
     problem = None
-    op_module = native.op_library()
+    loaded = native.load_outcome()
+    op_module = loaded.module
     if op_module is None:
         problem = "the native op is not built (python -m tfx_dynamic_inputs.native)"
     elif payload_check is not None:
@@ -78,7 +79,8 @@ def open_native_reader(
         return read, None
     if reader in ("native", "mapped"):
         raise ValueError(f"reader={reader!r} cannot be used: {problem}")
-    if op_module is None:
+    # One warning: the native module's own, when it logged why it did not load the library.
+    if op_module is None and loaded.warning is None:
         _warn_not_built()
     return None, problem
 

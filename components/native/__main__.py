@@ -39,8 +39,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.required:
             print("the disk backend of RecordStore will use its Python reader")
         return 1 if args.required else 0
-    if native.op_library() is None:
-        print(f"error: built {path} but could not load it", file=sys.stderr)
+    outcome = native.load_outcome()
+    if outcome.module is None:
+        print(f"error: built {path} but could not load it: {outcome.warning}", file=sys.stderr)
         return 1
     print(f"native ops: {path}")
     return 0

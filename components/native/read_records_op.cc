@@ -32,7 +32,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -44,6 +43,8 @@
 #include "tensorflow/core/util/work_sharder.h"
 // The portable CRC32C: TensorFlow's own wrapper, at the same path in 2.16 and 2.21 (tsl moved).
 #include "tensorflow/core/lib/hash/crc32c.h"
+// The run a summary.json commits, read as the Python reader reads it (json.loads).
+#include "summary_json.h"
 
 namespace tfx_dynamic_inputs {
 namespace {
@@ -190,24 +191,6 @@ bool Guarded(const Read& read) {
   return good;
 }
 
-constexpr std::streamsize kMaxSummaryBytes = 64 << 20;
-
-// The top-level "run_id" of a summary.json as `layout.commit_run` writes it (json.dumps with
-// indent=2: the key at two spaces); empty when the file is missing, too large or names none.
-std::string CommittedRunId(const std::string& summary_path) {
-  std::ifstream file(summary_path, std::ios::binary);
-  if (!file) return "";
-  std::string text(kMaxSummaryBytes, '\0');
-  file.read(&text[0], kMaxSummaryBytes);
-  text.resize(file.gcount());
-  const std::string key = "\n  \"run_id\": \"";
-  const size_t start = text.find(key);
-  if (start == std::string::npos) return "";
-  const size_t begin = start + key.size();
-  const size_t end = text.find('"', begin);
-  return end == std::string::npos ? "" : text.substr(begin, end - begin);
-}
-
 class ReadRecordsByIndexOp : public OpKernel {
  public:
   explicit ReadRecordsByIndexOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -231,13 +214,21 @@ class ReadRecordsByIndexOp : public OpKernel {
     OP_REQUIRES(ctx, expected_bytes.empty() || expected_bytes.size() == shard_paths.size(),
                 errors::InvalidArgument("shard_bytes must be empty or one size per shard"));
     if (!run_id.empty()) {
-      const std::string committed = CommittedRunId(summary_path);
-      OP_REQUIRES(ctx, committed == run_id,
+      const summary_json::Commit commit = summary_json::ReadCommit(summary_path);
+      std::string now;  // what the summary says now, when it no longer commits the run
+      if (!commit.problem.empty()) {
+        now = commit.problem;
+      } else if (!commit.has_run_id) {
+        now = "now commits no run";
+      } else if (commit.run_id != run_id) {
+        now = "now commits run " + commit.run_id;
+      } else if (!commit.ok) {
+        now = "now says the run failed";
+      }
+      OP_REQUIRES(ctx, now.empty(),
                   errors::FailedPrecondition(
-                      "the record store was opened on run ", run_id, " but ", summary_path,
-                      committed.empty() ? std::string(" now commits no run")
-                                        : " now commits run " + committed,
-                      ": the folder was overwritten or is being written; open the run again"));
+                      "the record store was opened on run ", run_id, " but ", summary_path, " ",
+                      now, ": the folder was overwritten or is being written; open the run again"));
     }
     struct stat info;
     for (const std::string& path : shard_paths) {
@@ -553,7 +544,8 @@ map_shards: map each shard and copy the frames out of the mapping (no pread; coa
 shard_bytes: the size of each shard when the store was opened; a shard of another size fails the
   kernel's construction (FailedPrecondition). Empty: not checked.
 run_id, summary_path: the run the store was opened on and its summary.json; when run_id is set,
-  a summary that commits another run (or none) fails the kernel's construction.
+  a summary that commits another run (or none, or says it failed) fails the kernel's
+  construction. The summary is read as JSON, as the Python reader reads it (any layout).
 )doc");
 
 REGISTER_KERNEL_BUILDER(Name("ReadRecordsByIndex").Device(DEVICE_CPU), ReadRecordsByIndexOp);

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
+import subprocess
 
 import pytest
 
@@ -12,16 +15,17 @@ from tfx_dynamic_inputs import native
 from tfx_dynamic_inputs.native.__main__ import main
 
 
-@pytest.mark.parametrize("edited", range(len(native.SOURCES)))
+@pytest.mark.parametrize("edited", range(len(native.SOURCES) + len(native.HEADERS)))
 def test_library_path_names_the_sources_version(tmp_path, monkeypatch, edited):
     built = native.library_path()
     assert os.path.dirname(built) == os.path.dirname(native.SOURCES[0])
-    sources = list(native.SOURCES)
-    changed = tmp_path / os.path.basename(sources[edited])
-    with open(sources[edited], "rb") as f:
+    files = list(native.SOURCES + native.HEADERS)
+    changed = tmp_path / os.path.basename(files[edited])
+    with open(files[edited], "rb") as f:
         changed.write_bytes(f.read() + b"\n// edited\n")
-    sources[edited] = str(changed)
-    monkeypatch.setattr(native, "SOURCES", tuple(sources))
+    files[edited] = str(changed)
+    monkeypatch.setattr(native, "SOURCES", tuple(files[: len(native.SOURCES)]))
+    monkeypatch.setattr(native, "HEADERS", tuple(files[len(native.SOURCES) :]))
     assert native.library_path() != built
 
 
@@ -62,12 +66,27 @@ def test_failed_compilation_reports_the_compiler_output(monkeypatch, tmp_path):
     assert not os.path.exists(native.library_path())
 
 
-def test_first_use_builds_for_the_installed_tensorflow(tmp_path):
+def test_first_use_builds_for_the_installed_tensorflow(tmp_path, monkeypatch):
     """In a process of its own: a second copy of the library in this one would register its
-    kernel twice."""
-    if native.compiler() is None:
+    kernel twice. A library planted at the build's name beforehand (its record naming other
+    bytes) is never loaded but built over (issue 46, item 2): it would write a marker file."""
+    cxx = native.compiler()
+    if cxx is None:
         pytest.skip("no C++ compiler")
     cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    monkeypatch.setattr(native, "library_dir", lambda: str(cache))
+    planted = native.library_path()
+    marker = tmp_path / "planted-was-loaded"
+    subprocess.run(
+        [cxx, "-shared", "-fPIC", "-x", "c", "-", "-o", planted],
+        input="#include <stdio.h>\n__attribute__((constructor)) static void planted(void) "
+        f'{{ FILE* f = fopen({json.dumps(str(marker))}, "w"); if (f) fclose(f); }}\n',
+        text=True,
+        check=True,
+    )
+    with open(planted + ".sha256", "w") as f:
+        f.write(f"{'0' * 64}  {os.path.basename(planted)}\n")
     script = (
         "import logging, sys\n"
         "logging.basicConfig(level=logging.INFO, stream=sys.stdout)\n"
@@ -81,10 +100,16 @@ def test_first_use_builds_for_the_installed_tensorflow(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != native.BUILD_AT_FIRST_USE_ENV}
     done = run_python(script, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert not marker.exists()
     assert "building the native ops for TensorFlow" in done.stdout
     assert "loaded True" in done.stdout
     [built] = [line[len("path ") :] for line in done.stdout.splitlines() if line[:5] == "path "]
-    assert os.listdir(cache) == [os.path.basename(built)]
+    name = os.path.basename(built)
+    assert sorted(os.listdir(cache)) == [".build.lock", name, name + ".sha256"]
+    with open(built, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    with open(built + ".sha256") as f:
+        assert f.read() == f"{digest}  {name}\n"  # as `sha256sum` writes it
 
 
 def test_first_use_without_a_compiler_is_one_warning_and_the_python_reader(
@@ -94,14 +119,14 @@ def test_first_use_without_a_compiler_is_one_warning_and_the_python_reader(
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv(native.COMPILER_ENV, raising=False)
     with caplog.at_level(logging.WARNING, logger=native.__name__):
-        assert native.op_library.__wrapped__() is None
+        assert native.load_outcome.__wrapped__().module is None
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "\n" not in warnings[0].getMessage()
     assert "no C++ compiler found" in warnings[0].getMessage()
     assert "reads in Python" in warnings[0].getMessage()
     monkeypatch.setenv(native.BUILD_AT_FIRST_USE_ENV, "0")
     caplog.clear()
-    assert native.op_library.__wrapped__() is None
+    assert native.load_outcome.__wrapped__() == native.LoadOutcome(None, None)
     assert not caplog.records
 
 
