@@ -5,9 +5,10 @@ can drift: `--<field> VALUE`, parsed by the field's type (int, float, str; bool:
 a bare `--flag` is true; mapping: a JSON object; optional: `none`; a tuple of strings: repeat the
 flag, one item each, e.g. `--beam_pipeline_args=--direct_running_mode=multi_processing`).
 
-A config file (JSON, or YAML for any other suffix) holds one section per dataclass; every
-section is optional, and every section present is checked by whichever command reads the file,
-so one file drives `python -m tfx_dynamic_inputs.pipeline.run_local` and `python -m
+A config file (JSON, or YAML for any other suffix; at most 1 MiB, no YAML anchors or aliases,
+no key given twice: `config_files`) holds one section per dataclass; every section is optional,
+and every section present is checked by whichever command reads the file, so one file drives
+`python -m tfx_dynamic_inputs.pipeline.run_local` and `python -m
 tfx_dynamic_inputs.kubeflow.runner`::
 
     speaker:                  # SpeakerConfig fields
@@ -37,9 +38,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
-import yaml
-
-from tfx_dynamic_inputs.pipeline import config
+from tfx_dynamic_inputs.pipeline import config, config_files
 
 PIPELINES: dict[str, type] = {
     "cyclegan": config.CycleGanConfig,
@@ -258,8 +257,10 @@ def convert(tp: Any, value: Any, where: str) -> Any:
     if origin in (dict, Mapping) or dataclasses.is_dataclass(tp):
         if isinstance(value, str):
             try:
-                value = json.loads(value)
-            except ValueError:
+                value = config_files.parse_json(value)
+            except config_files.RefusedContent as error:
+                raise ConfigError(f"{where}: {error}") from None
+            except config_files.ConfigFileError:
                 raise bad from None
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise bad
@@ -305,7 +306,7 @@ def _dataclass_value(cls: type, value: Any, where: str) -> Any:
     converted = {k: convert(hints[k], v, f"{where} {k!r}") for k, v in value.items()}
     try:
         return cls(**converted)
-    except ValueError as error:  # the dataclass's own checks
+    except (ValueError, TypeError) as error:  # the dataclass's own checks
         raise ConfigError(f"{where}: {error}") from None
 
 
@@ -339,7 +340,9 @@ def check_section(name: str, values: Any) -> dict[str, Any]:
 
 
 def load_file(path: str) -> dict[str, dict[str, Any]]:
-    """Section -> checked keys of the config file at `path` (JSON for `.json`, else YAML).
+    """Section -> checked keys of the config file at `path` (JSON for `.json`, else YAML; read
+    strictly, `config_files.read_config_file`: at most 1 MiB, no YAML anchors or aliases, no key
+    given twice).
 
     Args:
         path: the config file.
@@ -348,22 +351,18 @@ def load_file(path: str) -> dict[str, dict[str, Any]]:
         Section name -> its checked keys; {} for an empty file.
 
     Raises:
-        ConfigError: when the file cannot be read or parsed, or holds an unknown section, key
-            or bad value.
+        ConfigError: when the file cannot be read or parsed, is refused (too large, an alias, a
+            duplicate key), or holds an unknown section, key or bad value.
 
     Example:
         load_file("config.yaml").get("speaker", {})  # e.g. {"num_epochs": 20}
     """
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        data = config_files.read_config_file(path)
     except OSError as error:
         raise ConfigError(f"--config {path}: {error.strerror}") from None
-    try:
-        data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as error:
-        # YAML's messages span lines (with a snippet); one line is what the user gets.
-        raise ConfigError(f"--config {path}: {' '.join(str(error).split())}") from None
+    except config_files.ConfigFileError as error:
+        raise ConfigError(f"--config {path}: {error}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
