@@ -295,6 +295,9 @@ def open_run(uri: str) -> Run:
     any artifact URI of one pipeline execution of their components (`examples`,
     `offset_index`, `pair_index`, `class_index`, `indexed_examples`).
 
+    Every part of the run is checked to name the run `summary.json` commits, and the summary's
+    fields to be of their types, so what `Run` reports is what the parts hold.
+
     Args:
       uri: the run folder, or an artifact URI of one component execution.
 
@@ -302,16 +305,29 @@ def open_run(uri: str) -> Run:
       The `Run`; its parts are found beside `uri` (the artifacts of the same execution).
 
     Raises:
+      ValueError: `uri` is a file (`summary.json`, say), not a folder.
       FileNotFoundError: nothing at `uri` is a run, or its offset index artifact is missing.
-      layout.RunCommitError: the run is not committed as ok, or two of its artifacts hold
-        different runs (both run ids named).
+      layout.IndexFileError: `summary.json` is damaged (a folder, truncated, not a JSON object,
+        a field of the wrong type), a record set it counts has no `shards.json` or another
+        count; the message is one line naming the file.
+      layout.RunCommitError: the run is not committed as ok, names no run id (a run of an older
+        version), or a part or artifact of it holds another run (both run ids named).
 
     Example:
 
         run = open_run("pipeline_root/MaterializeAudio/class_index/12")
         run.store("train").num_records
     """
+    if not isinstance(uri, (str, os.PathLike)):
+        raise TypeError(f"open_run takes a run folder path, got {uri!r:.200}")
+    uri = os.fspath(uri)
     uri = uri.rstrip("/") or uri
+    if tf.io.gfile.exists(uri) and not tf.io.gfile.isdir(uri):
+        raise ValueError(
+            f"{uri} is a file, not a run: open_run takes the run folder (for a "
+            f"{layout.SUMMARY_FILE}, the folder holding it: {os.path.dirname(uri) or '.'}) or an "
+            "artifact URI"
+        )
     run_dir = _run_folder(uri)
     summary_path = os.path.join(run_dir, layout.SUMMARY_FILE)
     if not tf.io.gfile.exists(summary_path):
@@ -319,20 +335,60 @@ def open_run(uri: str) -> Run:
             f"{uri} is not a run: no {summary_path} (a materialize output folder, or an artifact "
             "of a MaterializePairs / MaterializeAudio / IndexExamples execution)"
         )
-    summary = layout.load_json(summary_path)
-    if not isinstance(summary, dict):
-        raise layout.IndexFileError(f"{summary_path}: expected a JSON object")
-    run_id = layout.check_committed(run_dir, summary.get(layout.RUN_ID_KEY), summary_path)
-    if run_id is None:
-        raise layout.RunCommitError(f"{summary_path} names no run id")
+    summary = layout.load_summary(run_dir)
+    _check_record_sets(run_dir, summary)
     pair_dir = _part_folder(run_dir, component_keys.PAIR_INDEX_KEY, layout.pairs_index_dir)
+    if pair_dir is not None:
+        layout.check_part(pair_dir, layout.pairs_index_dir(pair_dir))
     class_dir = _part_folder(
         run_dir,
         component_keys.CLASS_INDEX_KEY,
         lambda folder: os.path.join(folder, layout.INDEX_DIR),
         has_part=_has_class_index,
     )
+    if class_dir is not None:
+        for record_set in summary.get("record_sets") or {}:
+            class_records = layout.class_records_dir(class_dir, record_set)
+            if tf.io.gfile.isdir(class_records):
+                layout.check_part(class_dir, class_records)
     return Run(run_dir, summary, pair_dir, class_dir)
+
+
+def _check_record_sets(run_dir: str, summary: dict) -> None:
+    """Refuses a record set `summary.json` counts whose `shards.json` is missing or counts other
+    records (a job writes the index of every record set it counts), and a `shards.json` in the
+    run (counted or not) that names another run."""
+    summary_path = os.path.join(run_dir, layout.SUMMARY_FILE)
+    counted = summary.get("record_sets") or {}
+    index_root = os.path.join(run_dir, layout.INDEX_DIR)
+    on_disk = (
+        {name.rstrip("/") for name in tf.io.gfile.listdir(index_root)}
+        if tf.io.gfile.isdir(index_root)
+        else set()
+    )
+    for record_set in sorted(on_disk | set(counted)):
+        shards_path = os.path.join(layout.index_dir(run_dir, record_set), layout.SHARDS_FILE)
+        expected = counted.get(record_set, {}).get("num_records")
+        if not tf.io.gfile.exists(shards_path):
+            if expected is not None:
+                raise layout.IndexFileError(
+                    f"{summary_path} counts {expected} records in {record_set!r} but "
+                    f"{shards_path} is missing"
+                )
+            continue
+        # Its shard paths are checked where the store is opened (`layout.load_shards`).
+        manifest = layout.load_json(shards_path)
+        if not isinstance(manifest, dict):
+            raise layout.IndexFileError(
+                f"{shards_path}: expected a JSON object, got {type(manifest).__name__}"
+            )
+        layout.check_committed(run_dir, layout.run_id_field(manifest, shards_path), shards_path)
+        listed = manifest.get("num_records")
+        if expected is not None and (not layout.is_count(listed) or listed != expected):
+            raise layout.IndexFileError(
+                f"{summary_path} counts {expected} records in {record_set!r} but "
+                f"{shards_path} lists {listed!r:.200}"
+            )
 
 
 def _split_artifact(uri: str) -> tuple[str, str, str] | None:

@@ -63,7 +63,8 @@ The package is this contract, one concern a module, each index's writer beside i
 * `record_sets`: a record set's offsets, `shards.json` (shard sizes and sampled CRCs), ids;
 * `class_index`, `group_index`: the class index and valid pairs by group;
 * `commit`: run ids and the commit protocol (the job's claim on its folder is the writers':
-  `tfx_dynamic_inputs.materialize.claims`).
+  `tfx_dynamic_inputs.materialize.claims`);
+* `summary`: the committed `summary.json`, checked where it is read.
 
 Everything is re-exported here: `from tfx_dynamic_inputs import layout` and `layout.<name>`.
 """
@@ -79,6 +80,7 @@ from tfx_dynamic_inputs.layout.commit import (
     check_part,
     check_same_run,
     commit_run,
+    committed_run_id,
     load_run_file,
     new_run_id,
     run_id_field,
@@ -174,6 +176,7 @@ from tfx_dynamic_inputs.layout.record_sets import (
     save_record_set_index,
     write_record_set,
 )
+from tfx_dynamic_inputs.layout.summary import is_record_set_name, load_summary
 
 __all__ = [
     "AUDIO_KEY",
@@ -228,6 +231,7 @@ __all__ = [
     "class_records",
     "class_records_dir",
     "commit_run",
+    "committed_run_id",
     "create",
     "examples_dir",
     "frame_parts",
@@ -237,6 +241,7 @@ __all__ = [
     "has_group_index",
     "index_dir",
     "is_count",
+    "is_record_set_name",
     "load_csr",
     "load_group_index",
     "load_json",
@@ -244,6 +249,7 @@ __all__ = [
     "load_npy",
     "load_run_file",
     "load_shards",
+    "load_summary",
     "masked_crc32c",
     "new_run_id",
     "pairs_index_dir",

@@ -75,13 +75,43 @@ def run_id_field(obj: dict, path: str) -> str | None:
         The run id; None when the object has none.
 
     Raises:
-        IndexFileError: `"run_id"` is present but not a non-empty string.
+        IndexFileError: `"run_id"` is present but not a non-empty printable string (a run id is
+            named in messages, which are one line).
     """
     run_id = obj.get(RUN_ID_KEY)
-    if run_id is not None and (not isinstance(run_id, str) or not run_id):
+    if run_id is not None and (
+        not isinstance(run_id, str) or not run_id or not run_id.isprintable()
+    ):
         raise IndexFileError(
-            f'{path}: "{RUN_ID_KEY}" must be a non-empty string, got {run_id!r:.200}'
+            f'{path}: "{RUN_ID_KEY}" must be a non-empty printable string, got {run_id!r:.200}'
         )
+    return run_id
+
+
+def committed_run_id(summary: object, path: str) -> str | None:
+    """The run a decoded `summary.json` commits as ok.
+
+    Args:
+        summary: The value decoded from `path`.
+        path: The `summary.json`, named in errors.
+
+    Returns:
+        The run id; None when the summary names none (a run written before run ids).
+
+    Raises:
+        IndexFileError: `summary` is not a JSON object, its `"ok"` is not true or false, or its
+            `"run_id"` is malformed.
+        RunCommitError: `"ok"` is false: the run failed (the message gives its `"error"`).
+    """
+    if not isinstance(summary, dict):
+        raise IndexFileError(f"{path}: expected a JSON object, got {type(summary).__name__}")
+    run_id = run_id_field(summary, path)
+    ok = summary.get("ok")
+    if not isinstance(ok, bool):
+        raise IndexFileError(f'{path}: "ok" must be true or false, got {ok!r:.200}')
+    if not ok:
+        error = " ".join(str(summary.get("error") or "not ok").split())
+        raise RunCommitError(f"{path}: {_run_name(run_id)} failed ({error:.300})")
     return run_id
 
 
@@ -123,7 +153,8 @@ def check_committed(output_dir: str, part_run_id: str | None, part: str) -> str 
     Raises:
         RunCommitError: `summary.json` is missing while the part names a run, says the run
             failed, or commits another run than `part_run_id`.
-        IndexFileError: `summary.json` is not a JSON object, or its `"run_id"` is malformed.
+        IndexFileError: `summary.json` is not a JSON object, its `"ok"` is not a bool, or its
+            `"run_id"` is malformed.
     """
     summary_path = os.path.join(output_dir, SUMMARY_FILE)
     if not gfile().exists(summary_path):
@@ -133,17 +164,10 @@ def check_committed(output_dir: str, part_run_id: str | None, part: str) -> str 
             f"{part} belongs to run {part_run_id}, which was never committed: {summary_path} is "
             "missing (the job was killed or still runs); run the job again with --overwrite"
         )
-    summary = load_json(summary_path)
-    if not isinstance(summary, dict):
-        raise IndexFileError(
-            f"{summary_path}: expected a JSON object, got {type(summary).__name__}"
-        )
-    committed = run_id_field(summary, summary_path)
-    if summary.get("ok") is not True:
-        raise RunCommitError(
-            f"{summary_path}: {_run_name(committed)} failed ({summary.get('error') or 'not ok'}); "
-            f"{part} is not readable"
-        )
+    try:
+        committed = committed_run_id(load_json(summary_path), summary_path)
+    except RunCommitError as failed:
+        raise RunCommitError(f"{failed}; {part} is not readable") from None
     if part_run_id != committed:
         raise RunCommitError(
             f"{output_dir} mixes parts of two runs: {part} names {_run_name(part_run_id)} but "

@@ -187,8 +187,11 @@ def load_json(path: str) -> object:
         The decoded value (any JSON value: callers check its type).
 
     Raises:
-        IndexFileError: the file is not UTF-8 JSON (or nests too deep); the message names it.
+        IndexFileError: the path is a folder, or the file is not UTF-8 JSON (or nests too
+            deep); the message names it.
     """
+    if gfile().isdir(path):
+        raise IndexFileError(f"{path} is a folder, not a JSON file")
     try:
         with gfile().GFile(path, "rb") as f:
             return json.loads(f.read().decode("utf-8"))
