@@ -53,7 +53,7 @@ help:
 	@echo "make setup     create .venv (python3.10) from requirements.lock, build the native op (idempotent)"
 	@echo "make lint      ruff"
 	@echo "make bench     run every benchmark under bench/ (BENCH_ARGS=$(BENCH_ARGS)); its peers in $(PEERS_VENV)"
-	@echo "make kubeflow  compile both pipelines to KFP v2 JSON under kubeflow/"
+	@echo "make kubeflow  compile both pipelines under kubeflow/: the .yaml to upload to KFP, the .json for Vertex AI"
 	@echo "make image     build the task image $(IMAGE) with podman, on a local Debian base"
 	@echo "make image-tasks  run every compiled task of both pipelines in $(IMAGE), no network"
 	@echo "make lock      regenerate requirements.lock from pyproject.toml (needs uv)"

@@ -98,7 +98,7 @@ def run_demos(work_dir: str, container: ContainerRunner, image: str) -> list[Tas
 
     Raises:
       ValueError: `work_dir` is not absolute.
-      local_run.LocalRunError: the first task that failed, with its log's tail.
+      local_run.LocalRunError: the first task that failed, one line naming it and its log.
     """
     if not os.path.isabs(work_dir):
         raise ValueError(f"work_dir must be absolute (the tasks see it at its path): {work_dir!r}")
@@ -167,6 +167,8 @@ def main(argv: list[str] | None = None) -> None:
         runs = run_demos(os.path.abspath(args.work_dir), container, args.image)
     except local_run.LocalRunError as error:
         print(f"FAILED after {time.monotonic() - started:.0f} s: {error}")
+        if error.log_path is not None:
+            print(local_run.log_tail(error.log_path))
         sys.exit(1)
     print(summary(runs, args.image, container.network, time.monotonic() - started))
 

@@ -28,13 +28,16 @@ Three modes:
   root mounted at its own path; `make image-tasks` runs both demos so.
 
 Run as `python -m tfx_dynamic_inputs.kubeflow.local_run <pipeline.json> <pipeline_root>
-[--in-process | --container-engine podman]`.
+[--in-process | --container-engine podman]`: it runs what `make kubeflow` writes as it is, the
+paths the spec names in the image and its pipeline root replaced by this host's
+(`tfx_dynamic_inputs.kubeflow.host_paths`, each replacement printed). A spec or an input it
+names that is not usable here is one line and exit status 2 before any task runs; a failed task
+is one line naming it, its log's last line and its log, and exit status 1.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
 import json
 import os
@@ -42,264 +45,53 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
+from tfx_dynamic_inputs.kubeflow import host_paths
+from tfx_dynamic_inputs.kubeflow.compiled_tasks import (
+    LocalRunError,
+    SpecError,
+    container_command,
+    container_image,
+    executor_input,
+    is_resolver,
+    load_pipeline_job,
+    resolved_nothing,
+    task_order,
+)
 from tfx_dynamic_inputs.kubeflow.container_runner import ContainerRunner, pipeline_root_mount
 
 ENTRYPOINT_MODULE = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"
 EXECUTOR_INPUT_PLACEHOLDER = "{{$}}"
-EXECUTOR_OUTPUT_FILE = "executor_output.json"
 LOG_FILE = "log.txt"
 _LOG_TAIL_CHARS = 4000
 
 
-class LocalRunError(RuntimeError):
-    """A compiled task could not be built or its container command failed."""
-
-
-def load_pipeline_job(path: str) -> dict[str, Any]:
-    """Reads a `KubeflowV2DagRunner` output file and checks it parses as a KFP `PipelineSpec`.
+def mapped_job(
+    job_path: str, pipeline_root: str, *, in_container: bool
+) -> tuple[dict[str, Any], list[host_paths.Use]]:
+    """The compiled job at `job_path` as a local run against `pipeline_root` runs it
+    (`host_paths.mapped_job`: the image's paths and the pipeline root replaced, the image's
+    digits written, every input checked).
 
     Args:
-      path: the compiled pipeline job (JSON).
+      job_path: the compiled pipeline job (JSON).
+      pipeline_root: the local run's pipeline root.
+      in_container: the tasks run in their image.
 
     Returns:
-      The job as a dict, with its `pipelineSpec`.
+      The job and each path replaced in it.
 
     Raises:
-      LocalRunError: when it has no `pipelineSpec`.
-      google.protobuf.json_format.ParseError: when that is not a KFP `PipelineSpec`.
+      SpecError: the spec is not a compiled job, an input it names is missing here, or the
+        image's digits cannot be written; one line.
     """
-    from google.protobuf import json_format
-    from kfp.pipeline_spec import pipeline_spec_pb2
-
-    with open(path) as f:
-        job = json.load(f)
-    if "pipelineSpec" not in job:
-        raise LocalRunError(f"{path}: not a compiled pipeline job (no 'pipelineSpec')")
-    json_format.ParseDict(job["pipelineSpec"], pipeline_spec_pb2.PipelineSpec())
-    return job
-
-
-def task_order(pipeline_spec: Mapping[str, Any]) -> list[str]:
-    """Task names of the root DAG in dependency order (ties broken by name, so deterministic).
-
-    Args:
-      pipeline_spec: the job's `pipelineSpec`.
-
-    Returns:
-      The task names, each after the tasks it depends on.
-
-    Raises:
-      LocalRunError: when a task depends on an unknown task, or the tasks form a cycle.
-    """
-    tasks = pipeline_spec["root"]["dag"]["tasks"]
-    upstream = {name: set(_upstream_tasks(task)) for name, task in tasks.items()}
-    for name, producers in upstream.items():
-        unknown = producers - tasks.keys()
-        if unknown:
-            raise LocalRunError(f"task {name!r} depends on unknown tasks {sorted(unknown)}")
-    order: list[str] = []
-    done: set[str] = set()
-    while len(order) < len(tasks):
-        ready = sorted(n for n in tasks if n not in done and upstream[n] <= done)
-        if not ready:
-            raise LocalRunError(f"cycle among tasks {sorted(tasks.keys() - done)}")
-        order.extend(ready)
-        done.update(ready)
-    return order
-
-
-def _upstream_tasks(task: Mapping[str, Any]) -> list[str]:
-    producers = list(task.get("dependentTasks", []))
-    for spec in task.get("inputs", {}).get("artifacts", {}).values():
-        if "taskOutputArtifact" in spec:
-            producers.append(spec["taskOutputArtifact"]["producerTask"])
-    return producers
-
-
-def executor_input(
-    job: Mapping[str, Any],
-    task_name: str,
-    task_root: str,
-    upstream_outputs: Mapping[str, Mapping[str, Any]],
-) -> dict[str, Any]:
-    """The `ExecutorInput` JSON the Kubeflow launcher would pass to `task_name`.
-
-    `upstream_outputs[task]` is that task's `ExecutorOutput` (as JSON); output artifacts go to
-    `<task_root>/<output key>`, the entrypoint writes `<task_root>/executor_output.json`.
-
-    Args:
-      job: the compiled pipeline job.
-      task_name: the task to run.
-      task_root: its folder for outputs.
-      upstream_outputs: task name -> `ExecutorOutput` JSON of every task run before.
-
-    Returns:
-      The `ExecutorInput` as a JSON-ready dict.
-
-    Raises:
-      LocalRunError: for an input source or parameter this runner does not support, a
-        parameter without a value, or an upstream task (not a resolver) that produced nothing.
-    """
-    spec = job["pipelineSpec"]
-    task = spec["root"]["dag"]["tasks"][task_name]
-    component = spec["components"][task["componentRef"]["name"]]
-    task_inputs = task.get("inputs", {})
-
-    parameters: dict[str, Any] = {}
-    parameter_values: dict[str, Any] = {}
-    for key, source in task_inputs.get("parameters", {}).items():
-        value = _parameter_value(job, task_name, key, source)
-        if "constantValue" in value:
-            parameters[key] = value["constantValue"]
-        else:
-            parameter_values[key] = value["constant"]
-
-    artifacts: dict[str, Any] = {}
-    for key, source in task_inputs.get("artifacts", {}).items():
-        if "taskOutputArtifact" not in source:
-            raise LocalRunError(f"task {task_name!r} input {key!r}: unsupported source {source}")
-        producer = source["taskOutputArtifact"]["producerTask"]
-        output_key = source["taskOutputArtifact"]["outputArtifactKey"]
-        produced = upstream_outputs[producer].get("artifacts", {}).get(output_key)
-        if not produced or not produced.get("artifacts"):
-            if is_resolver(job, producer):
-                artifacts[key] = {"artifacts": []}
-                continue
-            raise LocalRunError(
-                f"task {task_name!r} input {key!r}: {producer!r} produced no {output_key!r}"
-            )
-        producer_component = spec["components"][
-            spec["root"]["dag"]["tasks"][producer]["componentRef"]["name"]
-        ]
-        artifact_type = producer_component["outputDefinitions"]["artifacts"][output_key][
-            "artifactType"
-        ]
-        artifacts[key] = {
-            "artifacts": [
-                {**copy.deepcopy(a), "type": artifact_type} for a in produced["artifacts"]
-            ]
-        }
-
-    outputs: dict[str, Any] = {}
-    for key, definition in component.get("outputDefinitions", {}).get("artifacts", {}).items():
-        outputs[key] = {
-            "artifacts": [
-                {
-                    "name": f"{task_name}/{key}",
-                    "type": definition["artifactType"],
-                    "uri": os.path.join(task_root, key),
-                }
-            ]
-        }
-
-    result: dict[str, Any] = {
-        "inputs": {"artifacts": artifacts},
-        "outputs": {
-            "artifacts": outputs,
-            "outputFile": os.path.join(task_root, EXECUTOR_OUTPUT_FILE),
-        },
-    }
-    if parameters:
-        result["inputs"]["parameters"] = parameters
-    if parameter_values:
-        result["inputs"]["parameterValues"] = parameter_values
-    return result
-
-
-def _parameter_value(
-    job: Mapping[str, Any], task_name: str, key: str, source: Mapping[str, Any]
-) -> dict[str, Any]:
-    """`{"constantValue": Value}` (schema 2.0) or `{"constant": json}` (schema 2.1)."""
-    if "runtimeValue" in source:
-        return dict(source["runtimeValue"])
-    if "componentInputParameter" in source:
-        name = source["componentInputParameter"]
-        runtime = job.get("runtimeConfig", {})
-        if name in runtime.get("parameters", {}):
-            return {"constantValue": runtime["parameters"][name]}
-        if name in runtime.get("parameterValues", {}):
-            return {"constant": runtime["parameterValues"][name]}
-        raise LocalRunError(f"task {task_name!r} parameter {key!r}: no value for {name!r}")
-    raise LocalRunError(f"task {task_name!r} parameter {key!r}: unsupported source {source}")
-
-
-def _component(job: Mapping[str, Any], task_name: str) -> Mapping[str, Any]:
-    spec = job["pipelineSpec"]
-    return spec["components"][spec["root"]["dag"]["tasks"][task_name]["componentRef"]["name"]]
-
-
-def _executor(job: Mapping[str, Any], task_name: str) -> Mapping[str, Any]:
-    label = _component(job, task_name)["executorLabel"]
-    return job["pipelineSpec"]["deploymentSpec"]["executors"][label]
-
-
-def is_resolver(job: Mapping[str, Any], task_name: str) -> bool:
-    """Whether `task_name` is an ML Metadata query (a resolver), not a container.
-
-    Args:
-      job: the compiled pipeline job.
-      task_name: a task of its root DAG.
-
-    Returns:
-      True for a resolver task.
-    """
-    return "resolver" in _executor(job, task_name)
-
-
-def resolved_nothing(job: Mapping[str, Any], task_name: str) -> dict[str, Any]:
-    """The output of resolver task `task_name` that found nothing: each of its output keys with
-    an empty artifact list.
-
-    Args:
-      job: the compiled pipeline job.
-      task_name: a resolver task.
-
-    Returns:
-      `{"artifacts": {key: {"artifacts": []}, ...}}`.
-    """
-    keys = _component(job, task_name).get("outputDefinitions", {}).get("artifacts", {})
-    return {"artifacts": {key: {"artifacts": []} for key in keys}}
-
-
-def container_command(job: Mapping[str, Any], task_name: str) -> list[str]:
-    """The task's container `command + args`, as compiled (still holding the placeholder).
-
-    Args:
-      job: the compiled pipeline job.
-      task_name: a container task.
-
-    Returns:
-      The argv, e.g. `["python", "-m", ENTRYPOINT_MODULE, ...]`.
-
-    Raises:
-      LocalRunError: when the task's executor is not a container.
-    """
-    executor = _executor(job, task_name)
-    if "container" not in executor:
-        raise LocalRunError(f"task {task_name!r}: only container executors run locally")
-    container = executor["container"]
-    return [*container.get("command", []), *container.get("args", [])]
-
-
-def container_image(job: Mapping[str, Any], task_name: str) -> str:
-    """The image the task's container runs in, as compiled.
-
-    Args:
-      job: the compiled pipeline job.
-      task_name: a container task.
-
-    Returns:
-      The image reference.
-
-    Raises:
-      LocalRunError: when the task's executor is not a container.
-    """
-    executor = _executor(job, task_name)
-    if "container" not in executor:
-        raise LocalRunError(f"task {task_name!r}: only container executors run locally")
-    return executor["container"]["image"]
+    job = load_pipeline_job(job_path)
+    try:
+        return host_paths.mapped_job(job, pipeline_root, in_container=in_container)
+    except OSError as error:
+        message = f"{error.filename}: {error.strerror}" if error.filename else str(error)
+        raise SpecError(message) from None
 
 
 def run_task(
@@ -325,7 +117,7 @@ def run_task(
     Raises:
       LocalRunError: for leftover placeholders, a command that is not the TFX Kubeflow V2
         entrypoint, both `in_process` and `container`, `container` without an image, or
-        (subprocess, container) a non-zero exit, with the log's tail.
+        (subprocess, container) a non-zero exit, with the log's last line and its path.
     """
     if in_process and container is not None:
         raise LocalRunError("in_process and container are exclusive")
@@ -351,11 +143,38 @@ def run_task(
     with open(log_path, "w") as log:
         completed = subprocess.run(process_argv, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
     if completed.returncode != 0:
-        with open(log_path) as log:
-            tail = log.read()[-_LOG_TAIL_CHARS:]
         raise LocalRunError(
-            f"container command exited with {completed.returncode} (log: {log_path}):\n{tail}"
+            f"container command exited with {completed.returncode}: "
+            f"{last_line(log_path)} (log: {log_path})",
+            log_path,
         )
+
+
+def log_tail(log_path: str) -> str:
+    """The end of a task's log: its last `_LOG_TAIL_CHARS` characters.
+
+    Args:
+      log_path: the log.
+
+    Returns:
+      The text.
+    """
+    with open(log_path, "rb") as log:
+        log.seek(max(0, log.seek(0, os.SEEK_END) - _LOG_TAIL_CHARS))
+        return log.read().decode(errors="replace")
+
+
+def last_line(log_path: str) -> str:
+    """The last line of a task's log that is not blank: a failed Python task's exception.
+
+    Args:
+      log_path: the log.
+
+    Returns:
+      The line, stripped ("" for an empty log).
+    """
+    lines = log_tail(log_path).splitlines()
+    return next((line.strip() for line in reversed(lines) if line.strip()), "")
 
 
 def run_pipeline_job(
@@ -373,6 +192,8 @@ def run_pipeline_job(
 
     Task `T` writes under `<pipeline_root>/<run_id>/T/`: one folder per output key, the
     `executor_output.json` and (subprocess mode) `log.txt`; a resolver task writes nothing.
+    The tasks' parameters name this host's paths for the image's and `pipeline_root` for the
+    compiled pipeline root (`host_paths.mapped_job`); the image's digits are written first.
 
     Args:
       job_path: the compiled pipeline job (JSON).
@@ -388,12 +209,13 @@ def run_pipeline_job(
       Task name -> its `ExecutorOutput` JSON.
 
     Raises:
+      SpecError: the spec, or an input it names, is not usable here (no task ran).
       LocalRunError: when a task cannot be built, fails, or writes no executor output.
 
     Example:
       run_pipeline_job("kubeflow/speaker-class-balanced.json", "/tmp/kfp-root", in_process=True)
     """
-    job = load_pipeline_job(job_path)
+    job = mapped_job(job_path, pipeline_root, in_container=container is not None)[0]
     if container is not None:
         os.makedirs(pipeline_root, exist_ok=True)
         container = dataclasses.replace(
@@ -417,7 +239,10 @@ def run_pipeline_job(
                 image=container_image(job, task_name),
             )
         except Exception as error:
-            raise LocalRunError(f"task {task_name!r} failed: {error}") from error
+            raise LocalRunError(
+                f"task {task_name!r} failed: {' '.join(str(error).split())}",
+                getattr(error, "log_path", None),
+            ) from error
         output_file = invocation["outputs"]["outputFile"]
         if not os.path.exists(output_file):
             raise LocalRunError(f"task {task_name!r} wrote no executor output {output_file}")
@@ -428,21 +253,34 @@ def run_pipeline_job(
     return outputs
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        _fail(message, 2)
+
+
+def _fail(message: str, status: int) -> NoReturn:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(status)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """`python -m tfx_dynamic_inputs.kubeflow.local_run`: runs a compiled job and prints each task's
-    output URIs.
+    """`python -m tfx_dynamic_inputs.kubeflow.local_run`: runs a compiled job, printing each path
+    it replaced, then each task's output URIs.
 
     Args:
       argv: `<pipeline.json> <pipeline_root> [--in-process | --container-engine ENGINE]`;
         None reads `sys.argv`.
 
     Raises:
-      LocalRunError: as `run_pipeline_job`.
+      SystemExit: a bad flag, or a spec or input not usable here (`SpecError`): one line, status
+        2, no task run; a failed task: one line naming it, status 1.
 
     Example:
       main(["kubeflow/speaker-class-balanced.json", "/tmp/kfp-root", "--in-process"])
     """
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = _OneLineParser(description=__doc__.split("\n")[0])
     parser.add_argument("job", help="compiled pipeline JSON (KubeflowV2DagRunner output)")
     parser.add_argument("pipeline_root", help="local folder for the tasks' artifacts")
     mode = parser.add_mutually_exclusive_group()
@@ -453,10 +291,19 @@ def main(argv: list[str] | None = None) -> None:
         help="run each task in its compiled image with ENGINE (podman), with no network",
     )
     args = parser.parse_args(argv)
-    container = ContainerRunner(engine=args.container_engine) if args.container_engine else None
-    for task, output in run_pipeline_job(
-        args.job, args.pipeline_root, in_process=args.in_process, container=container
-    ).items():
+    try:
+        container = ContainerRunner(engine=args.container_engine) if args.container_engine else None
+        _, uses = mapped_job(args.job, args.pipeline_root, in_container=container is not None)
+        for use in uses:
+            print(f"{use.task} {use.parameter}: {use.spec_path} -> {use.host_path}", flush=True)
+        outputs = run_pipeline_job(
+            args.job, args.pipeline_root, in_process=args.in_process, container=container
+        )
+    except (SpecError, ValueError) as error:
+        _fail(str(error), 2)
+    except LocalRunError as error:
+        _fail(str(error), 1)
+    for task, output in outputs.items():
         uris = {k: [a["uri"] for a in v["artifacts"]] for k, v in output["artifacts"].items()}
         print(f"{task}: {json.dumps(uris)}")
 

@@ -1,4 +1,4 @@
-"""`make kubeflow`: compiles both pipelines to KFP v2 JSON with KubeflowV2DagRunner.
+"""`make kubeflow`: compiles both pipelines to KFP v2 specs with KubeflowV2DagRunner.
 
     python -m tfx_dynamic_inputs.kubeflow.runner [--config FILE] [--image IMAGE]
         [--pipeline-root gs://...] [--output-dir kubeflow] [--data-root /app/sample_data]
@@ -7,12 +7,15 @@
 Writes `<output-dir>/<pipeline name>.json` (a `PipelineJob` whose `pipelineSpec` every task of
 which runs `python -m tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor` in
 `--image`: Vertex AI's `PipelineJob(template_path=...)` takes it) and beside it
-`<pipeline name>.yaml`, the bare `PipelineSpec` the KFP client uploads
-(`kfp.Client().create_run_from_pipeline_package(...)`). Paths in the spec are read inside
+`<pipeline name>.yaml`, the bare `PipelineSpec`: the file to upload to Kubeflow Pipelines (its UI,
+or `kfp.Client().upload_pipeline`, which refuses a `.json`), as the runner prints for each
+pipeline. Paths in the spec are read inside
 the pods: by default the bundled sample data at the image's `/app/sample_data` (the
 Dockerfile generates the digit domains there) and a `gs://` pipeline root to replace with yours.
 Input fingerprints are not computed at compile time (the data need not be reachable from here);
-the cluster's own caching keys on parameters.
+the cluster's own caching keys on parameters. `python -m tfx_dynamic_inputs.kubeflow.local_run
+<pipeline name>.json ROOT` runs the same file on this host (`host_paths`: the image's paths and
+the pipeline root are replaced by this host's).
 
 Both pipeline names must be legal KFP names (1-128 of a-z, 0-9 and '-'): they name the files,
 which are written only in the output folder, never through a link (`spec_files`). Every value is
@@ -42,7 +45,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import yaml
 
 from tfx_dynamic_inputs.kubeflow import compile_checks, spec_files
-from tfx_dynamic_inputs.pipeline import cli, config
+from tfx_dynamic_inputs.pipeline import cli, config, kubeflow_checks
 from tfx_dynamic_inputs.pipeline.sample_data import PAIRS_FILE, X_DIR, Y_DIR
 
 if TYPE_CHECKING:
@@ -50,6 +53,9 @@ if TYPE_CHECKING:
 
 DIGITS_DIR = "digits"
 SPEAKERS_DIR = "speakers"
+# What `main` says of each file it wrote.
+UPLOAD_NOTE = "upload it to Kubeflow Pipelines (the UI, or kfp.Client().upload_pipeline)"
+JOB_NOTE = "the Vertex AI PipelineJob, and what kubeflow.local_run runs"
 
 
 def compile_pipeline(
@@ -92,8 +98,8 @@ def compile_pipeline(
 
         compile_pipeline(cyclegan_pipeline.create_pipeline(cyclegan, run), "kubeflow", image)
     """
-    compile_checks.check_trainer_retries(trainer_retries)
-    compile_checks.check_image(image)
+    kubeflow_checks.check_trainer_retries(trainer_retries)
+    kubeflow_checks.check_image(image)
     paths = spec_files.spec_paths(output_dir, pipeline.pipeline_info.pipeline_name)
     # Imported here: the runner's checks answer a bad config before TFX's import (seconds).
     from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
@@ -405,8 +411,9 @@ def parse_args(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m tfx_dynamic_inputs.kubeflow.runner`: compiles both pipelines and prints each path
-    written.
+    """`python -m tfx_dynamic_inputs.kubeflow.runner`: compiles both pipelines and prints each file
+    written and what it is for: the `.yaml` to upload to Kubeflow Pipelines, the `.json` for
+    Vertex AI and `local_run`.
 
     Args:
       argv: the command-line arguments (None: `sys.argv[1:]`), as `parse_args` reads them.
@@ -428,7 +435,8 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as error:
         cli.fail(cli.ConfigError(f"--output-dir {configs[0].output_dir}: {error}"))
     for path in paths:
-        print(f"wrote {path}")
+        print(f"wrote {kfp_package_path(path)}: {UPLOAD_NOTE}")
+        print(f"wrote {path}: {JOB_NOTE}")
 
 
 if __name__ == "__main__":

@@ -17,29 +17,14 @@ import os
 import re
 import secrets
 
+from tfx_dynamic_inputs.pipeline.kubeflow_checks import shown
+
 # The name rule of KFP v2 pipelines, as TFX's KFP v2 compiler checks it
 # (`tfx.orchestration.kubeflow.v2.pipeline_builder._LEGAL_NAME_PATTERN`; a test keeps them equal).
 PIPELINE_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,127}")
 PIPELINE_NAME_RULE = "1-128 characters of a-z, 0-9 and '-', not starting with '-'"
 JOB_SUFFIX = ".json"
 PACKAGE_SUFFIX = ".yaml"
-# How much of a refused name a message shows (a generated name may be megabytes long).
-_SHOWN_NAME_CHARS = 80
-
-
-def shown_name(name: str) -> str:
-    """`name` as one line of a message: its repr, cut after `_SHOWN_NAME_CHARS` characters.
-
-    Args:
-      name: any string.
-
-    Returns:
-      The repr (escapes keep newlines and control characters out of the line), with the
-      length of a cut name.
-    """
-    if len(name) <= _SHOWN_NAME_CHARS:
-        return repr(name)
-    return f"{name[:_SHOWN_NAME_CHARS]!r}... ({len(name)} characters)"
 
 
 def check_pipeline_name(name: object, where: str = "pipeline_name") -> str:
@@ -64,8 +49,7 @@ def check_pipeline_name(name: object, where: str = "pipeline_name") -> str:
         raise TypeError(f"{where}: expected a string, got {name!r}")
     if not PIPELINE_NAME_PATTERN.fullmatch(name):
         raise ValueError(
-            f"{where} {shown_name(name)} is not a legal Kubeflow pipeline name: "
-            f"{PIPELINE_NAME_RULE}"
+            f"{where} {shown(name)} is not a legal Kubeflow pipeline name: {PIPELINE_NAME_RULE}"
         )
     return name
 

@@ -18,7 +18,7 @@ from tfx.utils import import_utils
 
 from tfx_dynamic_inputs import component_keys as keys
 from tfx_dynamic_inputs import layout
-from tfx_dynamic_inputs.kubeflow import local_run, runner
+from tfx_dynamic_inputs.kubeflow import compiled_tasks, local_run, runner
 from tfx_dynamic_inputs.pipeline import cli, common, config
 from tfx_dynamic_inputs.pipeline.sample_data import X_DIR, write_digit_domains
 
@@ -320,7 +320,7 @@ def test_tasks_ran_after_their_producers(compiled, local_runs):
     for name, path in specs.items():
         outputs, _ = local_runs[name]
         order = list(outputs)
-        spec = local_run.load_pipeline_job(path)["pipelineSpec"]
+        spec = compiled_tasks.load_pipeline_job(path)["pipelineSpec"]
         for task_name, task in spec["root"]["dag"]["tasks"].items():
             for producer in task.get("dependentTasks", []):
                 assert order.index(producer) < order.index(task_name)
@@ -388,7 +388,7 @@ def test_every_task_of_the_speaker_spec_runs_and_hands_on_its_outputs(compiled, 
     assert os.path.dirname(destination) == str(root / "serving" / "speaker")
     assert tf.saved_model.load(destination).signatures
     for task in outputs:
-        written = os.path.exists(os.path.join(run_root, task, local_run.EXECUTOR_OUTPUT_FILE))
+        written = os.path.exists(os.path.join(run_root, task, compiled_tasks.EXECUTOR_OUTPUT_FILE))
         assert written == (task not in RESOLVERS)
 
 

@@ -7,8 +7,11 @@ runtime stage installs and who it runs as, and that the build context keeps what
 from __future__ import annotations
 
 import fnmatch
+import os
 import pathlib
 import re
+
+from tfx_dynamic_inputs.kubeflow import host_paths
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "kubeflow" / "Dockerfile"
@@ -123,3 +126,21 @@ def test_the_build_context_keeps_what_the_builder_copies_and_drops_local_state()
     for source in sources:
         assert (ROOT / source).exists(), source
         assert not ignored(source.rstrip("/")), f".dockerignore drops {source}, which is copied"
+
+
+def test_the_image_holds_the_folders_a_local_run_stands_in_for():
+    """`host_paths` replaces the image's `/app/schemas` and `/app/sample_data` by this checkout's
+    copies and writes the digits with the call the image's build makes: the Dockerfile must copy
+    those folders to those paths and write the digits so."""
+    builder = _stages()[0]
+    assert ("WORKDIR", host_paths.config.IMAGE_REPO_ROOT) in builder
+    copies = [args.split() for kind, args in builder if kind == "COPY"]
+    for image_folder, host_folder in (
+        (host_paths.IMAGE_SCHEMAS_DIR, host_paths.config.SCHEMAS_DIR),
+        (host_paths.IMAGE_DATA_DIR, host_paths.HOST_DATA_DIR),
+    ):
+        source = os.path.relpath(host_folder, ROOT) + "/"
+        target = os.path.relpath(image_folder, host_paths.config.IMAGE_REPO_ROOT) + "/"
+        assert [source, target] in copies, (source, target)
+    runs = " ".join(args for kind, args in builder if kind == "RUN")
+    assert "host_paths.write_image_digits(host_paths.IMAGE_DIGITS_DIR)" in runs

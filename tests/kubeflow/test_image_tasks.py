@@ -20,7 +20,7 @@ import pytest
 
 from tests.pipeline import standard_data, standard_modules
 from tfx_dynamic_inputs import component_keys as keys
-from tfx_dynamic_inputs.kubeflow import image_tasks, local_run, runner
+from tfx_dynamic_inputs.kubeflow import compiled_tasks, image_tasks, local_run, runner
 from tfx_dynamic_inputs.kubeflow.container_runner import (
     ContainerRunner,
     Mount,
@@ -87,11 +87,11 @@ def _require_image() -> None:
 
 
 def _container_tasks(job_path: str) -> list[str]:
-    job = local_run.load_pipeline_job(job_path)
+    job = compiled_tasks.load_pipeline_job(job_path)
     return [
         task
-        for task in local_run.task_order(job["pipelineSpec"])
-        if not local_run.is_resolver(job, task)
+        for task in compiled_tasks.task_order(job["pipelineSpec"])
+        if not compiled_tasks.is_resolver(job, task)
     ]
 
 
@@ -118,13 +118,13 @@ def test_every_container_task_of_both_demos_ran_in_the_image(image_runs):
     for spec in specs[::2]:
         pipeline = os.path.splitext(spec)[0]
         path = os.path.join(work, image_tasks.SPECS_DIR, spec)
-        job = local_run.load_pipeline_job(path)
+        job = compiled_tasks.load_pipeline_job(path)
         containers = _container_tasks(path)
         assert [run.task for run in runs if run.pipeline == pipeline] == containers
         for task in containers:
-            assert local_run.container_image(job, task) == IMAGE
+            assert compiled_tasks.container_image(job, task) == IMAGE
             output = os.path.join(
-                work, image_tasks.ROOT_DIR, pipeline, task, local_run.EXECUTOR_OUTPUT_FILE
+                work, image_tasks.ROOT_DIR, pipeline, task, compiled_tasks.EXECUTOR_OUTPUT_FILE
             )
             with open(output) as f:
                 assert json.load(f)["artifacts"], task

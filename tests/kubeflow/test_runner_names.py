@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers.subprocesses import run_python
-from tfx_dynamic_inputs.kubeflow import compile_checks, runner, spec_files
+from tfx_dynamic_inputs.kubeflow import runner, spec_files
+from tfx_dynamic_inputs.pipeline import config, kubeflow_checks
 
 LEGAL_NAMES = st.from_regex(spec_files.PIPELINE_NAME_PATTERN, fullmatch=True)
 # (kind, text): "path" texts are joined to the output folder as the runner would ("..", ".",
@@ -92,7 +93,7 @@ def test_generated_pipeline_names_are_legal_or_refused_in_one_line_touching_noth
             assert status == 2
             assert len(lines) == 1, lines
             assert lines[0].startswith(f"error: {section} pipeline_name "), lines[0]
-            assert spec_files.shown_name(name) in lines[0]
+            assert kubeflow_checks.shown(name) in lines[0]
             assert "a-z, 0-9 and '-'" in lines[0]
             assert _tree(root) == before
         else:
@@ -186,7 +187,7 @@ def test_two_pipelines_of_one_name_are_refused(tmp_path):
     ],
 )
 def test_image_references_are_taken(image):
-    assert compile_checks.check_image(image) == image
+    assert kubeflow_checks.check_image(image) == image
 
 
 @pytest.mark.parametrize("image", ["", "a:b:c", "Tasks:1", "tasks :1", "../tasks", "tasks:"])
@@ -194,18 +195,18 @@ def test_what_is_not_an_image_reference_is_refused_in_one_line(tmp_path, image):
     status, lines = _run_main(["--image", image, "--output-dir", str(tmp_path / "out")])
     assert status == 2
     assert lines == [
-        f"error: image {image!r} is not a container image reference "
+        f"error: KubeflowConfig.image {image!r} is not a container image reference "
         "([registry[:port]/]name[:tag][@digest], the name in lower case)"
     ]
 
 
 def test_trainer_retries_out_of_range_or_not_an_int_are_refused():
     with pytest.raises(ValueError, match=r"^trainer_retries must be 0 to 2147483647 .*got -1$"):
-        compile_checks.check_trainer_retries(-1)
+        kubeflow_checks.check_trainer_retries(-1)
     with pytest.raises(ValueError, match="got 2147483648$"):
-        compile_checks.check_trainer_retries(2**31)
+        kubeflow_checks.check_trainer_retries(2**31)
     with pytest.raises(TypeError, match="^trainer_retries: expected an int, got True$"):
-        compile_checks.check_trainer_retries(True)
+        kubeflow_checks.check_trainer_retries(True)
 
 
 def test_bad_values_are_one_line_and_exit_2_before_tensorflow_or_tfx_is_imported(tmp_path):
@@ -251,7 +252,8 @@ def test_bad_values_are_one_line_and_exit_2_before_tensorflow_or_tfx_is_imported
         assert len(lines) == 1 and lines[0].startswith("error: "), (case, lines)
     assert "min_snr_db" in found["snr"][1][0] and "max_snr_db" in found["snr"][1][0]
     assert found["retries"][1] == [
-        "error: trainer_retries must be 0 to 2147483647 (retries of a failed trainer pod), got -1"
+        "error: KubeflowConfig.trainer_retries must be 0 to 2147483647 (retries of a failed "
+        "trainer pod), got -1"
     ]
     assert found["retries-text"][1] == [
         "error: argument --trainer-retries: invalid int value: 'many'"
@@ -274,7 +276,14 @@ def test_legal_names_compile_replacing_only_their_own_specs(tmp_path, capsys):
     )
     runner.main(["--config", config_path, "--output-dir", str(output_dir)])
     written = [str(output_dir / f"{name}.json") for name in ("digits-2", "0-voices")]
-    assert capsys.readouterr().out.splitlines() == [f"wrote {path}" for path in written]
+    assert capsys.readouterr().out.splitlines() == [
+        line
+        for path in written
+        for line in (
+            f"wrote {path[: -len('.json')]}.yaml: {runner.UPLOAD_NOTE}",
+            f"wrote {path}: {runner.JOB_NOTE}",
+        )
+    ]
     assert sorted(os.listdir(output_dir)) == [
         "0-voices.json",
         "0-voices.yaml",
@@ -294,3 +303,33 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    retries=st.one_of(st.integers(-(2**40), 2**40), st.integers(-3, 3), st.booleans()),
+    image=st.one_of(st.sampled_from(["tfx-dynamic-inputs:local", "gcr.io/p/t:v1"]), st.text()),
+)
+def test_kubeflow_config_refuses_what_the_runner_refuses_where_it_is_built(retries, image):
+    """One bound per option: `KubeflowConfig` itself refuses retries outside 0..int32 and what is
+    not an image reference, in one line naming the field, as the runner's checks do."""
+    retries_ok = not isinstance(retries, bool) and 0 <= retries <= 2**31 - 1
+    image_ok = kubeflow_checks.IMAGE_REFERENCE_PATTERN.fullmatch(image) is not None
+    try:
+        built = config.KubeflowConfig(trainer_retries=retries, image=image)
+    except (TypeError, ValueError) as error:
+        assert not (retries_ok and image_ok)
+        message = str(error)
+        assert "\n" not in message
+        refused = [f for f, ok in (("trainer_retries", retries_ok), ("image", image_ok)) if not ok]
+        assert message.startswith(tuple(f"KubeflowConfig.{f}" for f in refused)), message
+        return
+    assert retries_ok and image_ok
+    assert kubeflow_checks.check_trainer_retries(built.trainer_retries) == retries
+    assert kubeflow_checks.check_image(built.image) == image
+
+
+@pytest.mark.parametrize("field", kubeflow_checks.PATH_FIELDS)
+def test_kubeflow_config_refuses_an_empty_path_naming_the_field(field):
+    with pytest.raises(ValueError, match=rf"^KubeflowConfig\.{field}: expected a path, got ''$"):
+        config.KubeflowConfig(**{field: ""})
