@@ -10,17 +10,27 @@ Speaker embedding net (`export_speaker_model`), every signature returning ``embe
 - `embed_waveforms` (also ``serving_default``): ``waveforms`` float32 [B, T] in [-1, 1] at the
   training sample rate and ``lengths`` int32 [B] (valid samples per row; what follows is
   ignored).
-- `embed_encoded_audio`: ``audio`` tf.string [B], one audio file each, at the training sample
-  rate: 16-bit PCM WAV, and 16-bit FLAC when exported with ``"flac"`` in `audio_formats`.
+- `embed_encoded_audio`: ``audio`` tf.string [B], one audio file each, at any rate from 1 to
+  768 kHz and up to 600 s (the audio job's default limits): WAV of 8-bit unsigned, 16/24/32-bit
+  integer or 32/64-bit float samples (format PCM, IEEE float, or WAVE_FORMAT_EXTENSIBLE of those),
+  any channel count (`wav_decoding`); 16-bit FLAC too when exported with ``"flac"`` in
+  `audio_formats`. Any other file (MP3, Ogg, M4A, an A-law WAV, ...) fails in one line naming
+  what it is and what is accepted.
 - `embed_log_mel`: ``features`` float32 [B, T, n_mels] log-mel features as the training front
   end computes them and ``lengths`` int32 [B] valid frames (the net's own inputs).
 
-The audio goes the way training data went: channels averaged and samples rounded to int16, as
-the audio job (`tfx_dynamic_inputs.materialize.audio`) stores records, then the evaluation front end
-of the trainer (`audio_features` in ``"pad"`` mode without SpecAugment: the whole utterance, the
-same log-mel). Audio at another sample rate is refused, not resampled: tensorflow-io's in-graph
-resampler is not the audio job's (soxr): at 22.05 -> 16 kHz it delays the signal by 32 samples
-and differs from soxr by -27 dB after alignment, hundreds of times slower.
+The audio goes the way training data went: samples converted to float as libsndfile reads them,
+channels averaged, resampled to the training rate where the file is at another rate, and rounded
+to int16, as the audio job (`tfx_dynamic_inputs.materialize.audio`) stores records, then the
+evaluation front end of the trainer (`audio_features` in ``"pad"`` mode without SpecAugment: the
+whole utterance, the same log-mel). A file at the training rate gives the job's record bit for
+bit. The resampler is the speed perturbation's polyphase windowed-sinc filter
+(`augment_signals.resample`) where the job has soxr: 51-53 dB from soxr on tones below 0.8 of
+the narrower Nyquist band, where its gentler band edge begins (6 dB down at 0.9, where soxr is
+flat), so the embeddings of resampled files are close to, not equal to, the job's
+(`docs/components.md`).
+tensorflow-io's resampler is no closer: at 22.05 -> 16 kHz it delays the signal by 32 samples,
+differs from soxr by -27 dB after alignment and is hundreds of times slower.
 
 CycleGAN generators (`export_cyclegan`), for each direction `x_to_y` (G) and `y_to_x` (F),
 every signature returning ``images`` float32 [B, H, W, C] in [0, 1] and ``images_uint8`` uint8
@@ -52,9 +62,11 @@ from collections.abc import Callable, Sequence
 import keras
 import tensorflow as tf
 
+from tfx_dynamic_inputs.inputs import augment_signals
 from tfx_dynamic_inputs.inputs.audio_config import AudioFeatureConfig
 from tfx_dynamic_inputs.inputs.audio_features import audio_features
 from tfx_dynamic_inputs.inputs.parsing import ImageSpec, to_image_spec
+from tfx_dynamic_inputs.models import wav_decoding
 from tfx_dynamic_inputs.models.cyclegan import CycleGAN
 from tfx_dynamic_inputs.models.speaker import EMBEDDING_OUTPUT, FEATURES_KEY, LENGTHS_KEY
 
@@ -74,11 +86,9 @@ IMAGES_UINT8_KEY = "images_uint8"
 
 # int16 full scale, as the audio job's `to_int16` and `audio_features.decode_padded` use it.
 _PCM16_SCALE = 32768.0
-_WAV_MAGIC = b"RIFF"
-_FLAC_MAGIC = b"fLaC"
 # FLAC files open with "fLaC" and the STREAMINFO block (a 4-byte header, then the data): its
-# sample rate (20 bits), channels - 1 (3 bits) and bits per sample - 1 (5 bits) start 10 bytes
-# into the data, at byte 18 of the file.
+# sample rate (20 bits), channels - 1 (3 bits), bits per sample - 1 (5 bits) and total samples
+# (36 bits) start 10 bytes into the data, at byte 18 of the file.
 _FLAC_STREAMINFO_RATE_OFFSET = 18
 
 
@@ -120,114 +130,112 @@ def pcm16_records(waveforms: tf.Tensor, lengths: tf.Tensor) -> tf.Tensor:
 
 
 def decode_audio_files(
-    audio: tf.Tensor, audio_formats: Sequence[str] = ("wav",)
-) -> tuple[tf.Tensor, tf.Tensor]:
-    """tf.string [B] audio files -> (tf.string [B] audio records, int64 [B] sample rates).
+    audio: tf.Tensor, sample_rate: int, audio_formats: Sequence[str] = ("wav",)
+) -> tf.Tensor:
+    """tf.string [B] audio files -> tf.string [B] audio records at `sample_rate`.
 
-    Each file is decoded, its channels averaged and its samples rounded to int16, as the audio
-    job stores a record. Decoders: 16-bit PCM WAV (`tf.audio.decode_wav`); 16-bit FLAC
-    (`tensorflow_io.audio.decode_flac`) when `audio_formats` holds ``"flac"``.
+    Each file is decoded as the audio job decodes it (`wav_decoding.decode_wav`; 16-bit FLAC by
+    `tensorflow_io.audio.decode_flac` when `audio_formats` holds ``"flac"``), its channels
+    averaged, resampled to `sample_rate` where it is at another rate (`augment_signals.resample`,
+    the speed perturbation's filter, where the job has soxr) and rounded to int16, as the job
+    stores a record.
 
     Args:
         audio: tf.string [B], one audio file each.
+        sample_rate: the training sample rate, Hz.
         audio_formats: ``("wav",)`` or ``("wav", "flac")``.
 
     Returns:
-        `(records, rates)`: tf.string [B] audio records (mono int16 PCM) and int64 [B] sample
-        rates.
+        tf.string [B] audio records (mono int16 PCM at `sample_rate`).
 
     Raises:
         ValueError: `audio_formats` is neither of the two.
-        tf.errors.InvalidArgumentError: (when run) a file is not of those formats, or not 16-bit;
-            the message names its position in the batch.
+        tf.errors.InvalidArgumentError: (when run) a file the model does not take, in one line
+            naming its position in the batch, what it is and what is accepted.
     """
     check_audio_formats(audio_formats)
     flac = "flac" in audio_formats
-    accepted = "16-bit PCM WAV or FLAC" if flac else "16-bit PCM WAV"
+    accepted = f"{wav_decoding.ACCEPTED_WAV}, or 16-bit FLAC" if flac else wav_decoding.ACCEPTED_WAV
 
-    def decode_one(item: tuple[tf.Tensor, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
+    # Plain TensorFlow ops: autograph, which map_fn applies, would only spend seconds converting.
+    @tf.autograph.experimental.do_not_convert
+    def decode_one(item: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
         position, data = item
-        magic = tf.strings.substr(data, 0, 4)
-        is_flac = tf.equal(magic, _FLAC_MAGIC) if flac else tf.constant(False)
-        check = tf.debugging.Assert(
-            tf.logical_or(tf.equal(magic, _WAV_MAGIC), is_flac),
-            [
-                "audio item",
-                position,
-                f"is not a {accepted} file; its first bytes are",
-                # As numbers: the raw bytes of another format are not text, and TensorFlow would
-                # fail decoding them into the message (UnicodeDecodeError) instead of raising it.
-                tf.io.decode_raw(tf.strings.substr(data, 0, 12), tf.uint8),
-            ],
-            summarize=12,
+        what = "audio item " + wav_decoding.text(position)
+        container = wav_decoding.container_name(data)
+        is_flac = tf.equal(container, "FLAC") if flac else tf.constant(False)
+        refused = wav_decoding.first_problem(
+            what,
+            (
+                tf.equal(container, ""),
+                "no audio file the model knows (first bytes {}); it takes " + accepted,
+                (wav_decoding.first_bytes(data),),
+            ),
+            (
+                tf.logical_not(tf.logical_or(tf.equal(container, "WAV"), is_flac)),
+                "{} audio, not accepted; the model takes " + accepted,
+                (container,),
+            ),
         )
-        with tf.control_dependencies([check]):
+        with tf.control_dependencies([wav_decoding.assert_no_problem(refused)]):
             data = tf.identity(data)
         if flac:
-            samples, rate = tf.cond(is_flac, lambda: _decode_flac(data), lambda: _decode_wav(data))
+            samples, rate = tf.cond(
+                is_flac,
+                lambda: _decode_flac(data, what),
+                lambda: wav_decoding.decode_wav(data, what),
+            )
         else:
-            samples, rate = _decode_wav(data)
-        mono = quantize_pcm16(tf.reduce_mean(samples, axis=1))
-        wav = tf.audio.encode_wav(mono[:, tf.newaxis], sample_rate=1)
-        num_bytes = 2 * tf.size(mono)
-        return tf.strings.substr(wav, tf.strings.length(wav) - num_bytes, num_bytes), rate
+            samples, rate = wav_decoding.decode_wav(data, what)
+        mono = tf.reduce_mean(samples, axis=1)
+        resampled = tf.cond(
+            tf.equal(rate, sample_rate),
+            lambda: mono,
+            lambda: augment_signals.resample(mono, rate, sample_rate),
+        )
+        return pcm16_records(resampled[tf.newaxis], tf.size(resampled)[tf.newaxis])[0]
 
     positions = tf.range(tf.size(audio, out_type=tf.int64))
     return tf.map_fn(
-        decode_one,
-        (positions, audio),
-        fn_output_signature=(tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64)),
+        decode_one, (positions, audio), fn_output_signature=tf.TensorSpec([], tf.string)
     )
 
 
-def _decode_wav(data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """float32 [n, channels] samples (int16 / 32768) and the int64 rate of a 16-bit WAV.
-
-    A WAV whose `fmt ` chunk (where it usually is, right after the RIFF header) declares float
-    samples or another width is refused naming what it holds: `tf.audio.decode_wav` would say
-    only "Bad format chunk size for WAV".
-    """
-    # Bytes 12-35 of the file (zero-padded, so a short file reaches TensorFlow's own check):
-    # the `fmt ` chunk id, then at 20 the format tag and at 34 the bits per sample.
-    header = tf.io.decode_raw(
-        tf.strings.substr(data + tf.constant(bytes(36)), 12, 24), tf.uint8, fixed_length=24
-    )
-    header = tf.cast(header, tf.int32)
-    has_fmt = tf.reduce_all(tf.equal(header[:4], tf.constant(list(b"fmt "), tf.int32)))
-    format_tag = header[8] + 256 * header[9]
-    bits = header[22] + 256 * header[23]
-    readable = tf.logical_or(
-        tf.logical_not(has_fmt),
-        tf.logical_and(tf.reduce_any(tf.equal(format_tag, [1, 0xFFFE])), tf.equal(bits, 16)),
-    )
-    check = tf.debugging.Assert(
-        readable,
-        [
-            "only 16-bit PCM WAV is decoded here; this WAV has format tag (1: PCM, 3: float)",
-            format_tag,
-            "and bits per sample",
-            bits,
-        ],
-    )
-    with tf.control_dependencies([check]):
-        samples, rate = tf.audio.decode_wav(data)
-    return samples, tf.cast(rate, tf.int64)
-
-
-def _decode_flac(data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """float32 [n, channels] samples (int16 / 32768) and the int64 rate of a 16-bit FLAC."""
+def _decode_flac(data: tf.Tensor, what: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """float32 [n, channels] samples (int16 / 32768) and the int64 rate of a 16-bit FLAC that
+    declares its length, within `wav_decoding`'s limits."""
     import tensorflow_io as tfio  # only here: its ops make a SavedModel need it to load
 
+    # STREAMINFO: rate (20 bits), channels - 1 (3), bits per sample - 1 (5), total samples (36).
     header = tf.cast(
-        tf.io.decode_raw(tf.strings.substr(data, _FLAC_STREAMINFO_RATE_OFFSET, 4), tf.uint8),
+        tf.io.decode_raw(
+            tf.strings.substr(data, _FLAC_STREAMINFO_RATE_OFFSET, 8), tf.uint8, fixed_length=8
+        ),
         tf.int64,
     )
     rate = header[0] * 4096 + header[1] * 16 + header[2] // 16
     bits = (header[2] % 2) * 16 + header[3] // 16 + 1
-    check = tf.debugging.Assert(
-        tf.equal(bits, 16),
-        ["only 16-bit FLAC is decoded here; this file has bits per sample:", bits],
+    frames = (header[3] % 16) * (1 << 32) + tf.reduce_sum(header[4:] * [1 << 24, 1 << 16, 256, 1])
+    seconds = wav_decoding.MAX_AUDIO_SECONDS
+    problem = wav_decoding.first_problem(
+        what,
+        (tf.not_equal(bits, 16), "a FLAC of {}-bit samples; the model takes 16-bit FLAC", (bits,)),
+        (
+            tf.logical_or(rate < wav_decoding.MIN_SAMPLE_RATE, rate > wav_decoding.MAX_SAMPLE_RATE),
+            f"a FLAC at {{}} Hz, outside {wav_decoding.MIN_SAMPLE_RATE} to "
+            f"{wav_decoding.MAX_SAMPLE_RATE} Hz",
+            (rate,),
+        ),
+        (
+            tf.logical_or(
+                tf.equal(frames, 0),
+                tf.cast(frames, tf.float64) > seconds * tf.cast(rate, tf.float64),
+            ),
+            f"a FLAC of {{}} frames (0: not declared), not 1 to {seconds:g} s long",
+            (frames,),
+        ),
     )
+    check = wav_decoding.assert_no_problem(problem)
     with tf.control_dependencies([check]):
         pcm = tfio.audio.decode_flac(data, dtype=tf.int16)
     return tf.cast(pcm, tf.float32) / _PCM16_SCALE, rate
@@ -338,21 +346,8 @@ def export_speaker_model(
             return embed_records(pcm16_records(waveforms, lengths), "row")
 
     def embed_encoded_audio(audio: tf.Tensor) -> dict[str, tf.Tensor]:
-        records, rates = decode_audio_files(audio, audio_formats)
-        wrong = tf.not_equal(rates, front_end.sample_rate)
-        check = tf.debugging.Assert(
-            tf.logical_not(tf.reduce_any(wrong)),
-            [
-                f"the model takes audio at {front_end.sample_rate} Hz (resample it first, "
-                f"e.g. soxr.resample(x, rate, {front_end.sample_rate}, quality='HQ') as the "
-                "audio job does); items at other rates (positions, rates):",
-                tf.where(wrong)[:, 0],
-                tf.boolean_mask(rates, wrong),
-            ],
-            summarize=16,
-        )
-        with tf.control_dependencies([check]):
-            return embed_records(tf.identity(records), "audio item")
+        records = decode_audio_files(audio, front_end.sample_rate, audio_formats)
+        return embed_records(records, "audio item")
 
     archive = keras.export.ExportArchive()
     archive.track(embedding_model)
