@@ -11,8 +11,12 @@ Both end alike: `ModelGate` blesses the trained model when its held-out metric
 the latest blessed model's, and the standard Pusher copies a blessed model to
 `<serving_dir>/<version>` (`serving_dir` None: `<pipeline root>/serving/<pipeline name>`).
 
+Every config checks its fields when it is built (`config_checks`): a wrong type is a TypeError, a
+bad value a ValueError, each one line naming `<Class>.<field>`.
+
 Defaults are the demo's (bundled sample data, small models, CPU-friendly); `TEST_OVERRIDES`
-shrink the training for the test suite. Nothing here imports TFX or TensorFlow.
+shrink the training for the test suite. Nothing here imports TFX or TensorFlow (but a
+`SpeakerConfig` with `noise_dir` checks its SNR range with `AdditiveNoise`, which does).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 
 from tfx_dynamic_inputs import component_keys as keys
 from tfx_dynamic_inputs.materialize.config import AudioConfig
+from tfx_dynamic_inputs.pipeline import config_checks, kubeflow_checks
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMAS_DIR = os.path.join(REPO_ROOT, "schemas")
@@ -70,6 +75,10 @@ class PipelineConfig:
     blessing_direction: str = keys.LOWER_IS_BETTER
     blessing_tolerance: float = 0.0
     serving_dir: str | None = None
+
+    def __post_init__(self):
+        config_checks.check_types(self)
+        config_checks.check_pipeline_fields(self)
 
     def input_paths(self) -> list[str]:
         """The input files and folders (what `tfx_dynamic_inputs.pipeline.fingerprint`
@@ -141,6 +150,8 @@ class CycleGanConfig(PipelineConfig):
     blessing_threshold: float | None = 1.0
 
     def __post_init__(self):
+        super().__post_init__()
+        config_checks.check_cyclegan_fields(self)
         pairings = [
             self.pairs is not None,
             self.x_groups is not None or self.y_groups is not None,
@@ -247,10 +258,8 @@ class SpeakerConfig(PipelineConfig):
     max_snr_db: float = 15.0
 
     def __post_init__(self):
-        if not self.min_snr_db <= self.max_snr_db:
-            raise ValueError(
-                f"min_snr_db ({self.min_snr_db}) is above max_snr_db ({self.max_snr_db}): swap them"
-            )
+        super().__post_init__()
+        config_checks.check_speaker_fields(self)
         if self.mix is not None and self.speed_perturb:
             raise ValueError(
                 "mix and speed_perturb do not run together yet (a mix does not plan the speed "
@@ -307,6 +316,11 @@ class RunConfig:
     beam_pipeline_args: tuple[str, ...] = ()
     fingerprint_inputs: bool = True
 
+    def __post_init__(self):
+        config_checks.check_types(self)
+        config_checks.not_empty("RunConfig.pipeline_root", self.pipeline_root)
+        config_checks.not_empty("RunConfig.metadata_path", self.metadata_path)
+
 
 @dataclasses.dataclass(frozen=True)
 class TaskResources:
@@ -339,6 +353,8 @@ class TaskResources:
     accelerator_count: int = 0
 
     def __post_init__(self):
+        config_checks.check_types(self)
+        config_checks.integer("TaskResources.accelerator_count", self.accelerator_count, 0)
         for name in ("cpu_request", "cpu_limit", "memory_request", "memory_limit"):
             value = getattr(self, name)
             if value is not None and value <= 0:
@@ -378,6 +394,10 @@ class KubeflowConfig:
     # Node id (e.g. "PairsTrainer", "MaterializeAudio") -> its pod's requests and limits; a task
     # not named keeps the cluster's defaults.
     resources: Mapping[str, TaskResources] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        config_checks.check_types(self)
+        kubeflow_checks.check_kubeflow_config(self)
 
 
 # Smaller training for the test suite: same data, same components, fewer epochs.

@@ -39,7 +39,14 @@ from ml_metadata.proto import metadata_store_pb2
 
 from tfx_dynamic_inputs.interrupts import EXIT_INTERRUPTED, watching_interrupts
 from tfx_dynamic_inputs.materialize.errors import MaterializeError
-from tfx_dynamic_inputs.pipeline import cli, config, mixed_corpora, speakers, work_dir_claim
+from tfx_dynamic_inputs.pipeline import (
+    cli,
+    config,
+    config_checks,
+    mixed_corpora,
+    speakers,
+    work_dir_claim,
+)
 from tfx_dynamic_inputs.pipeline.sample_data import write_digit_domains
 
 if TYPE_CHECKING:
@@ -376,9 +383,13 @@ def local_configs(
             return config.SpeakerConfig(**args.settings), run_settings
         if args.bundled_data:
             settings = dict(args.settings)
+            # Checked before the digits are drawn at that size.
+            image_size = config_checks.check_image_size(
+                settings.pop("image_size", config.CycleGanConfig.image_size)
+            )
             bundled = cyclegan_config(
                 os.path.join(work_dir, DIGITS_DIR),
-                image_size=settings.pop("image_size", config.CycleGanConfig.image_size),
+                image_size=image_size,
                 groups_from_subfolder=settings.pop(
                     "groups_from_subfolder", config.CycleGanConfig.groups_from_subfolder
                 ),
@@ -387,8 +398,10 @@ def local_configs(
                 settings["pairs"] = None
             return dataclasses.replace(bundled, **settings), run_settings
         return config.CycleGanConfig(**args.settings), run_settings
-    except ValueError as error:  # a config's own check (e.g. two pairings): one line
+    except (ValueError, TypeError) as error:  # a config's own checks: one line
         raise cli.ConfigError(str(error)) from None
+    except OSError as error:  # the bundled digits: e.g. written there at another size
+        raise cli.ConfigError(f"--work_dir {work_dir}: the bundled digits: {error}") from None
 
 
 # The data fields of the pipeline configs: a file, or a folder, that must exist before a run.

@@ -37,8 +37,13 @@ from tfx.types import standard_component_specs
 
 from tfx_dynamic_inputs import component_keys as keys
 from tfx_dynamic_inputs.evaluator_component import ModelGate
+from tfx_dynamic_inputs.evaluator_component.decision import Rule
 from tfx_dynamic_inputs.index_component import IndexExamples
-from tfx_dynamic_inputs.pipeline import common, example_gen
+from tfx_dynamic_inputs.inputs.arguments import choice, int_argument
+from tfx_dynamic_inputs.inputs.class_plan import EPOCH_MODES
+from tfx_dynamic_inputs.materialize.config import ShardingConfig
+from tfx_dynamic_inputs.materialize.errors import MaterializeError
+from tfx_dynamic_inputs.pipeline import common, config_checks, example_gen
 from tfx_dynamic_inputs.pipeline.config import RunConfig
 from tfx_dynamic_inputs.trainer_component import ClassBalancedInputOptions, ClassBalancedTrainer
 from tfx_dynamic_inputs.trainer_component.input_options import TRANSFORMED_SPEC
@@ -62,6 +67,10 @@ class StandardConfig:
     (which way is better: `blessing_direction`), within `blessing_threshold` (None: any) and at
     most `blessing_tolerance` worse than the latest blessed model's; Pusher pushes to
     `serving_dir` (None: `<pipeline root>/serving/<pipeline name>`).
+
+    Every field is checked when the config is built, with the bound of the component or library
+    that takes it (`config_checks`, `inputs.arguments`, ModelGate's `Rule`): TypeError or
+    ValueError, one line naming `StandardConfig.<field>`.
     """
 
     input_base: str
@@ -87,7 +96,47 @@ class StandardConfig:
     input_format: str = example_gen.TFRECORD
 
     def __post_init__(self):
-        example_gen.check_input_format(self.input_format)
+        # TFX is loaded with this module: the library's own checks are called where they exist.
+        config_checks.check_types(self)
+        for name in ("input_base", "label_feature", "train_split", "eval_split"):
+            config_checks.not_empty(f"StandardConfig.{name}", getattr(self, name))
+        config_checks.check_module("StandardConfig.preprocessing_fn", self.preprocessing_fn)
+        config_checks.check_module("StandardConfig.trainer_module", self.trainer_module)
+        config_checks.check_pipeline_name("StandardConfig.pipeline_name", self.pipeline_name)
+        config_checks.integer("StandardConfig.seed", self.seed, *config_checks.SEED_RANGE)
+        config_checks.integer("StandardConfig.num_epochs", self.num_epochs, 1)
+        try:
+            int_argument("n_classes_per_batch", self.n_classes_per_batch, 1)
+            int_argument("n_samples_per_class", self.n_samples_per_class, 1)
+            choice("epoch_mode", self.epoch_mode, EPOCH_MODES)
+            example_gen.check_input_format(self.input_format)
+        except ValueError as error:  # each message starts with the field's name
+            raise ValueError(f"StandardConfig.{error}") from None
+        if self.max_reject_fraction is not None:
+            config_checks.reject_fraction(
+                "StandardConfig.max_reject_fraction", self.max_reject_fraction
+            )
+        if self.num_shards is not None:
+            try:
+                ShardingConfig(num_shards=self.num_shards).validate()
+            except MaterializeError as error:
+                raise ValueError(f"StandardConfig.num_shards: {error}") from None
+        config_checks.not_empty("StandardConfig.blessing_metric", self.blessing_metric)
+        try:
+            Rule(
+                self.blessing_metric,
+                self.blessing_direction,
+                self.blessing_threshold,
+                self.blessing_tolerance,
+            )
+        except ValueError as error:  # "direction ...", "threshold ...", "tolerance ..."
+            raise ValueError(f"StandardConfig.blessing_{error}") from None
+        config_checks.not_empty("StandardConfig.serving_dir", self.serving_dir)
+        if self.eval_split == self.train_split:
+            raise ValueError(
+                f"StandardConfig.eval_split is train_split ({self.train_split!r}): the gate's "
+                "metric would be measured on the training data"
+            )
 
 
 class StandardComponents(NamedTuple):

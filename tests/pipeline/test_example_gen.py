@@ -53,7 +53,9 @@ def test_the_default_input_format_is_tfrecord(tmp_path):
 
 @pytest.mark.parametrize(("given", "hint"), [("cvs", "; did you mean 'csv'?"), ("json", "")])
 def test_a_bad_input_format_is_one_value_error_naming_the_formats(tmp_path, given, hint):
-    message = f"input_format must be one of tfrecord, csv, parquet; got {given!r}{hint}"
+    message = (
+        f"StandardConfig.input_format must be one of tfrecord, csv, parquet; got {given!r}{hint}"
+    )
     with pytest.raises(ValueError) as error:
         standard_data.config(str(tmp_path), input_format=given)
     assert str(error.value) == message

@@ -1,0 +1,151 @@
+"""One bound per option: where the pipeline configs restate a bound of the library or a job
+(whose modules import TensorFlow, which the CLIs must not load before they answer;
+`pipeline.config_checks`), a config accepts a generated value exactly when the library does."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tfx_dynamic_inputs.evaluator_component.decision import Rule
+from tfx_dynamic_inputs.inputs import AudioFeatureConfig
+from tfx_dynamic_inputs.inputs.arguments import SEED_RANGE, int_argument
+from tfx_dynamic_inputs.inputs.class_plan import EPOCH_MODES
+from tfx_dynamic_inputs.inputs.pair_plan import STRATEGIES
+from tfx_dynamic_inputs.materialize.config import AudioConfig, PairsConfig
+from tfx_dynamic_inputs.materialize.errors import MaterializeError
+from tfx_dynamic_inputs.pipeline import config, config_checks
+from tfx_dynamic_inputs.trainer_component.input_options import (
+    MIX_WEIGHTINGS,
+    ClassBalancedInputOptions,
+    PairsInputOptions,
+)
+
+_SETTINGS = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+# Ints of int64: a TFX execution property holds no more, and the configs refuse more whatever
+# the library would take.
+_INTS = st.one_of(
+    st.integers(-3, 5),
+    st.integers(*SEED_RANGE),
+    st.sampled_from([2**31, 2**32, 2**32 - 1, SEED_RANGE[1]]),
+)
+_FRACTIONS = st.floats(-0.5, 1.5) | st.sampled_from([0.0, 1.0, math.nextafter(1.0, 0.0)])
+
+
+def _accepts(build, *errors: type[Exception]) -> bool:
+    try:
+        build()
+    except (ValueError, TypeError, *errors):
+        return False
+    return True
+
+
+def test_the_choices_are_the_librarys():
+    assert config_checks.EPOCH_MODES == EPOCH_MODES
+    assert config_checks.PAIRING_STRATEGIES == STRATEGIES
+    assert config_checks.MIX_WEIGHTINGS == MIX_WEIGHTINGS
+    assert config_checks.INT64_RANGE == SEED_RANGE
+
+
+@_SETTINGS
+@given(seed=_INTS)
+def test_a_seed_is_accepted_exactly_when_the_trainers_keras_seeding_takes_it(seed):
+    # keras.utils.set_random_seed seeds NumPy's legacy generator, whose range this is.
+    keras_takes = _accepts(lambda: np.random.RandomState(seed))
+    assert _accepts(lambda: config.SpeakerConfig(seed=seed)) == keras_takes
+
+
+@_SETTINGS
+@given(value=_INTS)
+def test_batch_geometry_and_draw_caps_are_the_samplers_bounds(value):
+    speaker = _accepts(lambda: config.SpeakerConfig(n_classes_per_batch=value))
+    assert speaker == _accepts(lambda: int_argument("n_classes_per_batch", value, 1))
+    speaker = _accepts(lambda: config.SpeakerConfig(max_draws_per_record=value))
+    assert speaker == _accepts(lambda: ClassBalancedInputOptions(max_draws_per_record=value))
+    image = {"height": 8, "width": 8, "channels": 1}
+    cyclegan = _accepts(
+        lambda: config.CycleGanConfig(x_dir="x", y_dir="y", pairs="p", **{"held_out": value})
+    )
+    assert cyclegan == _accepts(lambda: PairsInputOptions(image=image, held_out=value))
+
+
+@pytest.fixture(scope="module")
+def audio_job(tmp_path_factory) -> dict[str, str]:
+    """An audio job's existing inputs, so that its `validate` judges the values alone."""
+    root = tmp_path_factory.mktemp("audio")
+    (root / "manifest.csv").write_text("path,speaker\n")
+    return {"root": str(root), "manifest": str(root / "manifest.csv"), "output_dir": str(root)}
+
+
+@_SETTINGS
+@given(
+    rate=st.integers(0, 800_000) | st.sampled_from([7999, 8000, 192000, 192001]),
+    eval_fraction=_FRACTIONS,
+    reject_fraction=_FRACTIONS,
+)
+def test_rates_and_fractions_are_the_audio_jobs_bounds(
+    audio_job, rate, eval_fraction, reject_fraction
+):
+    for fields in (
+        {"sample_rate": rate},
+        {"eval_fraction": eval_fraction},
+        {"max_reject_fraction": reject_fraction},
+    ):
+        job = AudioConfig(**audio_job, **fields)
+        speaker = _accepts(lambda fields=fields: config.SpeakerConfig(**fields))
+        assert speaker == _accepts(job.validate, MaterializeError), fields
+
+
+@_SETTINGS
+@given(crop=st.floats(-1.0, config_checks.MAX_AUDIO_SECONDS), rate=st.sampled_from([8000, 16000]))
+def test_a_crop_is_accepted_exactly_when_the_audio_front_end_takes_it(crop, rate):
+    front_end = _accepts(lambda: AudioFeatureConfig(sample_rate=rate, crop_seconds=crop))
+    assert _accepts(lambda: config.SpeakerConfig(sample_rate=rate, crop_seconds=crop)) == front_end
+
+
+@_SETTINGS
+@given(bins=_INTS)
+def test_mel_bins_are_the_audio_front_ends_bound(bins):
+    front_end = _accepts(lambda: AudioFeatureConfig(num_mel_bins=bins))
+    assert _accepts(lambda: config.SpeakerConfig(num_mel_bins=bins)) == front_end
+
+
+@_SETTINGS
+@given(size=st.integers(-2, 6000) | st.sampled_from([5792, 5793]), channels=st.integers(-1, 5))
+def test_image_size_and_channels_are_the_pairs_jobs_bounds(tmp_path_factory, size, channels):
+    folder = str(tmp_path_factory.getbasetemp())
+    job = PairsConfig(
+        output_dir=folder,
+        x_dir=folder,
+        y_dir=folder,
+        groups_from_subfolder=True,
+        image_storage="raw",
+        raw_height=size,
+        raw_width=size,
+        raw_channels=channels,
+    )
+    fields = {"image_size": size, "channels": channels}
+    cyclegan = _accepts(lambda: config.CycleGanConfig(x_dir="x", y_dir="y", pairs="p", **fields))
+    assert cyclegan == _accepts(job.validate, MaterializeError)
+
+
+@_SETTINGS
+@given(
+    direction=st.sampled_from(["lower_is_better", "higher_is_better", "up", ""]),
+    threshold=st.none() | st.floats(),
+    tolerance=st.floats(),
+)
+def test_the_gate_fields_are_model_gates_rule(direction, threshold, tolerance):
+    fields = {
+        "blessing_direction": direction,
+        "blessing_threshold": threshold,
+        "blessing_tolerance": tolerance,
+    }
+    rule = _accepts(lambda: Rule("eer", direction, threshold, tolerance))
+    assert _accepts(lambda: config.SpeakerConfig(**fields)) == rule
