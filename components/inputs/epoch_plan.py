@@ -33,6 +33,7 @@ import tensorflow as tf
 from tfx_dynamic_inputs.inputs.epoch_state import EpochState
 from tfx_dynamic_inputs.inputs.graph_functions import as_given, as_written
 from tfx_dynamic_inputs.inputs.worker_slices import batches_per_worker
+from tfx_dynamic_inputs.plans import seed_folds
 
 # Batch numbers of an unbounded `epoch_range_dataset` run up to the largest int64.
 _LAST_BATCH_NUMBER = (1 << 63) - 1
@@ -42,11 +43,12 @@ _LAST_BATCH_NUMBER = (1 << 63) - 1
 # 0.65 s a batch per call, 0.29 s in blocks of 16 and 0.23 s in blocks of 64.
 PLAN_BLOCK_BATCHES = 64
 
-# Salts separate the random streams drawn for different purposes within one (seed, epoch).
-SALT_ORDER = 0
-SALT_CHOICE = 1
-SALT_TIE_BREAK = 2
-SALT_GROUP_START = 3
+# Salts separate the random streams drawn for different purposes within one (seed, epoch):
+# stated once, with the NumPy plans' executor.
+SALT_ORDER = seed_folds.SALT_ORDER
+SALT_CHOICE = seed_folds.SALT_CHOICE
+SALT_TIE_BREAK = seed_folds.SALT_TIE_BREAK
+SALT_GROUP_START = seed_folds.SALT_GROUP_START
 
 
 def epoch_seed(seed: int, epoch, salt: int = 0) -> tf.Tensor:

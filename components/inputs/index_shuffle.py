@@ -37,21 +37,13 @@ from types import ModuleType
 import tensorflow as tf
 
 from tfx_dynamic_inputs import native
+from tfx_dynamic_inputs.plans import keyed_hash
+from tfx_dynamic_inputs.plans.keyed_hash import RANK_MAX_SIZE, ROUNDS, SMALL_BITS, SMALL_ROUNDS
 
-# Rounds of the network (alternate updates of the two parts), more where the parts are a few bits
-# wide. Measured over 400,000 keys (chi-square of where positions 0 and 1 land, and of their
-# difference): from 33 records on, 6 rounds pass (with 3, 10% of the landing places of a
-# 100-record permutation fail at p < 0.01); 5 to 12 records fail up to p = 1e-270 with 6 rounds
-# and still fail with 16 (6 records, p = 2e-10); 24 pass at every size.
-ROUNDS = 6
-SMALL_ROUNDS = 24
-SMALL_BITS = 6  # sizes up to 2**6 records take SMALL_ROUNDS
-# Up to this size a position's place is the rank of its keyed hash among the size's (`size`
-# hashes an element, against about 36 for 24 rounds and their cycle walking).
-RANK_MAX_SIZE = 16
-_GOLDEN = 0x9E3779B97F4A7C15
-_MIX_1 = 0xBF58476D1CE4E5B9
-_MIX_2 = 0x94D049BB133111EB
+# The hash's constants and the round counts are stated once, with the NumPy plans' executor.
+_GOLDEN = keyed_hash.GOLDEN
+_MIX_1 = keyed_hash.MIX_1
+_MIX_2 = keyed_hash.MIX_2
 
 
 def _u64(value: int | tf.Tensor) -> tf.Tensor:

@@ -1,0 +1,17 @@
+"""The epoch plans in NumPy alone: the same record numbers as the TensorFlow plans, bit for bit.
+
+The samplers' plans (`tfx_dynamic_inputs.inputs`) run as TensorFlow ops inside tf.data. This
+package is the same plan algorithm executed by NumPy, for input pipelines without TensorFlow
+(Grain datasets for Keras 3 on JAX or PyTorch): nothing here imports TensorFlow. Where the two
+share a definition (the hash's constants and round counts, the salts) it is stated here and the
+TensorFlow modules take it from here; tests/inputs/test_numpy_plans.py compares the record
+numbers of both over generated sizes, seeds, epochs and batches.
+
+* `seed_folds`: the stateless seeds of a plan's streams, `(seed, epoch, salt)` (TensorFlow's
+  Philox fold, reproduced);
+* `keyed_hash`: the keyed hash and the keyed draws made of it;
+* `keyed_permutation`: any position of a keyed permutation of `[0, size)` in O(1);
+* `pair_plan`: the dynamic-pairs plan (`uniform`, `least_sampled`, over CSR or groups);
+* `class_geometry`, `class_plan`, `class_fillers`: the class-balanced plan's units and rounds,
+  its batches, and the classes that complete its short batches.
+"""

@@ -1,0 +1,144 @@
+"""The NumPy plans (`tfx_dynamic_inputs.plans`) give the TensorFlow plans' record numbers bit for
+bit: seed folds, keyed draws and permutations (against the native op and the TensorFlow ops),
+the pair plan and the class-balanced plan, over generated sizes, seeds, epochs and batches; and
+the package runs without importing TensorFlow."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tfx_dynamic_inputs import native
+from tfx_dynamic_inputs.inputs import epoch_plan, index_shuffle
+from tfx_dynamic_inputs.plans import keyed_hash, keyed_permutation, seed_folds
+
+INT64 = st.integers(-(2**63), 2**63 - 1)
+SEEDS = st.one_of(st.sampled_from([0, 1, -1, 2**63 - 1, -(2**63)]), INT64)
+# Around every special case: the rank sizes (<= 16), the small-round sizes (17-64), powers of two.
+SIZES = st.one_of(
+    st.sampled_from([1, 2, 15, 16, 17, 63, 64, 65, 127, 128, 129, 65537]),
+    st.integers(1, 5000),
+    st.integers(1, 2**62),
+)
+IMPLEMENTATIONS = [
+    "tensorflow",
+    pytest.param(
+        "native",
+        marks=pytest.mark.skipif(native.op_library() is None, reason="no native library here"),
+    ),
+]
+
+
+def test_the_package_imports_and_plans_without_tensorflow():
+    script = (
+        "import sys\n"
+        "from tfx_dynamic_inputs.plans import keyed_permutation, seed_folds\n"
+        "seed = seed_folds.epoch_seed(3, 1, seed_folds.SALT_ORDER)\n"
+        "assert sorted(keyed_permutation.permuted_positions(range(100), 100, seed)) == "
+        "list(range(100))\n"
+        "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.tuples(INT64, INT64), word=INT64)
+def test_a_fold_is_tensorflows_stateless_fold_in(seed, word):
+    expected = tf.random.experimental.stateless_fold_in(
+        tf.constant(seed, tf.int64), tf.constant(word, tf.int64)
+    )
+    assert np.array_equal(seed_folds.fold_in(np.array(seed, np.int64), word), expected.numpy())
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=SEEDS, epochs=st.lists(st.integers(-1, 2**40), min_size=1, max_size=4))
+def test_epoch_seeds_are_the_tensorflow_plans(seed, epochs):
+    for salt in (seed_folds.SALT_ORDER, seed_folds.SALT_GROUP_START, 14):
+        folded = seed_folds.epoch_seed(seed, np.array(epochs), salt)
+        for epoch, row in zip(epochs, folded, strict=True):
+            assert np.array_equal(row, epoch_plan.epoch_seed(seed, epoch, salt).numpy())
+            in_graph = epoch_plan.epoch_seed(seed, tf.constant(epoch, tf.int64), salt)
+            assert np.array_equal(row, in_graph.numpy())
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@settings(max_examples=25, deadline=None)
+@given(seed=st.tuples(SEEDS, SEEDS), keys=st.lists(INT64, max_size=50), salt=st.integers(0, 20))
+def test_keyed_draws_are_the_tensorflow_plans(implementation, seed, keys, salt):
+    seed, keys = np.array(seed, np.int64), np.array(keys, np.int64)
+    bits = index_shuffle._keyed_bits(tf.constant(seed), tf.constant(keys), salt, implementation)
+    assert np.array_equal(keyed_hash.keyed_bits(seed, keys, salt), bits.numpy())
+    sizes = np.abs(keys) % 1000 + 1
+    offsets = index_shuffle.keyed_offsets(tf.constant(sizes), tf.constant(seed), tf.constant(keys))
+    assert np.array_equal(keyed_hash.keyed_offsets(sizes, seed, keys), offsets.numpy())
+    seeds = index_shuffle.keyed_seeds(tf.constant(seed), tf.constant(keys, tf.int64))
+    assert np.array_equal(keyed_hash.keyed_seeds(seed, keys).reshape(-1, 2), seeds.numpy())
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@settings(max_examples=30, deadline=None)
+@given(size=SIZES, seed=st.tuples(SEEDS, SEEDS), tweak=INT64, data=st.data())
+def test_one_permutation_is_the_tensorflow_plans(implementation, size, seed, tweak, data):
+    """An epoch's order (one size, one tweak): all of it where small, else generated positions;
+    and the fused gather, which the pair plan runs."""
+    seed = np.array(seed, np.int64)
+    if size <= 300:
+        positions = np.arange(size, dtype=np.int64)
+    else:
+        positions = np.array(
+            data.draw(st.lists(st.integers(0, size - 1), min_size=1, max_size=300)), np.int64
+        )
+    expected = index_shuffle.permuted_positions(
+        tf.constant(positions),
+        size,
+        tf.constant(seed),
+        tf.constant(tweak, tf.int64),
+        implementation,
+    )
+    permuted = keyed_permutation.permuted_positions(positions, size, seed, tweak)
+    assert np.array_equal(permuted, expected.numpy())
+    if size <= 300:
+        assert sorted(permuted) == list(range(size))
+        table = np.arange(size, dtype=np.int64) * 3 + 1
+        fused, gathered = index_shuffle.gather_permuted(
+            tf.constant(table), tf.constant(positions), size, tf.constant(seed), implementation
+        )
+        assert np.array_equal(keyed_permutation.permuted_positions(positions, size, seed), fused)
+        assert np.array_equal(table[fused.numpy()], gathered.numpy())
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@settings(max_examples=30, deadline=None)
+@given(
+    rows=st.lists(st.tuples(SIZES, INT64, st.floats(0, 1, exclude_max=True)), max_size=80),
+    seed=st.tuples(SEEDS, SEEDS),
+)
+def test_permutations_of_their_own_size_and_tweak_are_the_tensorflow_plans(
+    implementation, rows, seed
+):
+    """Each element its own size and key (each x's order of its partners, each class's order of
+    its records), the rank sizes, the small-round sizes and the large ones mixed in one call."""
+    sizes = np.array([size for size, _, _ in rows], np.int64)
+    tweaks = np.array([tweak for _, tweak, _ in rows], np.int64)
+    positions = np.array([min(int(size * place), size - 1) for size, _, place in rows], np.int64)
+    seed = np.array(seed, np.int64)
+    expected = index_shuffle.permuted_positions(
+        tf.constant(positions),
+        tf.constant(sizes),
+        tf.constant(seed),
+        tf.constant(tweaks),
+        implementation,
+    )
+    permuted = keyed_permutation.permuted_positions(positions, sizes, seed, tweaks)
+    assert np.array_equal(permuted, expected.numpy())
+
+
+def test_a_position_outside_the_permutation_is_one_line_naming_it():
+    with pytest.raises(ValueError, match=r"position 5 at 1 is outside \[0, 5\)"):
+        keyed_permutation.permuted_positions([0, 5], 5, np.zeros(2, np.int64))
