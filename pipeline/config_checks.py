@@ -65,9 +65,12 @@ PAIRING_STRATEGIES = ("uniform", "least_sampled")
 MIX_WEIGHTINGS = ("classes", "batches")
 # `AudioFeatureConfig`'s default frame: a crop must hold one.
 FRAME_LENGTH_MS = 25.0
-# TFX's longest pipeline name (`tfx.orchestration.pipeline._MAX_PIPELINE_NAME_LENGTH`); the name
-# is also a folder (`serving/<pipeline name>`), so it is one file name: no separator, no `..`.
-PIPELINE_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+# One pipeline name for both runners (one config file drives both): Kubeflow's rule
+# (`kubeflow.spec_files.PIPELINE_NAME_PATTERN`, not imported: the kubeflow extra may be absent;
+# a test keeps them equal) within TFX's longest name (`tfx.orchestration.pipeline`'s 63). No such
+# name holds a separator or `..`: it also names a folder, `serving/<pipeline name>`.
+PIPELINE_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+PIPELINE_NAME_RULE = "1-63 characters of a-z, 0-9 and '-', not starting with '-'"
 # How much of a refused value a message shows.
 _SHOWN_CHARS = 80
 
@@ -75,7 +78,9 @@ _SHOWN_CHARS = 80
 def shown(value: object) -> str:
     """`value`'s repr for a one-line message, cut after `_SHOWN_CHARS` characters."""
     text = repr(value)
-    return text if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]}... ({len(text)} chars)"
+    if len(text) <= _SHOWN_CHARS:
+        return text
+    return f"{text[:_SHOWN_CHARS]}... ({len(text)} characters)"
 
 
 @functools.cache
@@ -298,7 +303,8 @@ def check_gate(config: Any) -> None:
 
 
 def check_pipeline_name(where: str, value: str) -> None:
-    """Raises ValueError unless `value` is a pipeline name TFX takes and one folder name.
+    """Raises ValueError unless `value` is a pipeline name both runners take
+    (`PIPELINE_NAME_PATTERN`).
 
     Args:
         where: what the message names.
@@ -306,8 +312,8 @@ def check_pipeline_name(where: str, value: str) -> None:
     """
     if not PIPELINE_NAME_PATTERN.fullmatch(value):
         raise ValueError(
-            f"{where} must be 1-63 characters of letters, digits, '_', '.' and '-', starting "
-            f"with a letter or digit (it names a folder), got {shown(value)}"
+            f"{where} {shown(value)} is not a legal Kubeflow pipeline name: "
+            f"{PIPELINE_NAME_RULE} (at most 63: TFX's limit; the name is also a folder)"
         )
 
 

@@ -136,6 +136,17 @@ def test_image_size_and_channels_are_the_pairs_jobs_bounds(tmp_path_factory, siz
 
 
 @_SETTINGS
+@given(name=st.text(max_size=70) | st.from_regex(r"[a-z0-9][a-z0-9-]{0,70}", fullmatch=True))
+def test_a_pipeline_name_is_accepted_exactly_when_kubeflow_and_tfx_take_it(name):
+    from tfx.orchestration.pipeline import _MAX_PIPELINE_NAME_LENGTH
+
+    from tfx_dynamic_inputs.kubeflow.spec_files import PIPELINE_NAME_PATTERN
+
+    both = bool(PIPELINE_NAME_PATTERN.fullmatch(name)) and len(name) <= _MAX_PIPELINE_NAME_LENGTH
+    assert _accepts(lambda: config.SpeakerConfig(pipeline_name=name)) == both
+
+
+@_SETTINGS
 @given(
     direction=st.sampled_from(["lower_is_better", "higher_is_better", "up", ""]),
     threshold=st.none() | st.floats(),

@@ -88,7 +88,10 @@ def test_every_field_at_its_extremes_is_a_valid_config_or_one_line_naming_it(fie
             {"noise_dir": "noise", "min_snr_db": -400.0, "max_snr_db": -400.0},
             "SpeakerConfig.min_snr_db / max_snr_db: AdditiveNoise.snr_db",
         ),
-        ({"pipeline_name": "../victim"}, "SpeakerConfig.pipeline_name must be 1-63 characters"),
+        (
+            {"pipeline_name": "../victim"},
+            "SpeakerConfig.pipeline_name '../victim' is not a legal Kubeflow pipeline name",
+        ),
         ({"custom_config": {"learning_rate": math.inf}}, "SpeakerConfig.custom_config must be"),
         ({"sample_rate": 1}, "SpeakerConfig.sample_rate must be >= 8000, got 1"),
     ],
