@@ -15,7 +15,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfx_dynamic_inputs import native
-from tfx_dynamic_inputs.inputs.shard_checks import PayloadCheck, RunPin
+from tfx_dynamic_inputs.inputs.shard_checks import PayloadCheck
+from tfx_dynamic_inputs.records.index_checks import RunPin
 
 # The native op bound to one record set: int64 [B] -> (tf.string [B] records, tf.bool [B] ok).
 NativeRead = Callable[[tf.Tensor], "tuple[tf.Tensor, tf.Tensor]"]

@@ -47,15 +47,10 @@ from tfx_dynamic_inputs.inputs.damaged_records import (
 from tfx_dynamic_inputs.inputs.graph_functions import as_given
 from tfx_dynamic_inputs.inputs.native_reader import NativeRead, open_native_reader
 from tfx_dynamic_inputs.inputs.parsing import ParseFn
-from tfx_dynamic_inputs.inputs.shard_checks import (
-    PayloadCheck,
-    RunPin,
-    check_offsets,
-    check_shard_contents,
-    shard_sizes,
-)
+from tfx_dynamic_inputs.inputs.shard_checks import PayloadCheck, read_crcs, shard_sizes
 from tfx_dynamic_inputs.inputs.shard_readers import ShardReader, load_all
 from tfx_dynamic_inputs.inputs.variables import index_variable
+from tfx_dynamic_inputs.records.index_checks import RunPin, check_offsets, check_shard_contents
 
 _log = logging.getLogger(__name__)
 
@@ -148,7 +143,8 @@ class RecordStore:
         open for the memory backend, when read for the disk backend). A record set of a run that
         `summary.json` does not commit as ok raises `layout.RunCommitError` (see
         `layout.load_shards`), and so does a shard that is not the one the run wrote
-        (`shard_checks.check_shard_contents`: another run's, copied in or left by an overwrite).
+        (`records.index_checks.check_shard_contents`: another run's, copied in or left by an
+        overwrite).
 
         The store serves that one run until it is dropped: the memory backend holds its
         records; the disk readers check, whenever they open the shards (the native op every
@@ -192,7 +188,7 @@ class RecordStore:
         shards_path = os.path.join(index_dir, layout.SHARDS_FILE)
         shard_bytes = shard_sizes(shard_paths, shards_path)
         past_end = check_offsets(offsets, num_records, shard_bytes, offsets_path)
-        check_shard_contents(manifest, shard_bytes, shards_path)
+        check_shard_contents(manifest, shard_bytes, shards_path, read_crcs)
         pin = RunPin(output_dir, manifest.run_id, tuple(shard_bytes.tolist()))
         disk_reader = ShardReader(shard_paths, offsets, verify_crc, payload_check, shard_bytes, pin)
         if backend == "auto":

@@ -5,7 +5,8 @@
 * `load_all`: every record of a record set into one `tf.string` variable (the memory backend).
 
 The native disk reader is in `native_reader`, the checks of frames, offset indexes and shards
-(and `RunPin`) in `shard_checks`, and `DamagedRecord` in `damaged_records`.
+(and `RunPin`) in `tfx_dynamic_inputs.records` (`frames`, `index_checks`: shared with the reader
+without TensorFlow), and `DamagedRecord` in `damaged_records`.
 
 A frame that does not fit in its shard (a truncated shard, or a damaged length or offset in the
 index) is a damaged record: both disk readers report it without reading or allocating anything
@@ -24,14 +25,10 @@ import tensorflow as tf
 
 from tfx_dynamic_inputs import layout
 from tfx_dynamic_inputs.inputs.damaged_records import DamagedRecord
-from tfx_dynamic_inputs.inputs.shard_checks import (
-    PayloadCheck,
-    RunPin,
-    frame_problem,
-    frames_fit,
-    past_end,
-)
+from tfx_dynamic_inputs.inputs.shard_checks import PayloadCheck
 from tfx_dynamic_inputs.inputs.variables import index_variable
+from tfx_dynamic_inputs.records.frames import frame_problem, frames_fit, past_end
+from tfx_dynamic_inputs.records.index_checks import RunPin
 
 _ZERO_LENGTH_FIELD = bytes(8)
 _ZERO_CRC_FIELDS = bytes(8)

@@ -6,11 +6,20 @@ every path the runner does (local, gs://, s3://, hdfs://) and TensorFlow need no
 the same layout, e.g. a dataset cache of the samplers, through `tf.io.gfile`, which TensorFlow's
 file systems back (local and gs://). Which one is used is decided per call: Beam when it is
 installed, so a run written by a job and a cache written by a sampler are the same bytes.
+
+The readers (`load_json`, `load_shards`, `check_committed`, `load_summary`, ...) go through
+`gfile()`: `tf.io.gfile`, except inside `without_tensorflow()`, where it is `LocalFiles`, the
+same calls on local paths through `os`, so a reader that must not import TensorFlow
+(`tfx_dynamic_inputs.records`, for JAX and PyTorch) runs the very same checks.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib.util
+import os
+from collections.abc import Iterator
 from typing import IO
 
 
@@ -24,20 +33,93 @@ def has_beam() -> bool:
 
 
 def gfile():
-    """`tf.io.gfile`, imported on first use.
+    """`tf.io.gfile`, imported on first use; `LocalFiles` inside `without_tensorflow()`.
 
     Code that Beam workers import must not pull in TensorFlow (a 10-25 s start-up per worker
     process) unless it really reads through it.
 
     Returns:
-        The `tf.io.gfile` module.
+        The `tf.io.gfile` module, or a `LocalFiles`.
 
     Example:
         exists = gfile().exists(path)
     """
+    if _WITHOUT_TENSORFLOW.get():
+        return _LOCAL_FILES
     import tensorflow as tf
 
     return tf.io.gfile
+
+
+class LocalFiles:
+    """The calls of `tf.io.gfile` the layout's readers make, on local paths through `os`.
+
+    A remote path (`scheme://...`) is refused in one line: without TensorFlow (or Beam) nothing
+    here reaches an object store.
+    """
+
+    def exists(self, path: str) -> bool:
+        """Whether anything is at `path`.
+
+        Args:
+            path: a local path.
+
+        Returns:
+            True when a file or folder is there.
+        """
+        return os.path.exists(_local(path))
+
+    def isdir(self, path: str) -> bool:
+        """Whether `path` is a folder.
+
+        Args:
+            path: a local path.
+
+        Returns:
+            True for a folder.
+        """
+        return os.path.isdir(_local(path))
+
+    def GFile(self, path: str, mode: str = "r") -> IO:
+        """Opens `path` as `tf.io.gfile.GFile` does (whose name this keeps): `open`.
+
+        Args:
+            path: a local path.
+            mode: as `open` takes it.
+
+        Returns:
+            The open file.
+        """
+        return open(_local(path), mode)
+
+
+def _local(path: str) -> str:
+    if "://" in path:
+        raise ValueError(
+            f"{path} is remote: reading without TensorFlow reaches local files only; copy the "
+            "run to a local folder"
+        )
+    return path
+
+
+_LOCAL_FILES = LocalFiles()
+_WITHOUT_TENSORFLOW = contextvars.ContextVar("without_tensorflow", default=False)
+
+
+@contextlib.contextmanager
+def without_tensorflow() -> Iterator[None]:
+    """Within the block (in this thread), `gfile()` is `LocalFiles`: the layout's readers check
+    and read local runs through `os`, never importing TensorFlow.
+
+    Example:
+        with without_tensorflow():
+            manifest = load_shards(run, "train")
+    """
+    token = _WITHOUT_TENSORFLOW.set(True)
+    try:
+        yield
+    finally:
+        _WITHOUT_TENSORFLOW.reset(token)
 
 
 def create(path: str) -> IO[bytes]:

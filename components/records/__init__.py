@@ -1,0 +1,1 @@
+"""A committed run's records read without TensorFlow."""
