@@ -70,9 +70,11 @@ def try_claim(output_dir: str, claim: Claim) -> bool:
     """Creates the claim file of `output_dir` (an existing folder) unless there is one; returns
     whether `claim` now holds the folder.
 
-    Locally the file is created exclusively (O_CREAT | O_EXCL) and written in one call. Object
-    stores have no exclusive create: the claim is written when absent and read back, so of two
-    jobs writing at once the one overwritten backs off (best effort).
+    Locally the file is created exclusively (O_CREAT | O_EXCL) and written in one call; when
+    the write fails (a full disk) the file this call created is removed before the error is
+    raised, so no empty claim is left to block the folder. Object stores have no exclusive
+    create: the claim is written when absent and read back, so of two jobs writing at once the
+    one overwritten backs off (best effort).
 
     Args:
         output_dir: the run folder, which exists.
@@ -80,6 +82,9 @@ def try_claim(output_dir: str, claim: Claim) -> bool:
 
     Returns:
         True when `claim` holds the folder; False when another claim does.
+
+    Raises:
+        OSError: when the claim cannot be written (nothing of it is left locally).
 
     Example:
         try_claim(run_dir, Claim.of_this_process(run_id))
@@ -92,9 +97,14 @@ def try_claim(output_dir: str, claim: Claim) -> bool:
         except FileExistsError:
             return False
         try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
+            try:
+                if os.write(fd, data) != len(data):
+                    raise OSError(f"{path}: the claim was cut short (is the disk full?)")
+            finally:
+                os.close(fd)
+        except OSError:
+            os.remove(path)
+            raise
         return True
     if gfile().exists(path):
         return False

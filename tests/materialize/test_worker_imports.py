@@ -20,6 +20,7 @@ _SHARED_WORKER_MODULES = (
     "tfx_dynamic_inputs.examples",
     "tfx_dynamic_inputs.layout",
     "tfx_dynamic_inputs.materialize",
+    "tfx_dynamic_inputs.materialize.commit_file",
     "tfx_dynamic_inputs.materialize.common",
     "tfx_dynamic_inputs.materialize.config",
     "tfx_dynamic_inputs.materialize.errors",

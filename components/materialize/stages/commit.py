@@ -3,8 +3,8 @@ writer has reported, `summary.json` written last (`Commit`).
 
 A job judges its run with `Judge` before it writes anything: its writers take the verdict and
 write nothing when it fails. The summary `Commit` writes names the run of the job that claims
-the folder (`layout.commit_run`); readers refuse a folder whose summary is missing, not ok, or
-names another run.
+the folder (`layout.commit_run`), written whole or not at all (`commit_file.commit_whole`);
+readers refuse a folder whose summary is missing, not ok, or names another run.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from typing import NamedTuple
 
 import apache_beam as beam
 
-from tfx_dynamic_inputs import layout
-from tfx_dynamic_inputs.materialize import claims, rejects
+from tfx_dynamic_inputs.materialize import claims, commit_file, rejects
 from tfx_dynamic_inputs.materialize.config import ShardingConfig
 from tfx_dynamic_inputs.materialize.shards import ShardPlan
 from tfx_dynamic_inputs.materialize.verdict import Verdict, decide
@@ -143,7 +142,7 @@ def _write_summary(
     }
     for section in sections:
         summary.update(section)
-    return layout.commit_run(output_dir, run_id, summary)
+    return commit_file.commit_whole(output_dir, run_id, summary)
 
 
 @beam.ptransform_fn
@@ -157,7 +156,7 @@ def Commit(
     sections: tuple[beam.PCollection, ...],
 ) -> beam.PCollection:
     """Writes `summary.json`, the last file a run writes: it commits the run of the job that
-    claims `output_dir` (`layout.commit_run`), as ok or not as the verdict says.
+    claims `output_dir` (`commit_file.commit_whole`), as ok or not as the verdict says.
 
     Args:
         judgement: the input, the run's `Judgement`.

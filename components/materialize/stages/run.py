@@ -9,7 +9,9 @@ job writes last (`stages.Commit`) is what commits the run.
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable
 
@@ -22,6 +24,8 @@ from tfx_dynamic_inputs.materialize.config import AudioConfig, PairsConfig
 from tfx_dynamic_inputs.materialize.errors import MaterializeError
 from tfx_dynamic_inputs.materialize.shards import LOST_RECORDS
 
+# Writes refused for want of room: a full disk, a quota, a file size limit (RLIMIT_FSIZE).
+_FULL_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 # How long an interrupted launcher waits for its cancelled job to stop, and how often it looks.
 CANCEL_TIMEOUT_S = 60.0
 _CANCEL_POLL_S = 0.5
@@ -45,8 +49,11 @@ def run_job(
 
     A pipeline that fails leaves a `summary.json` that says so (`"ok": false`, naming this run):
     readers refuse the folder, and a later `--overwrite` can prove the parts are this run's.
-    The spill files (in the folder, or below `--temp_location`: `spill.remove_spill_dir`) and
-    the claim are removed when the pipeline ends, whether it succeeded or not. On
+    Every summary is written whole or not at all (`commit_file`); where the failure's cannot be
+    written (a full disk), the claim stays as that proof, and the next run on the folder takes
+    it over as stale. The spill files (in the folder, or below `--temp_location`:
+    `spill.remove_spill_dir`) and otherwise the claim are removed when the pipeline ends,
+    whether it succeeded or not. On
     KeyboardInterrupt the job is cancelled first (`_cancel`): a portable or remote runner's job
     outlives its launcher, and its shard writers still read the spill files. A job not seen to
     stop keeps both; the next run on the folder takes the claim over as stale and removes them.
@@ -72,8 +79,9 @@ def run_job(
             multi_threading) on about 1.3 GB of payloads, intermittently
             (`bench/direct_runner_loss_repro.py` shows it without this project's code); on the
             DirectRunner the jobs send only spill refs through the runner (`--spill auto`), far
-            below that; `--spill none` there brings it back. Whatever the pipeline raised
-            otherwise passes through.
+            below that; `--spill none` there brings it back. Also when storage refused a write
+            for want of room (a full disk, a quota: `_storage_full`), or the claim cannot be
+            written. Whatever the pipeline raised otherwise passes through.
 
     Example:
         >>> run_job(lambda p: p | MaterializePairs(config), out, False, (), None)  # doctest: +SKIP
@@ -83,6 +91,7 @@ def run_job(
     stale_run_ids = run_dir.claim_output_dir(output_dir, run_id)
     job_stopped = True
     started = False
+    recorded = True  # whether a whole summary.json names this run, once it started
     try:
         run_dir.prepare_output_dir(output_dir, overwrite, stale_run_ids)
         started = True
@@ -99,9 +108,20 @@ def run_job(
             raise
     except BaseException as error:
         if started and job_stopped:
-            run_dir.record_failure(output_dir, run_id, error)
+            recorded = run_dir.record_failure(output_dir, run_id, error)
         if not isinstance(error, Exception):
             raise
+        full = _storage_full(error)
+        if full is not None and started:
+            proof = (
+                f"its {layout.SUMMARY_FILE} says the run failed"
+                if recorded
+                else f"its claim {claims.claim_path(output_dir)} stays as the run's"
+            )
+            raise MaterializeError(
+                f"could not write the run to {output_dir}: {full}; {proof}: free space, then run "
+                "the same command with --overwrite"
+            ) from None
         lost = next((line for line in str(error).splitlines() if LOST_RECORDS in line), None)
         if lost is None:
             raise
@@ -115,7 +135,7 @@ def run_job(
     finally:
         if job_stopped:
             spill.remove_spill_dir(output_dir, run_id)
-            claims.release_claim(output_dir, run_id)
+            run_dir.release_output_dir(output_dir, run_id, keep_claim=not recorded)
     return run_dir.read_summary(output_dir, run_id)
 
 
@@ -146,8 +166,29 @@ def run_materialize(
         config.input_dirs(),
     )
     # In the launcher, after the commit: the pictures need TensorFlow, which workers never load.
-    pictures.write_run_pictures(config.output_dir, summary)
+    try:
+        pictures.write_run_pictures(config.output_dir, summary)
+    except Exception as error:
+        # The run is committed; storage without room for its pictures does not undo it.
+        full = _storage_full(error)
+        if full is None:
+            raise
+        _log.warning("%s: no room for the run's pictures (%s)", config.output_dir, full)
     return summary
+
+
+def _storage_full(error: Exception) -> str | None:
+    """ "[Errno N] reason" when `error` is a write that storage refused for want of room (a full
+    disk, a quota, a file size limit), raised or re-raised with its reason in the message (the
+    DirectRunner re-raises a worker's OSError as a RuntimeError, TensorFlow's file writers raise
+    their own errors); None otherwise."""
+    if isinstance(error, OSError) and error.errno in _FULL_STORAGE_ERRNOS:
+        return f"[Errno {error.errno}] {error.strerror}"
+    text = str(error)
+    for number in sorted(_FULL_STORAGE_ERRNOS):
+        if os.strerror(number) in text:
+            return f"[Errno {number}] {os.strerror(number)}"
+    return None
 
 
 def _cancel(result: PipelineResult, output_dir: str) -> bool:
