@@ -405,3 +405,43 @@ def test_initial_epoch_is_a_non_negative_int_or_a_one_line_error(initial_epoch):
 def test_epochs_dataset_checks_its_epochs_where_written(argument, value, error):
     with pytest.raises((TypeError, ValueError), match=error):
         _pairs_sampler().epochs_dataset(**{argument: value})
+
+
+@pytest.mark.parametrize(
+    "kind, option, values",
+    [
+        ("pairs", "seed", (1, 2)),
+        ("mixed_pairs", "seed", (1, 2)),
+        ("class_balanced", "seed", (1, 2)),
+        ("class_balanced", "small_classes", ("replace", "skip")),
+        ("mixed_class_balanced", "seed", (1, 2)),
+        ("mixed_class_balanced", "small_classes", ("replace", "skip")),
+    ],
+)
+def test_a_mid_epoch_checkpoint_of_another_seed_or_small_classes_is_refused(
+    kind, option, values, mix_runs, tmp_path
+):
+    """The issue's cases: resumed under the other value, the epoch in progress would be the
+    other plan's rest after this plan's head (for the pairs, some x twice and others never)."""
+    options = {name: choices[0] for name, choices in OPTIONS[kind].items()}
+    first = {**options, "seed": 1, option: values[0]}
+    other = {**first, option: values[1]}
+    context = _contexts(1, 1)[0]
+    stopped = _sampler(kind, first, context, mix_runs)
+    elements = iter(stopped.dataset())
+    next(elements)
+    path = tf.train.Checkpoint(sampler=stopped.state).write(str(tmp_path / "ckpt"))
+    if kind == "pairs":
+        head = _flat_rows(kind, stopped, 0, 0)["x_index"][: first["global_batch"]]
+        rest = _flat_rows(kind, _sampler(kind, other, context, mix_runs), 0, 1)["x_index"]
+        assert len(set(head) | set(rest)) < NUM_X  # what the resume served before
+    resumed = _sampler(kind, other, context, mix_runs)
+    tf.train.Checkpoint(sampler=resumed.state).read(path).assert_consumed()
+    with pytest.raises(StateRunError) as refused:
+        resumed.dataset(initial_step=1)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert (
+        f"planned with {option}={values[0]} but this sampler plans with {option}={values[1]}"
+        in (message)
+    )
