@@ -30,6 +30,7 @@ import apache_beam as beam
 from tfx_dynamic_inputs import layout
 from tfx_dynamic_inputs.index_component import records, screening
 from tfx_dynamic_inputs.materialize import stages
+from tfx_dynamic_inputs.materialize.config import check_reject_fraction
 from tfx_dynamic_inputs.materialize.gather import Gathered
 from tfx_dynamic_inputs.materialize.stages import MaterializeError, ShardingConfig
 
@@ -112,10 +113,7 @@ class IndexConfig:
         if self.pairs and (not gfile.exists(self.pairs) or gfile.isdir(self.pairs)):
             raise MaterializeError(f"pairs: file not found: {self.pairs!r}")
         self.sharding.validate()
-        if not 0.0 <= self.max_reject_fraction <= 1.0:
-            raise MaterializeError(
-                f"max_reject_fraction must be in [0, 1], got {self.max_reject_fraction}"
-            )
+        check_reject_fraction(self.max_reject_fraction)
 
 
 def run_index(

@@ -227,3 +227,24 @@ def test_run_audio_refuses_a_bound_before_it_touches_the_output_folder(tmp_path)
     with pytest.raises(MaterializeError, match=r"--num_shards must be an integer in \[0, 10000\]"):
         run_audio(made)
     assert not pathlib.Path(tmp_path / "out").exists()
+
+
+@SETTINGS
+@given(fraction=NUMBERS, num_shards=st.integers(-5, 2 * config.MAX_NUM_SHARDS))
+def test_the_index_job_takes_the_same_bounds(fraction, num_shards):
+    """The index component's job shares `ShardingConfig` and the reject fraction's check."""
+    from tfx_dynamic_inputs.index_component.indexing import IndexConfig
+
+    made = IndexConfig(
+        inputs={"train": "split"},
+        output_dir="out",
+        label_feature="label",
+        sharding=config.ShardingConfig(num_shards=num_shards),
+        max_reject_fraction=fraction,
+    )
+    fraction_ok = not isinstance(fraction, bool) and _in(0, 1, integer=False)(fraction)
+    if fraction_ok and 0 <= num_shards <= config.MAX_NUM_SHARDS:
+        made.validate()
+    else:
+        with pytest.raises(MaterializeError, match="max_reject_fraction|num_shards"):
+            made.validate()
