@@ -27,7 +27,6 @@ depend on `R`, so the stream of global batches is the same on any replica count 
 
 from __future__ import annotations
 
-import numpy as np
 import tensorflow as tf
 
 from tfx_dynamic_inputs.inputs.arguments import int_argument, seed_argument
@@ -49,6 +48,7 @@ from tfx_dynamic_inputs.inputs.index_shuffle import (
 from tfx_dynamic_inputs.inputs.valid_pairs import ValidPairs
 from tfx_dynamic_inputs.inputs.variables import index_variable
 from tfx_dynamic_inputs.inputs.worker_slices import round_batches
+from tfx_dynamic_inputs.plans.pair_plan import group_walk_order
 
 STRATEGIES = ("uniform", "least_sampled")
 REMAINDERS = ("wrap", "drop")
@@ -320,10 +320,7 @@ class PairPlanner:
         group_values = pairs.group_values
         if self.strategy == "least_sampled":
             # Each group's y in a fixed random order (from the seed): the order x walks along.
-            value_group = np.repeat(np.arange(pairs.num_groups), pairs.group_sizes)
-            # NumPy takes non-negative seeds: a negative int64 seed as its two's complement.
-            keys = np.random.default_rng(self.seed % (1 << 64)).random(len(group_values))
-            group_values = group_values[np.lexsort((keys, value_group))]
+            group_values = group_walk_order(group_values, pairs.group_sizes, self.seed)
             # Where each x starts its walk along its group's order: one draw, kept, so that no
             # epoch draws it again.
             sizes = tf.gather(self._group_sizes, self._planned_group)

@@ -4,12 +4,15 @@
   `tf.distribute.InputContext` or given values;
 * `round_batches`: the one rule every sampler plans its batch count with, so every replica of
   every worker takes the same number of steps;
-* `batches_per_worker`: the whole batches each worker keeps of a plan.
+* `batches_per_worker`: the whole batches each worker keeps of a plan (both from
+  `plans.worker_slices`, the arithmetic the NumPy plans share).
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
+
+from tfx_dynamic_inputs.plans import worker_slices
 
 
 def worker_slice(
@@ -67,58 +70,6 @@ def replicas_per_worker(input_context: tf.distribute.InputContext | None) -> int
     return max(1, input_context.num_replicas_in_sync // input_context.num_input_pipelines)
 
 
-def round_batches(
-    num_batches: int, *, num_workers: int, replicas_per_worker: int = 1, down: bool = False
-) -> int:
-    """The global batches of an epoch, rounded to a multiple of workers x replicas per worker.
-
-    Every sampler plans its epochs with this one rule, so that every replica of every worker takes
-    the same number of steps (a `tf.distribute` strategy drops a last, partial step).
-
-    Args:
-      num_batches: the batches the plan needs.
-      num_workers: input pipelines (>= 1).
-      replicas_per_worker: replicas each pipeline feeds (>= 1).
-      down: round down (the plan leaves the last batches out) instead of up (it adds some).
-
-    Returns:
-      The rounded number of batches (0 is possible when rounding down).
-
-    Raises:
-      ValueError: `num_workers` or `replicas_per_worker` below 1.
-    """
-    if num_workers < 1 or replicas_per_worker < 1:
-        raise ValueError(
-            f"need num_workers >= 1 and replicas_per_worker >= 1, got {num_workers}, "
-            f"{replicas_per_worker}"
-        )
-    multiple = num_workers * replicas_per_worker
-    if down:
-        return num_batches // multiple * multiple
-    return -(-num_batches // multiple) * multiple
-
-
-def batches_per_worker(num_batches: int, num_workers: int, worker_index: int) -> int:
-    """The batches of an epoch that one worker takes, when the plan splits into whole batches.
-
-    Args:
-      num_batches: global batches per epoch (>= 1).
-      num_workers: input pipelines (>= 1).
-      worker_index: this pipeline, in `[0, num_workers)`.
-
-    Returns:
-      `num_batches // num_workers`.
-
-    Raises:
-      ValueError: `num_batches` below 1, a bad worker slice, or `num_batches` not a multiple
-        of `num_workers`.
-    """
-    if num_batches < 1:
-        raise ValueError(f"num_batches must be >= 1, got {num_batches}")
-    if num_workers < 1 or not 0 <= worker_index < num_workers:
-        raise ValueError(f"need 0 <= worker_index < num_workers, got {worker_index}, {num_workers}")
-    if num_batches % num_workers:
-        raise ValueError(
-            f"num_batches ({num_batches}) must be a multiple of num_workers ({num_workers})"
-        )
-    return num_batches // num_workers
+# The arithmetic is stated once, with the NumPy plans' executor.
+round_batches = worker_slices.round_batches
+batches_per_worker = worker_slices.batches_per_worker

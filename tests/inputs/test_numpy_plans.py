@@ -11,12 +11,14 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from hypothesis import given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tfx_dynamic_inputs import native
-from tfx_dynamic_inputs.inputs import epoch_plan, index_shuffle
-from tfx_dynamic_inputs.plans import keyed_hash, keyed_permutation, seed_folds
+from tfx_dynamic_inputs.inputs import ValidPairs, epoch_plan, index_shuffle
+from tfx_dynamic_inputs.inputs.group_pairs import GroupPairs
+from tfx_dynamic_inputs.inputs.pair_plan import PairPlanner
+from tfx_dynamic_inputs.plans import keyed_hash, keyed_permutation, pair_plan, seed_folds
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 SEEDS = st.one_of(st.sampled_from([0, 1, -1, 2**63 - 1, -(2**63)]), INT64)
@@ -142,3 +144,63 @@ def test_permutations_of_their_own_size_and_tweak_are_the_tensorflow_plans(
 def test_a_position_outside_the_permutation_is_one_line_naming_it():
     with pytest.raises(ValueError, match=r"position 5 at 1 is outside \[0, 5\)"):
         keyed_permutation.permuted_positions([0, 5], 5, np.zeros(2, np.int64))
+
+
+@st.composite
+def valid_pairs(draw) -> ValidPairs | GroupPairs:
+    """An edge list with empty rows (x left out of the plan), or groups with x and y without
+    one."""
+    num_y = draw(st.integers(1, 40))
+    if draw(st.booleans()):
+        row = st.lists(st.integers(0, num_y - 1), max_size=12)
+        rows = draw(st.lists(row, min_size=1, max_size=60))
+        assume(any(rows))
+        return ValidPairs.build(rows, num_y=num_y, on_invalid="skip")
+    num_groups = draw(st.integers(1, 6))
+    group = st.integers(-1, num_groups - 1)
+    y_groups = draw(st.lists(group, min_size=num_y, max_size=num_y))
+    x_groups = draw(st.lists(group, min_size=1, max_size=60))
+    assume(set(x_groups) & set(y_groups) - {-1})
+    return GroupPairs.build(x_groups, y_groups, on_invalid="skip")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    pairs=valid_pairs(),
+    strategy=st.sampled_from(pair_plan.STRATEGIES),
+    seed=SEEDS,
+    batch_size=st.integers(1, 9),
+    workers=st.tuples(st.integers(1, 3), st.integers(1, 2)),
+    remainder=st.sampled_from(pair_plan.REMAINDERS),
+    epochs=st.lists(st.one_of(st.integers(0, 30), st.integers(0, 2**40)), min_size=1, max_size=3),
+    data=st.data(),
+)
+def test_the_pair_plan_is_the_tensorflow_plans(
+    pairs, strategy, seed, batch_size, workers, remainder, epochs, data
+):
+    options = dict(
+        strategy=strategy,
+        seed=seed,
+        batch_size=batch_size,
+        num_workers=workers[0],
+        replicas_per_worker=workers[1],
+        remainder=remainder,
+    )
+    try:
+        planner = PairPlanner(pairs, **options)
+    except ValueError:  # "drop" leaves no batch: the NumPy plan says so too
+        with pytest.raises(ValueError, match="leaves no batch"):
+            pair_plan.PairPlan(pairs, **options)
+        return
+    plan = pair_plan.PairPlan(pairs, **options)
+    assert plan.num_batches == planner.num_batches
+    for epoch in epochs:
+        expected = planner.plan(epoch)
+        planned = plan.plan(epoch)
+        for key in ("x_index", "y_index"):
+            assert np.array_equal(planned[key], expected[key].numpy()), key
+        numbers = data.draw(st.lists(st.integers(0, plan.num_batches - 1), max_size=5))
+        rows = plan.plan_batches(epoch, numbers)
+        expected_rows = planner.plan_batches(epoch, numbers)
+        for key in ("x_index", "y_index"):
+            assert np.array_equal(rows[key], expected_rows[key].numpy()), key
