@@ -2,7 +2,7 @@
 and the shard sizes (`check_offsets`), its shards against what the run recorded of them
 (`check_shard_contents`), and the run a reader opened, checked again whenever it opens the
 shards (`RunPin`). Shared by the TensorFlow record store and the reader without TensorFlow
-(`RunRecords`), which calls them inside `layout.without_tensorflow()`.
+(`RunRecords`), which calls them inside `layout.filesystem.without_tensorflow()`.
 """
 
 from __future__ import annotations
