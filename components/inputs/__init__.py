@@ -27,7 +27,8 @@ Import from here; the modules behind it hold one concept each:
   class-balanced plan (classes namespaced by run) and the sampler that reads it;
   `mixed_pairs`: dynamic pairs over several pairs runs (x, y and valid pairs concatenated);
   `draw_counts`: how often each record was drawn, this epoch and so far; `summaries`: the
-  callbacks' TensorBoard writers;
+  callbacks' TensorBoard writers; `keras_inputs`: batches as the `(inputs, targets)` tuples
+  Keras 3's `fit` takes, on any of its backends;
 * `audio_config`: how audio records become features (`AudioFeatureConfig`, `SpecAugment`);
   `audio_features`: crop/pad, log-mel and SpecAugment in the graph;
   `speaker_augment`: noise, reverberation and speed perturbation (new classes) in the graph,
@@ -48,6 +49,7 @@ from tfx_dynamic_inputs.inputs.draw_counts import DrawCounts, DrawCountsCallback
 from tfx_dynamic_inputs.inputs.element_codec import tensor_parser
 from tfx_dynamic_inputs.inputs.epoch_state import EpochState
 from tfx_dynamic_inputs.inputs.group_pairs import GroupPairs
+from tfx_dynamic_inputs.inputs.keras_inputs import keras_inputs
 from tfx_dynamic_inputs.inputs.mix_plan import MixedClassPlan
 from tfx_dynamic_inputs.inputs.mixed_class_balanced import MixedClassBalancedSampler, MixState
 from tfx_dynamic_inputs.inputs.mixed_pairs import MixedPairCoverage, MixedPairsSampler
@@ -106,6 +108,7 @@ __all__ = [
     "dynamic_pairs",
     "example_check",
     "image_example_parser",
+    "keras_inputs",
     "open_pairs_run",
     "open_run",
     "record_store_from",
