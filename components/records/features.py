@@ -40,14 +40,15 @@ class ExampleError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class FixedFeature:
-    """A feature that holds `prod(shape)` values of one kind in every record, or none where a
-    `default` stands in (`tf.io.FixedLenFeature`); checked when built.
+    """A feature that holds `prod(shape)` values of one kind in every record, or is absent where
+    a `default` stands in (`tf.io.FixedLenFeature`); checked when built.
 
     Args:
       kind: "bytes", "int64" or "float".
       shape: the shape of its values, e.g. `()` for one value.
-      default: the value of every entry where a record holds none; None: the feature is
-        required.
+      default: the value of every entry where a record lacks the feature (an empty list of
+        its kind is not lacking it: as for TensorFlow, it holds 0 values); None: the feature
+        is required.
 
     Raises:
       ValueError, TypeError: an unknown kind, a negative or non-integer dimension, or a
@@ -149,19 +150,20 @@ class ExampleDecoder:
 
 
 def _value(name: str, feature: FixedFeature, stored) -> Value:
-    values: list = []
-    if name in stored:
-        found = stored[name].WhichOneof("kind")
-        if found is not None and found != KINDS[feature.kind]:
+    # As TensorFlow's parser: the default stands in for a feature the record does not hold, or
+    # holds as a `Feature` of no kind; a list of the kind must hold exactly `size` values, even
+    # an empty one.
+    found = stored[name].WhichOneof("kind") if name in stored else None
+    if found is not None:
+        if found != KINDS[feature.kind]:
             raise ExampleError(f"feature {name!r} is a {found}, not a {KINDS[feature.kind]}")
-        if found is not None:
-            values = list(getattr(stored[name], found).value)
-    if not values and feature.default is not None:
+        values = list(getattr(stored[name], found).value)
+        if len(values) != feature.size:
+            raise ExampleError(f"feature {name!r} holds {len(values)} values, not {feature.size}")
+    elif feature.default is None:
+        raise ExampleError(f"tf.train.Example lacks feature {name!r}")
+    else:
         values = [feature.default] * feature.size
-    elif len(values) != feature.size:
-        if name not in stored:
-            raise ExampleError(f"tf.train.Example lacks feature {name!r}")
-        raise ExampleError(f"feature {name!r} holds {len(values)} values, not {feature.size}")
     if feature.kind == "bytes":
         if feature.shape == ():
             return values[0]

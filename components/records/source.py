@@ -7,7 +7,7 @@ so nothing here imports `grain`: `grain.MapDataset.source(RunRecordSource(...))`
 Each record is read by `RunRecords` (one pread of its index row and one of its frame, the frame
 checked) and decoded by the decoder `DECODERS` names, from the run's `summary.json`
 (`decode="auto"`) or as asked: "audio" (`AudioDecoder` at the run's rate), "image"
-(`ImageDecoder`), "bytes" (the payload as it is), or any `ExampleDecoder`.
+(`ImageDecoder`), "bytes" (the payload as it is), or a decoder given (any `ExampleDecoder`).
 
 Example:
 
@@ -45,6 +45,8 @@ class _Bytes:
 
 
 Decoder = AudioDecoder | ImageDecoder | ExampleDecoder | _Bytes
+# The decoders a caller may pass as they are.
+_GIVEN_DECODERS = (AudioDecoder, ImageDecoder, ExampleDecoder)
 
 
 class RunRecordSource:
@@ -54,7 +56,8 @@ class RunRecordSource:
       run_dir: the run folder (local).
       record_set: the record set's name, e.g. "train" or "x".
       decode: "auto" (by the job `summary.json` names: "audio" for the audio job, "image" for
-        the pairs job), "audio", "image", "bytes", or an `ExampleDecoder`.
+        the pairs job), "audio", "image", "bytes", or a decoder (`AudioDecoder`,
+        `ImageDecoder`, `ExampleDecoder`).
       verify_crc: check each frame's masked CRC32Cs.
       on_damaged: "fail" (a damaged record, by its frame or by its payload, raises
         `DamagedRecordError` naming it, its shard, offset and run) or "skip" (it reads as
@@ -77,13 +80,14 @@ class RunRecordSource:
         run_dir: str | os.PathLike,
         record_set: str,
         *,
-        decode: str | ExampleDecoder = "auto",
+        decode: str | AudioDecoder | ImageDecoder | ExampleDecoder = "auto",
         verify_crc: bool = True,
         on_damaged: str = "fail",
     ):
-        if not isinstance(decode, ExampleDecoder) and decode not in DECODERS:
+        if not isinstance(decode, _GIVEN_DECODERS) and decode not in DECODERS:
             raise ValueError(
-                f"decode must be one of {DECODERS} or an ExampleDecoder, got {decode!r:.100}"
+                f"decode must be one of {DECODERS} or a decoder (AudioDecoder, ImageDecoder, "
+                f"ExampleDecoder), got {decode!r:.100}"
             )
         self._records = RunRecords(
             run_dir, record_set, verify_crc=verify_crc, on_damaged=on_damaged
@@ -131,8 +135,8 @@ class RunRecordSource:
         return f"RunRecordSource({self._records!r}, decoder={self._decode!r})"
 
 
-def _decoder(decode: str | ExampleDecoder, records: RunRecords) -> Decoder:
-    if isinstance(decode, ExampleDecoder):
+def _decoder(decode: str | Decoder, records: RunRecords) -> Decoder:
+    if isinstance(decode, _GIVEN_DECODERS):
         return decode
     summary = records.summary
     if decode == "auto":
@@ -141,7 +145,7 @@ def _decoder(decode: str | ExampleDecoder, records: RunRecords) -> Decoder:
             raise ValueError(
                 f"run {records.run_id} at {records.run_dir} was written by job {job!r:.100}, "
                 "whose records decode='auto' does not know; pass decode='audio', 'image', "
-                "'bytes' or an ExampleDecoder"
+                "'bytes' or a decoder"
             )
         decode = _DECODER_OF_JOB[job]
     if decode == "bytes":
