@@ -18,7 +18,8 @@ def check_compile(
 ) -> None:
     """Checks what `compile_all` would compile and write, touching no file and importing no
     TFX: the image, trainer retries and paths of `kubeflow_config`, both pipeline names (legal
-    KFP names, two different ones: each names its files) and their spec paths, and the mix.
+    KFP names, two different ones: each names its files) and their spec paths, the CycleGAN
+    images' side and channels (given: a spec does not infer them), and the mix.
 
     Args:
       kubeflow_config: image, output folder, pipeline root, retries.
@@ -44,6 +45,11 @@ def check_compile(
             spec_files.spec_paths(kubeflow_config.output_dir, name)
     except (TypeError, ValueError) as error:
         raise cli.ConfigError(str(error)) from None
+    if cyclegan.image_size is None or cyclegan.channels is None:
+        raise cli.ConfigError(
+            "cyclegan: give image_size and channels: a compiled spec's images are read in the "
+            "pods, so they are not inferred from them"
+        )
     further = mixed_corpora.mixed_corpora(speaker)
     if len(further) > 1:
         # TFX's KFP v2 compiler takes one channel an input; the trainer's mixed runs are one.

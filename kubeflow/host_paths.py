@@ -64,7 +64,7 @@ def write_image_digits(digits_dir: str) -> None:
     """
     from tfx_dynamic_inputs.pipeline.sample_data import write_digit_domains
 
-    write_digit_domains(digits_dir, image_size=config.CycleGanConfig.image_size)
+    write_digit_domains(digits_dir, image_size=config.DIGITS_IMAGE_SIZE)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -240,12 +240,20 @@ def pipeline_configs(
     """
     digits = os.path.join(data_root, DIGITS_DIR)
     speakers = os.path.join(data_root, SPEAKERS_DIR)
+    # The digits' shape, unless other images are named: a spec cannot infer theirs (the pods
+    # read them), so `compile_checks` then asks for image_size and channels.
+    digits_shape = (
+        {}
+        if {"x_dir", "y_dir"} & set(cyclegan or {})
+        else {"image_size": config.DIGITS_IMAGE_SIZE, "channels": config.DIGITS_CHANNELS}
+    )
     cyclegan_config = config.CycleGanConfig(
         **{
             "x_dir": os.path.join(digits, X_DIR),
             "y_dir": os.path.join(digits, Y_DIR),
             "pairs": os.path.join(digits, PAIRS_FILE),
             "schema_file": os.path.join(schemas, config.IMAGE_SCHEMA),
+            **digits_shape,
             **(cyclegan or {}),
         }
     )

@@ -96,7 +96,9 @@ class CycleGanConfig(PipelineConfig):
     ExampleValidator -> PairsTrainer -> ModelGate -> Pusher.
 
     Images are stored as raw `image_size x image_size x channels` uint8 pixels (resized once by
-    the Beam stage), so the trainer decodes a batch with one vectorized op.
+    the Beam stage), so the trainer decodes a batch with one vectorized op. Left None, both are
+    inferred from the images before the pipeline is built (`image_shape.resolve`: the median
+    side, 3 channels if any image is in colour), and `run_local` prints what it chose.
 
     Each x pairs with the y listed for it in `pairs` (a pair list), or with any y of its group:
     `x_groups` and `y_groups` (groups files), or `groups_from_subfolder` (an image's group is the
@@ -110,8 +112,10 @@ class CycleGanConfig(PipelineConfig):
       y_groups: the groups file of the y images.
       groups_from_subfolder: pair each x with any y of its first folder (no pair list).
       pipeline_name: the pipeline's name (ML Metadata, the serving folder).
-      image_size: the side, in pixels, the images are resized to once by the Beam stage.
-      channels: the images' channels (1: grey, 3: RGB).
+      image_size: the side, in pixels, the images are resized to once by the Beam stage (a
+        multiple of 4); none: the images' median side, rounded to a multiple of 4, at most 256.
+      channels: the images' channels (1: grey, 3: RGB, 4: RGBA); none: 3 if any image is in
+        colour, else 1.
       batch_size: pairs per training batch.
       num_epochs: training epochs; every epoch re-pairs each x with a fresh valid y.
       pairing_strategy: "uniform" or "least_sampled" (every valid pair within max-degree
@@ -132,8 +136,8 @@ class CycleGanConfig(PipelineConfig):
     y_groups: str | None = None
     groups_from_subfolder: bool = False
     pipeline_name: str = "cyclegan-dynamic-pairs"
-    image_size: int = 16
-    channels: int = 1
+    image_size: int | None = None
+    channels: int | None = None
     batch_size: int = 32
     num_epochs: int = 3
     pairing_strategy: str = "uniform"
@@ -169,6 +173,11 @@ class CycleGanConfig(PipelineConfig):
         listed = [self.pairs, self.x_groups, self.y_groups]
         return [self.x_dir, self.y_dir, *(path for path in listed if path is not None)]
 
+
+# The bundled digit domains (`sample_data.write_digit_domains`): the side the demo writes and
+# trains them at, and their channels (grey).
+DIGITS_IMAGE_SIZE = 16
+DIGITS_CHANNELS = 1
 
 # WeSpeaker's speed perturbation: factor index k makes speaker c the class k * C + c.
 SPEED_FACTORS = (1.0, 0.9, 1.1)

@@ -339,8 +339,9 @@ def check_cyclegan_fields(config: Any) -> None:
     """
     for field in ("x_dir", "y_dir", "pairs", "x_groups", "y_groups"):
         not_empty(f"CycleGanConfig.{field}", getattr(config, field))
-    check_image_size(config.image_size)
-    if config.channels not in RAW_CHANNELS:
+    if config.image_size is not None:  # None: inferred from the images (`image_shape`)
+        check_image_size(config.image_size)
+    if config.channels is not None and config.channels not in RAW_CHANNELS:
         raise ValueError(
             f"CycleGanConfig.channels must be one of {', '.join(map(str, RAW_CHANNELS))}, got "
             f"{config.channels}"

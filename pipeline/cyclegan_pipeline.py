@@ -12,7 +12,7 @@ from tfx.orchestration.pipeline import Pipeline
 
 from tfx_dynamic_inputs import component_keys as keys
 from tfx_dynamic_inputs.materialize_component import MaterializePairs
-from tfx_dynamic_inputs.pipeline import common
+from tfx_dynamic_inputs.pipeline import common, image_shape
 from tfx_dynamic_inputs.pipeline.config import CycleGanConfig, RunConfig
 from tfx_dynamic_inputs.trainer_component import PairsInputOptions, PairsTrainer
 
@@ -21,7 +21,8 @@ def create_pipeline(config: CycleGanConfig, run: RunConfig) -> Pipeline:
     """The TFX pipeline of `config`, writing under `run.pipeline_root`.
 
     Args:
-      config: the image domains, their pairs, the model and gate settings.
+      config: the image domains, their pairs, the model and gate settings; an `image_size` or
+        `channels` left None is inferred from the images (`image_shape.resolve`).
       run: where the run writes (pipeline root, ML Metadata) and its Beam arguments.
 
     Returns:
@@ -32,6 +33,8 @@ def create_pipeline(config: CycleGanConfig, run: RunConfig) -> Pipeline:
       create_pipeline(
           run_local.cyclegan_config("/tmp/digits"), RunConfig(pipeline_root="/tmp/root"))
     """
+    if config.image_size is None or config.channels is None:
+        config, _ = image_shape.resolve(config)
     materialize = MaterializePairs(
         x_dir=config.x_dir,
         y_dir=config.y_dir,

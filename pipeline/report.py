@@ -7,7 +7,8 @@ whether it ran, was served from the cache, failed or never started; the URI of e
 the inputs the Beam stage rejected, by reason (the materialize component's offset index artifact
 carries the counts of its `summary.json` as custom properties, so cached runs report them too);
 the trainer's metrics; and whether the model gate blessed the model (its metric against the
-latest blessed model's, and why) and where Pusher pushed it.
+latest blessed model's, and why) and where Pusher pushed it. A CycleGAN run's report also says
+the shape its images were stored and trained at (`image_lines`), inferred or given.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from tfx.types import standard_component_specs
 
 from tfx_dynamic_inputs import artifacts, layout
 from tfx_dynamic_inputs import component_keys as keys
-from tfx_dynamic_inputs.pipeline import config, run_local
+from tfx_dynamic_inputs.pipeline import config, image_shape, run_local
 from tfx_dynamic_inputs.pipeline.run_local import NodeResult, OutputArtifact
 
 STATES = {"COMPLETE": "ran", "CACHED": "cached", "FAILED": "failed"}
@@ -165,6 +166,30 @@ def blessing_and_push(results: Mapping[str, NodeResult]) -> list[str]:
     ]
 
 
+def image_lines(
+    pipeline_config: config.CycleGanConfig | config.SpeakerConfig | None,
+    images: image_shape.ImageShape | None,
+) -> list[str]:
+    """The one line of the shape a CycleGAN run stored and trained its images at: `images`'
+    (what was inferred or given, and from what), else the config's; nothing for other runs.
+
+    Args:
+        pipeline_config: the pipeline's config.
+        images: what `image_shape.resolve` found, None when the run did not resolve it.
+
+    Returns:
+        The report's lines.
+    """
+    if images is not None:
+        return [f"== {images.line()}"]
+    if isinstance(pipeline_config, config.CycleGanConfig):
+        size, channels = pipeline_config.image_size, pipeline_config.channels
+        if size is None or channels is None:  # not resolved: the run built no pipeline
+            return []
+        return [f"== images: {size} x {size} px, {channels} channel{'' if channels == 1 else 's'}"]
+    return []
+
+
 def _outputs(results: Mapping[str, NodeResult], key: str) -> list[OutputArtifact]:
     return [artifact for result in results.values() for artifact in result.outputs.get(key, [])]
 
@@ -261,9 +286,10 @@ def describe(
     pipeline_config: config.CycleGanConfig | config.SpeakerConfig | None,
     node_ids: Sequence[str],
     results: Mapping[str, NodeResult],
+    images: image_shape.ImageShape | None = None,
 ) -> str:
-    """The report of one run: nodes and artifact URIs, rejects by reason, metrics, the blessing
-    and the push.
+    """The report of one run: nodes and artifact URIs, the images' shape (CycleGAN), rejects by
+    reason, metrics, the blessing and the push.
 
     Args:
         title: the report's first line, e.g. the pipeline name and work dir.
@@ -271,6 +297,8 @@ def describe(
             pipeline of neither demo: every metric by name.
         node_ids: the pipeline's nodes, in order.
         results: node id -> `NodeResult` of the run.
+        images: the CycleGAN images' shape and where it came from (`image_shape.resolve`);
+            None: the config's, said without its source.
 
     Returns:
         The report, lines joined with newlines.
@@ -278,7 +306,7 @@ def describe(
     Example:
         print(describe("speaker", config, outcome.node_ids, outcome.results))
     """
-    lines = [f"== {title}", *nodes(node_ids, results)]
+    lines = [f"== {title}", *nodes(node_ids, results), *image_lines(pipeline_config, images)]
     reject_lines = rejects(results)
     if reject_lines:
         lines += ["== rejects by reason", *reject_lines]

@@ -43,6 +43,7 @@ from tfx_dynamic_inputs.pipeline import (
     cli,
     config,
     config_checks,
+    image_shape,
     mixed_corpora,
     speakers,
     work_dir_claim,
@@ -254,7 +255,7 @@ def run_config(
 def cyclegan_config(
     digits_dir: str,
     *,
-    image_size: int = config.CycleGanConfig.image_size,
+    image_size: int = config.DIGITS_IMAGE_SIZE,
     groups_from_subfolder: bool = config.CycleGanConfig.groups_from_subfolder,
 ) -> config.CycleGanConfig:
     """The CycleGAN config over the bundled digit domains, written to `digits_dir` if needed.
@@ -264,7 +265,8 @@ def cyclegan_config(
 
     Args:
         digits_dir: where the digit domains and their pair list are (or are written).
-        image_size: the side of the digit images written, and the config's `image_size`.
+        image_size: the side of the digit images written, and the config's `image_size` (its
+            `channels` is the digits' 1).
         groups_from_subfolder: pair each x with any y of its digit (the domains' folders are
             their classes) instead of by the written pair list, which is then not read.
 
@@ -281,6 +283,7 @@ def cyclegan_config(
         pairs=None if groups_from_subfolder else domains.pairs_path,
         groups_from_subfolder=groups_from_subfolder,
         image_size=image_size,
+        channels=config.DIGITS_CHANNELS,
     )
 
 
@@ -383,9 +386,10 @@ def local_configs(
             return config.SpeakerConfig(**args.settings), run_settings
         if args.bundled_data:
             settings = dict(args.settings)
-            # Checked before the digits are drawn at that size.
+            # Checked before the digits are drawn at that size (none: the digits' own).
+            image_size = settings.pop("image_size", None)
             image_size = config_checks.check_image_size(
-                settings.pop("image_size", config.CycleGanConfig.image_size)
+                config.DIGITS_IMAGE_SIZE if image_size is None else image_size
             )
             bundled = cyclegan_config(
                 os.path.join(work_dir, DIGITS_DIR),
@@ -432,6 +436,34 @@ def check_inputs(pipeline_config: config.CycleGanConfig | config.SpeakerConfig) 
                 raise cli.ConfigError(f"--{name}: no such {kind}: {path}")
 
 
+def resolve_images(
+    pipeline_config: config.CycleGanConfig,
+) -> tuple[config.CycleGanConfig, image_shape.ImageShape]:
+    """`image_shape.resolve`, said before the run: the images' side and channels (inferred or
+    given) in one line on stdout, and on stderr the warning line when given values shrink most
+    images or drop their colour (summary.json used to be the only place that said so).
+
+    Args:
+        pipeline_config: the CycleGAN config, its input folders checked (`check_inputs`).
+
+    Returns:
+        `(config with image_size and channels set, ImageShape)`.
+
+    Raises:
+        cli.ConfigError: one line, when they cannot be inferred or the side does not suit the
+            networks.
+    """
+    try:
+        resolved, shape = image_shape.resolve(pipeline_config)
+    except (ValueError, OSError) as error:
+        raise cli.ConfigError(str(error)) from None
+    print(f"run_local cyclegan: {shape.line()}", flush=True)
+    warning = shape.warning()
+    if warning is not None:
+        print(warning, file=sys.stderr, flush=True)
+    return resolved, shape
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs the pipeline `argv` asks for; 0 when it succeeded, 1 when it failed, 130 when it
     was interrupted. It holds the claim on its work dir while it runs (`work_dir_claim.claimed`): a
@@ -462,9 +494,12 @@ def _run_claimed(args: cli.LocalArgs) -> int:
     """`main` once the work dir is claimed: checks, runs, reports; ConfigError before TFX."""
     pipeline_config, run_settings = local_configs(args)
     check_inputs(pipeline_config)
+    images = None
     if isinstance(pipeline_config, config.SpeakerConfig):
         speakers.check_speakers(pipeline_config)
         mixed_corpora.mixed_corpora(pipeline_config)  # a bad --mix file: one line, now
+    else:
+        pipeline_config, images = resolve_images(pipeline_config)
     from tfx_dynamic_inputs.pipeline import (  # they import TFX: see `run`
         cyclegan_pipeline,
         report,
@@ -480,7 +515,7 @@ def _run_claimed(args: cli.LocalArgs) -> int:
             print(interrupted_line(args.pipeline, pipeline, run_settings), file=sys.stderr)
             return EXIT_INTERRUPTED
     title = f"{pipeline_config.pipeline_name} ({args.run[cli.WORK_DIR]})"
-    print(report.describe(title, pipeline_config, outcome.node_ids, outcome.results))
+    print(report.describe(title, pipeline_config, outcome.node_ids, outcome.results, images))
     print(f"ML Metadata: {run_settings.metadata_path}", flush=True)
     if outcome.error is not None:
         print(f"error: {outcome.error}", file=sys.stderr)

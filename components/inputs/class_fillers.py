@@ -26,13 +26,16 @@ costs O(S x g) (O(S x usable classes) under the cap): nothing of the number of r
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
-import numpy as np
 import tensorflow as tf
 
-# The key of a class: its appearances left, then its place in the epoch's order (lower first).
-ORDER_BITS = 20
+from tfx_dynamic_inputs.plans import class_fillers as fillers
+
+# The caps' arithmetic and the key's width are stated once, with the NumPy plans' executor.
+ORDER_BITS = fillers.ORDER_BITS
+max_appearances = fillers.max_appearances
+least_feasible_cap = fillers.least_feasible_cap
+least_planning_cap = fillers.least_planning_cap
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,80 +175,3 @@ def _earlier_fillers(fill_class: tf.Tensor) -> tf.Tensor:
 def _rows(indices: tf.Tensor, values: tf.Tensor, shape: tf.Tensor) -> tf.Tensor:
     """int64 `shape`: `values` at `indices` ([F, 2]), -1 elsewhere."""
     return tf.tensor_scatter_nd_update(tf.fill(shape, tf.constant(-1, tf.int64)), indices, values)
-
-
-def max_appearances(
-    sizes: np.ndarray, chunks: np.ndarray, n_samples_per_class: int, max_draws_per_record: int
-) -> np.ndarray:
-    """The appearances per epoch that keep every record of each class within the cap.
-
-    `a` appearances draw each of a class's `m` records at most `ceil(a * n_p / m)` times, which
-    is within `k` while `a <= floor(k * m / n_p)`.
-
-    Args:
-      sizes: int64 [U], each usable class's records.
-      chunks: int64 [U], each class's own appearances per epoch (what coverage needs).
-      n_samples_per_class: `n_p`.
-      max_draws_per_record: the cap `k`.
-
-    Returns:
-      int64 [U].
-
-    Raises:
-      ValueError: a class whose own appearances already draw a record more than `k` times,
-        naming it and the least cap that covers it.
-    """
-    allowed = max_draws_per_record * sizes // n_samples_per_class
-    short = np.flatnonzero(allowed < chunks)
-    if len(short):
-        needed = -(-chunks * n_samples_per_class // sizes)
-        worst = short[np.argmax(needed[short])]
-        raise ValueError(
-            f"max_draws_per_record={max_draws_per_record} is below what covering a class needs: "
-            f"usable class {int(worst)} ({int(sizes[worst])} records, {int(chunks[worst])} "
-            f"appearances of {n_samples_per_class}) draws a record {int(needed[worst])} times; "
-            f"pass at least {int(needed.max())}"
-        )
-    return allowed.astype(np.int64)
-
-
-def least_feasible_cap(
-    sizes: np.ndarray, chunks: np.ndarray, n_samples_per_class: int, free_slots: int
-) -> int:
-    """The least cap whose filler budget (appearances past the own chunks, over all classes)
-    covers `free_slots`; a necessary condition, named in errors.
-
-    Args:
-      sizes: int64 [U], each usable class's records.
-      chunks: int64 [U], each class's own appearances per epoch.
-      n_samples_per_class: `n_p`.
-      free_slots: the free slots of the epoch's short units.
-
-    Returns:
-      The least such cap (at least the one coverage needs).
-    """
-    cap = int((-(-chunks * n_samples_per_class // sizes)).max())
-    while (cap * sizes // n_samples_per_class - chunks).sum() < free_slots:
-        cap += 1
-    return cap
-
-
-def least_planning_cap(plans: Callable[[int], bool], start: int) -> int:
-    """The least cap from `start` on that `plans` accepts (doubling, then bisection).
-
-    Args:
-      plans: whether a cap completes an epoch's short units (monotone: a higher cap does too).
-      start: a cap below which `plans` is known to fail (or the least one to try).
-
-    Returns:
-      The least cap `>= start` that plans.
-    """
-    if plans(start):
-        return start
-    low, high = start, 2 * start
-    while not plans(high):
-        low, high = high, 2 * high
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (low, middle) if plans(middle) else (middle, high)
-    return high

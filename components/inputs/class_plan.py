@@ -57,17 +57,16 @@ from tfx_dynamic_inputs.inputs.arguments import int_argument, seed_argument
 from tfx_dynamic_inputs.inputs.class_report import class_report
 from tfx_dynamic_inputs.inputs.index_shuffle import keyed_offsets, keyed_seeds, permuted_positions
 from tfx_dynamic_inputs.inputs.variables import index_variable
-from tfx_dynamic_inputs.inputs.worker_slices import round_batches
+from tfx_dynamic_inputs.plans import class_plan as salts
+from tfx_dynamic_inputs.plans.class_geometry import EPOCH_MODES, class_units
 
-EPOCH_MODES = ("classes", "samples")
-
-# Streams within one (seed, epoch); values after epoch_plan's shared salts.
-_SALT_ROUND_ORDER = 10
-_SALT_FILL_ORDER = 11
-_SALT_FILL_OFFSET = 12
-_SALT_WITHIN_CLASS = 13
-_SALT_BATCH_ORDER = 14
-_SALT_BATCH_SEEDS = 15
+# Streams within one (seed, epoch), stated once with the NumPy plans' executor.
+_SALT_ROUND_ORDER = salts.SALT_ROUND_ORDER
+_SALT_FILL_ORDER = salts.SALT_FILL_ORDER
+_SALT_FILL_OFFSET = salts.SALT_FILL_OFFSET
+_SALT_WITHIN_CLASS = salts.SALT_WITHIN_CLASS
+_SALT_BATCH_ORDER = salts.SALT_BATCH_ORDER
+_SALT_BATCH_SEEDS = salts.SALT_BATCH_SEEDS
 
 
 class ClassBalancedPlan:
@@ -146,43 +145,26 @@ class ClassBalancedPlan:
         self.num_workers = int(num_workers)
         replicas = self.num_workers * int(replicas_per_worker)
         self.num_replicas = replicas
-        # The unit of the plan is the global batch (all replicas' batches of one step) when its
-        # classes can all be distinct: the stream of global batches then depends on n_c x
-        # replicas only, and the same stream splits over any other replica count (elastic).
-        self.elastic = n_c * replicas <= num_usable
-        self.classes_per_unit = g = n_c * replicas if self.elastic else n_c
-        self._rows_per_unit = g // n_c
-
         usable = report.usable_classes
         usable_sizes = report.class_sizes[usable]
-        if epoch_mode == "classes":
-            chunks = np.ones(num_usable, np.int64)
-        else:
-            chunks = np.maximum(1, -(-usable_sizes // n_p))
-        # active[r]: classes with a chunk in round r; the rounds' groups are the units.
-        active = np.cumsum(np.bincount(chunks, minlength=chunks.max() + 1)[::-1])[::-1][1:]
-        groups = -(-active // g)
-        unit_offsets = np.concatenate([[0], np.cumsum(groups)[:-1]])
-        planned = int(groups.sum())
-        # An elastic unit is one step of every replica; a replica's batch needs rounding.
-        self._num_units = round_batches(planned, num_workers=replicas // self._rows_per_unit)
-        extra = self._num_units - planned
-        self.num_batches = self._num_units * self._rows_per_unit
-        self.batch_size = n_c * n_p
-
-        # Units to complete with other classes: the short last group of a round (its members
-        # are the round's last `active % g` positions), then whole extra units for the replicas.
-        short = np.flatnonzero(active % g)
-        members = active[short] % g
-        fill_unit = np.concatenate(
-            [unit_offsets[short] + groups[short] - 1, planned + np.arange(extra)]
+        units = class_units(
+            usable_sizes,
+            n_classes_per_batch=n_c,
+            n_samples_per_class=n_p,
+            epoch_mode=epoch_mode,
+            num_replicas=replicas,
         )
-        fill_round = np.concatenate([short, np.zeros(extra, np.int64)])
-        fill_first_member = np.concatenate([active[short] - members, np.zeros(extra, np.int64)])
-        fill_members = np.concatenate([members, np.zeros(extra, np.int64)])
+        self.elastic = units.elastic
+        self.classes_per_unit = g = units.classes_per_unit
+        self._rows_per_unit = units.rows_per_unit
+        self._num_units = units.num_units
+        self.num_batches = units.num_batches
+        self.batch_size = n_c * n_p
+        chunks = units.chunks
+        fill_members = units.fill_members
 
         self._num_usable = num_usable
-        self._num_fill_units = len(fill_unit)
+        self._num_fill_units = len(units.fill_unit)
         self.max_draws_per_record = max_draws_per_record
         if max_draws_per_record is not None and num_usable >= 1 << class_fillers.ORDER_BITS:
             raise ValueError(
@@ -200,11 +182,15 @@ class ClassBalancedPlan:
         self._chunks = const(chunks)
         # The classes of round r are those with more than r chunks: the first active[r] of the
         # usable classes by chunks, most first. A round's order is a keyed permutation of them.
-        self._by_chunks = const(np.argsort(-chunks, kind="stable"))
-        self._round_sizes = const(active)
-        self._unit_offsets = const(unit_offsets)
+        self._by_chunks = const(units.by_chunks)
+        self._round_sizes = const(units.round_sizes)
+        self._unit_offsets = const(units.unit_offsets)
         self._short = class_fillers.ShortUnits(
-            const(fill_unit), const(fill_round), const(fill_first_member), const(fill_members), g
+            const(units.fill_unit),
+            const(units.fill_round),
+            const(units.fill_first_member),
+            const(fill_members),
+            g,
         )
         if max_draws_per_record is not None:
             self._max_appearances = const(chunks)

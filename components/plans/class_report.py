@@ -7,7 +7,7 @@ import dataclasses
 
 import numpy as np
 
-from tfx_dynamic_inputs.inputs.arguments import int_argument
+from tfx_dynamic_inputs.plans.arguments import int_argument
 
 SMALL_CLASS_POLICIES = ("replace", "skip")
 

@@ -16,9 +16,16 @@ from hypothesis import strategies as st
 
 from tfx_dynamic_inputs import native
 from tfx_dynamic_inputs.inputs import ValidPairs, epoch_plan, index_shuffle
+from tfx_dynamic_inputs.inputs.class_plan import ClassBalancedPlan as TensorFlowClassPlan
 from tfx_dynamic_inputs.inputs.group_pairs import GroupPairs
 from tfx_dynamic_inputs.inputs.pair_plan import PairPlanner
-from tfx_dynamic_inputs.plans import keyed_hash, keyed_permutation, pair_plan, seed_folds
+from tfx_dynamic_inputs.plans import (
+    class_plan,
+    keyed_hash,
+    keyed_permutation,
+    pair_plan,
+    seed_folds,
+)
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 SEEDS = st.one_of(st.sampled_from([0, 1, -1, 2**63 - 1, -(2**63)]), INT64)
@@ -204,3 +211,58 @@ def test_the_pair_plan_is_the_tensorflow_plans(
         expected_rows = planner.plan_batches(epoch, numbers)
         for key in ("x_index", "y_index"):
             assert np.array_equal(rows[key], expected_rows[key].numpy()), key
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.lists(st.one_of(st.integers(0, 4), st.integers(0, 70)), min_size=1, max_size=40),
+    n_c=st.integers(1, 5),
+    n_p=st.integers(1, 5),
+    seed=SEEDS,
+    epoch_mode=st.sampled_from(["classes", "samples"]),
+    small_classes=st.sampled_from(["replace", "skip"]),
+    workers=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    cap=st.one_of(st.none(), st.integers(1, 12)),
+    epochs=st.lists(st.one_of(st.integers(0, 5), st.integers(0, 2**40)), min_size=1, max_size=2),
+    data=st.data(),
+)
+def test_the_class_balanced_plan_is_the_tensorflow_plans(
+    sizes, n_c, n_p, seed, epoch_mode, small_classes, workers, cap, epochs, data
+):
+    """Both epoch modes, small classes, elastic and per-replica units, the draw cap (and its
+    refusals, in the same words), whole epochs and batches alone."""
+    options = dict(
+        n_classes_per_batch=n_c,
+        n_samples_per_class=n_p,
+        seed=seed,
+        epoch_mode=epoch_mode,
+        small_classes=small_classes,
+        num_workers=workers[0],
+        replicas_per_worker=workers[1],
+        max_draws_per_record=cap,
+    )
+    row_splits = np.concatenate([[0], np.cumsum(sizes)])
+    try:
+        expected_plan = TensorFlowClassPlan(row_splits, **options)
+    except ValueError as error:
+        with pytest.raises(ValueError) as refused:
+            class_plan.ClassBalancedPlan(row_splits, **options)
+        assert str(refused.value) == str(error)
+        return
+    plan = class_plan.ClassBalancedPlan(row_splits, **options)
+    assert (plan.num_batches, plan.elastic) == (expected_plan.num_batches, expected_plan.elastic)
+    for epoch in epochs:
+        try:
+            expected = {key: value.numpy() for key, value in expected_plan.plan(epoch).items()}
+        except tf.errors.InvalidArgumentError:  # a later epoch the cap cannot complete
+            with pytest.raises(ValueError, match="leaves a batch without enough classes"):
+                plan.plan(epoch)
+            continue
+        planned = plan.plan(epoch)
+        assert planned.keys() == expected.keys()
+        for key, value in expected.items():
+            assert np.array_equal(planned[key], value), key
+        numbers = data.draw(st.lists(st.integers(0, plan.num_batches - 1), max_size=4))
+        rows = plan.plan_batches(epoch, numbers)
+        for key, value in expected.items():
+            assert np.array_equal(rows[key], value[numbers]), key

@@ -203,7 +203,7 @@ def test_the_image_paths_and_the_pipeline_root_of_what_make_kubeflow_writes_are_
     digits = os.path.join(root, host_paths.GENERATED_DIR, host_paths.DIGITS_DIR)
     with open(os.path.join(digits, "domains.json")) as f:
         written = json.load(f)["parameters"]
-    assert written["image_size"] == config.CycleGanConfig.image_size
+    assert written["image_size"] == config.DIGITS_IMAGE_SIZE
 
 
 @pytest.mark.parametrize(
