@@ -1,7 +1,7 @@
 """A tf.data service worker that can run the samplers' datasets.
 
     python -m tfx_dynamic_inputs.data_service_worker --dispatcher_address HOST:PORT [--port P]
-        [--worker_address HOST] [--connect_timeout_seconds S] [--without_native_ops]
+        [--worker_address HOST] [--connect_timeout_seconds S] [--without_native_ops] [--verbose]
 
 A worker runs dataset graphs that clients register with the dispatcher, so every op a graph names
 must be registered in the worker's process before it serves: a plain
@@ -22,15 +22,21 @@ whose records are in memory can run here), or when the dispatcher does not answe
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import math
 import re
 import sys
-from typing import NoReturn
 
 from tfx_dynamic_inputs import native
+from tfx_dynamic_inputs.cli_flags import (
+    EXIT_BAD_FLAGS,
+    BoolFlag,
+    FlagParser,
+    parse_float,
+    parse_int,
+    quiet,
+)
 
 # How long the worker waits for its dispatcher to answer by default, and at most (a day): TF's
 # WorkerServer itself retries its registration forever, silently to anyone but its log.
@@ -111,6 +117,7 @@ class WorkerOptions:
         connect_timeout_seconds: how long to wait for the dispatcher to answer, in
             (0, `MAX_CONNECT_TIMEOUT_SECONDS`].
         without_native_ops: serve even when the native op is not built.
+        verbose: show the libraries' notices that ask nothing of the user (`cli_flags.quiet`).
     """
 
     dispatcher_address: str
@@ -118,6 +125,7 @@ class WorkerOptions:
     worker_address: str = "localhost"
     connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS
     without_native_ops: bool = False
+    verbose: bool = False
 
     def __post_init__(self) -> None:
         dispatcher_host_port(self.dispatcher_address)
@@ -140,6 +148,9 @@ class WorkerOptions:
                 f"--connect_timeout_seconds must be in (0, {MAX_CONNECT_TIMEOUT_SECONDS:g}], "
                 f"got {seconds}"
             )
+        for name in ("without_native_ops", "verbose"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
     @property
     def host_port(self) -> str:
@@ -177,20 +188,14 @@ def worker_config(dispatcher_address: str, port: int = 0, worker_address: str = 
     )
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """Raises a bad flag as a ValueError, which `main` prints in one line (argparse's own exit
-    adds its usage)."""
-
-    def error(self, message: str) -> NoReturn:
-        raise ValueError(message)
-
-
 def parse_options(argv: list[str] | None = None) -> WorkerOptions:
-    """The worker's options from its command line, checked before TensorFlow loads.
+    """The worker's options from its command line (the package's flag grammar, `cli_flags`),
+    checked before TensorFlow loads.
 
     Args:
         argv: `--dispatcher_address HOST:PORT [--port N] [--worker_address HOST]
-            [--connect_timeout_seconds S] [--without_native_ops]`; None reads `sys.argv`.
+            [--connect_timeout_seconds S] [--without_native_ops] [--verbose]`; None reads
+            `sys.argv`.
 
     Returns:
         The `WorkerOptions`.
@@ -201,9 +206,11 @@ def parse_options(argv: list[str] | None = None) -> WorkerOptions:
     Example:
         parse_options(["--dispatcher_address", "dispatcher:5050", "--port", "5051"])
     """
-    parser = _OneLineParser(prog=PROGRAM, description=__doc__.splitlines()[0])
+    parser = FlagParser(prog=PROGRAM, description=__doc__.splitlines()[0])
     parser.add_argument("--dispatcher_address", required=True, help="HOST:PORT of the dispatcher")
-    parser.add_argument("--port", type=int, default=0, help="port to serve on (0: any free one)")
+    parser.add_argument(
+        "--port", type=parse_int, default=0, help="port to serve on (0: any free one)"
+    )
     parser.add_argument(
         "--worker_address",
         default="localhost",
@@ -211,16 +218,17 @@ def parse_options(argv: list[str] | None = None) -> WorkerOptions:
     )
     parser.add_argument(
         "--connect_timeout_seconds",
-        type=float,
+        type=parse_float,
         default=CONNECT_TIMEOUT_SECONDS,
         help="how long to wait for the dispatcher to answer before exiting with status 1 "
         f"(default {CONNECT_TIMEOUT_SECONDS:g}, at most {MAX_CONNECT_TIMEOUT_SECONDS:g})",
     )
     parser.add_argument(
         "--without_native_ops",
-        action="store_true",
+        action=BoolFlag,
         help="serve even when the native op is not built (only in-memory record stores work)",
     )
+    parser.add_verbose_flag()
     return WorkerOptions(**vars(parser.parse_args(argv)))
 
 
@@ -240,9 +248,10 @@ def main(argv: list[str] | None = None) -> int:
     """
     try:
         options = parse_options(argv)
-    except ValueError as error:
+    except ValueError as error:  # a FlagError, or WorkerOptions' own checks
         print(f"{PROGRAM}: error: {error}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_FLAGS
+    quiet(options.verbose)  # before TensorFlow's import
     try:
         native.load_op_library()
     except native.NativeBuildError as error:

@@ -35,15 +35,15 @@ not compiled here: build it with `run_config(kubeflow_config)` and compile it wi
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import json
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from tfx_dynamic_inputs.cli_flags import FlagError, FlagParser, parse_int, quiet
 from tfx_dynamic_inputs.kubeflow import compile_checks, spec_files
 from tfx_dynamic_inputs.pipeline import cli, config, kubeflow_checks
 from tfx_dynamic_inputs.pipeline.sample_data import PAIRS_FILE, X_DIR, Y_DIR
@@ -338,13 +338,6 @@ def compile_all(
     ]
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line and exit status 2, as the config's are."""
-
-    def error(self, message: str) -> NoReturn:
-        cli.fail(cli.ConfigError(message))
-
-
 def parse_args(
     argv: list[str] | None = None,
 ) -> tuple[config.KubeflowConfig, config.CycleGanConfig, config.SpeakerConfig]:
@@ -360,7 +353,9 @@ def parse_args(
     Raises:
       SystemExit: a bad flag, config file or config value (one line on stderr, exit status 2).
     """
-    parser = _OneLineParser(description=__doc__.split("\n")[0])
+    parser = FlagParser(
+        prog="python -m tfx_dynamic_inputs.kubeflow.runner", description=__doc__.split("\n")[0]
+    )
     defaults = config.KubeflowConfig()
     parser.add_argument("--config", metavar="FILE", help="JSON or YAML config file (see above)")
     # Defaults are None: an absent flag leaves the config file's value, else KubeflowConfig's.
@@ -384,7 +379,7 @@ def parse_args(
     parser.add_argument(
         "--trainer-retries",
         dest="trainer_retries",
-        type=int,
+        type=parse_int,
         help=f"retries of a failed trainer pod (it resumes from its checkpoints); "
         f"default: {defaults.trainer_retries}",
     )
@@ -394,7 +389,12 @@ def parse_args(
         action="append",
         help="a Beam pipeline argument for every Beam component (repeat)",
     )
-    args = vars(parser.parse_args(argv))
+    parser.add_verbose_flag()
+    try:
+        args = vars(parser.parse_args(argv))
+    except FlagError as error:
+        cli.fail(cli.ConfigError(str(error)))
+    quiet(args.pop("verbose"))  # before TFX's import
     path = args.pop("config")
     try:
         sections = cli.load_file(path) if path else {}

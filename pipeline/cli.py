@@ -1,9 +1,10 @@
 """The pipelines' settings from flags and config files, checked without importing TFX.
 
 Flags are generated from the fields of the config dataclasses, so every field has one and none
-can drift: `--<field> VALUE`, parsed by the field's type (int, float, str; bool: `true`/`false`,
-a bare `--flag` is true; mapping: a JSON object; optional: `none`; a tuple of strings: repeat the
-flag, one item each, e.g. `--beam_pipeline_args=--direct_running_mode=multi_processing`).
+can drift: `--<field> VALUE`, parsed by the field's type (int, float, str; bool: `--flag`,
+`--no-flag` or `--flag true|false`; mapping: a JSON object; optional: `none`; a tuple of strings:
+repeat the flag, one item each, e.g. `--beam_pipeline_args=--direct_running_mode=multi_processing`),
+spelled with underscores or dashes alike: the package's flag grammar (`cli_flags`).
 
 A config file (JSON, or YAML for any other suffix; at most 1 MiB, no YAML anchors or aliases,
 no key given twice: `config_files`) holds one section per dataclass; every section is optional,
@@ -38,6 +39,13 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
+from tfx_dynamic_inputs.cli_flags import (
+    FALSE_WORDS,
+    TRUE_WORDS,
+    BoolFlag,
+    FlagError,
+    FlagParser,
+)
 from tfx_dynamic_inputs.pipeline import config, config_files
 
 PIPELINES: dict[str, type] = {
@@ -60,11 +68,9 @@ DEFAULT_WORK_DIR = os.path.join(config.REPO_ROOT, "out", "local")
 # RunConfig's pipeline_root and metadata_path are not settings of a local run: both live under
 # its work_dir, so a second run finds the first one's ML Metadata (and its cache).
 _RUN_DERIVED = ("pipeline_root", "metadata_path")
-_TRUE = ("true", "yes", "on", "1")
-_FALSE = ("false", "no", "off", "0")
 
 
-class ConfigError(ValueError):
+class ConfigError(FlagError):
     """A bad flag, config key or value; the message is one line naming it."""
 
 
@@ -277,8 +283,8 @@ def convert(tp: Any, value: Any, where: str) -> Any:
     if tp is bool:
         if isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.lower() in _TRUE + _FALSE:
-            return value.lower() in _TRUE
+        if isinstance(value, str) and value.lower() in TRUE_WORDS + FALSE_WORDS:
+            return value.lower() in TRUE_WORDS
         raise bad
     # int or float (`_type_name` has refused every other type).
     if isinstance(value, bool) or not isinstance(value, str | int | float):
@@ -376,13 +382,6 @@ def load_file(path: str) -> dict[str, dict[str, Any]]:
     return {name: check_section(name, values) for name, values in data.items()}
 
 
-class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are ConfigErrors (one line) instead of usage + exit."""
-
-    def error(self, message: str) -> NoReturn:
-        raise ConfigError(message)
-
-
 def _help_text(sentence: str | None, tp: Any, default: str) -> str:
     kind = f"{_type_name(tp)}; default: {default}"
     return f"{sentence[:1].upper()}{sentence[1:].rstrip('.')} ({kind})." if sentence else kind
@@ -406,25 +405,21 @@ def _add_field_flags(parser: argparse.ArgumentParser, section_name: str) -> None
             kwargs.update(action="append", metavar="ARG")
             kwargs["help"] += " (repeat the flag, one item each: --flag=--beam-option=value)"
         elif tp is bool:
-            kwargs.update(nargs="?", const="true", metavar="BOOL")
+            kwargs["action"] = BoolFlag
         elif typing.get_origin(tp) in (dict, Mapping):
             kwargs["metavar"] = "JSON"
         else:
             kwargs["metavar"] = {int: "INT", float: "FLOAT"}.get(_optional_of(tp) or tp, "STR")
-        options = [f"--{name}"]
-        if name == WORK_DIR:
-            options.append("--work-dir")  # the spelling run_local took before
-        parser.add_argument(*options, **kwargs)
+        parser.add_argument(f"--{name}", **kwargs)
 
 
-def local_parser() -> argparse.ArgumentParser:
+def local_parser() -> FlagParser:
     """`python -m tfx_dynamic_inputs.pipeline.run_local {cyclegan,speaker} ...`: one subcommand per
-    pipeline, a flag per field of its config and per local run setting."""
-    parser = _Parser(
+    pipeline, a flag per field of its config and per local run setting, and `--verbose`."""
+    parser = FlagParser(
         prog="python -m tfx_dynamic_inputs.pipeline.run_local",
         description="Run one pipeline locally (LocalDagRunner, sqlite ML Metadata, Beam "
         "DirectRunner), then print what ran, the artifacts, the rejects and the metrics.",
-        allow_abbrev=False,
     )
     pipelines = parser.add_subparsers(dest="pipeline", required=True, metavar="PIPELINE")
     for name, cls in PIPELINES.items():
@@ -434,11 +429,11 @@ def local_parser() -> argparse.ArgumentParser:
             help=f"{cls.__name__}: {data} (all, or none for the bundled sample data)",
             description=f"{cls.__name__} flags: give {data} together, or none of them to run "
             "on the bundled sample data. Flags override --config.",
-            allow_abbrev=False,
         )
         sub.add_argument("--config", metavar="FILE", help="JSON or YAML config file")
         _add_field_flags(sub, name)
         _add_field_flags(sub, RUN_SECTION)
+        sub.add_verbose_flag()
     return parser
 
 
@@ -450,11 +445,13 @@ def _data_flags(pipeline: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class LocalArgs:
     """A checked local run: `settings` are the pipeline config's fields set by the file or
-    flags (the rest keep their defaults); `run` every local run setting."""
+    flags (the rest keep their defaults); `run` every local run setting; `verbose` whether the
+    libraries' notices are shown (`cli_flags.quiet`)."""
 
     pipeline: str
     settings: dict[str, Any]
     run: dict[str, Any]
+    verbose: bool = False
 
     @property
     def bundled_data(self) -> bool:
@@ -478,18 +475,14 @@ def parse_local_args(argv: Sequence[str] | None = None) -> LocalArgs:
     Example:
         parse_local_args(["speaker", "--num_epochs", "2"]).settings  # {"num_epochs": 2}
     """
-    parser = local_parser()
-    namespace, unknown = parser.parse_known_args(argv)
-    if unknown:
-        flag = next((arg for arg in unknown if arg.startswith("-")), None)
-        if flag is None:
-            raise ConfigError(f"unexpected argument {unknown[0]!r}")
-        name = flag.split("=")[0]
-        known = ["config", *SECTIONS[namespace.pipeline].types, *SECTIONS[RUN_SECTION].types]
-        raise ConfigError(f"unknown flag {name}" + _did_you_mean(name.lstrip("-"), known, "--"))
+    try:
+        namespace = local_parser().parse_args(argv)
+    except FlagError as error:
+        raise ConfigError(str(error)) from None
     flags = vars(namespace)
     pipeline = flags.pop("pipeline")
     path = flags.pop("config", None)
+    verbose = flags.pop("verbose")
     sections = load_file(path) if path else {}
     given: dict[str, dict[str, Any]] = {pipeline: {}, RUN_SECTION: {}}
     for dest, value in flags.items():
@@ -522,4 +515,4 @@ def parse_local_args(argv: Sequence[str] | None = None) -> LocalArgs:
         **sections.get(RUN_SECTION, {}),
         **given[RUN_SECTION],
     }
-    return LocalArgs(pipeline, settings, run)
+    return LocalArgs(pipeline, settings, run, verbose)

@@ -28,6 +28,7 @@ the URIs and custom properties of its outputs.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import sys
 import threading
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
+from tfx_dynamic_inputs.cli_flags import quiet
 from tfx_dynamic_inputs.interrupts import EXIT_INTERRUPTED, watching_interrupts
 from tfx_dynamic_inputs.materialize.errors import MaterializeError
 from tfx_dynamic_inputs.pipeline import (
@@ -59,6 +61,9 @@ NODE_CONTEXT = "node"
 METADATA_FILE = "metadata.sqlite"
 PIPELINE_ROOT_DIR = "pipeline_root"
 DIGITS_DIR = "digits"
+
+# What TFX logs for every channel it resolves, predicate or not (`_UnconditionalQueryWarning`).
+UNCONDITIONAL_QUERY_WARNING = "ArtifactQuery.property_predicate is not supported."
 
 _STATE_NAMES = {value: name for name, value in metadata_store_pb2.Execution.State.items()}
 
@@ -121,7 +126,20 @@ def run(pipeline: Pipeline) -> None:
     # is answered before TFX's import (10-25 s, and pages of warnings).
     from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 
+    absl_log = logging.getLogger("absl")  # absl's own logger, TFX having imported it
+    if not any(isinstance(f, _UnconditionalQueryWarning) for f in absl_log.filters):
+        absl_log.addFilter(_UnconditionalQueryWarning())
     LocalDagRunner().run(pipeline)
+
+
+class _UnconditionalQueryWarning(logging.Filter):
+    """Drops TFX 1.16's "ArtifactQuery.property_predicate is not supported." (`channel_resolver.
+    _filter_by_artifact_query`): it tests the truth of a protobuf sub-message, which is always
+    true, so it warns for every input channel it resolves (10 a CycleGAN run), of no predicate
+    any pipeline set."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != UNCONDITIONAL_QUERY_WARNING
 
 
 def execute(
@@ -483,6 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         args = cli.parse_local_args(argv)
     except cli.ConfigError as error:
         cli.fail(error)
+    quiet(args.verbose)  # before TFX's import
     try:
         with work_dir_claim.claimed(args.run[cli.WORK_DIR]):
             return _run_claimed(args)

@@ -1,22 +1,32 @@
 """CLI: `python -m tfx_dynamic_inputs.materialize {pairs,audio} ... [Beam pipeline options]`.
 
-Flags not listed here must be Beam pipeline options (`--runner`, `--direct_num_workers`,
-`--direct_running_mode`, ...): they go to Beam's PipelineOptions, DirectRunner by default; any
-other flag is an error (one line, status 2), as is a bad value or folder (found before Beam or
-TensorFlow load): each value is checked against its bound in `config` (the one the Python API
-and the TFX components check too). Prints a one-line summary; on a failed run prints the reason
-and exits with status 1, without a traceback.
+Flags follow the package's grammar (`cli_flags`): `--output_dir` or `--output-dir`, booleans as
+`--overwrite`, `--no-overwrite` or `--overwrite true|false`, `--verbose` to see the libraries'
+notices. Flags not listed here must be Beam pipeline options (`--runner`,
+`--direct_num_workers`, `--direct_running_mode`, ...): they go to Beam's PipelineOptions,
+DirectRunner by default; any other flag is an error (one line naming the closest flag, status 2),
+as is a bad value or folder (found before Beam or TensorFlow load): each value is checked
+against its bound in `config` (the one the Python API and the TFX components check too). Prints
+a one-line summary; on a failed run prints the reason and exits with status 1, without a
+traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
 import logging
 import sys
-from typing import NoReturn
 
+from tfx_dynamic_inputs.cli_flags import (
+    EXIT_BAD_FLAGS,
+    BoolFlag,
+    FlagError,
+    FlagParser,
+    parse_float,
+    parse_int,
+    quiet,
+)
 from tfx_dynamic_inputs.interrupts import EXIT_INTERRUPTED, watching_interrupts
 from tfx_dynamic_inputs.materialize import preflight
 from tfx_dynamic_inputs.materialize.config import (
@@ -45,31 +55,8 @@ _JOBS = {
 }
 
 
-def _no_default(action: argparse.Action) -> bool:
-    # By identity: 0 == False, and a default of 0 is worth saying.
-    return action.default is None or action.default is False or action.default is argparse.SUPPRESS
-
-
-class _HelpWithDefaults(argparse.HelpFormatter):
-    """Help that states each flag's default, unless it has none or already says it."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if _no_default(action) or "default" in text:
-            return text
-        return f"{text} (default: %(default)s)"
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    """Reports a bad flag (`--num_shards nan`) in one line with status 2, without argparse's
-    usage; its sub-command parsers are of this class too."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = _OneLineParser(
+def _parser() -> FlagParser:
+    parser = FlagParser(
         prog="python -m tfx_dynamic_inputs.materialize",
         description="Materialize raw data into indexed TFRecord shards (Apache Beam).",
         epilog="Other flags are Beam pipeline options, e.g. --direct_num_workers=2 "
@@ -79,7 +66,6 @@ def _parser() -> argparse.ArgumentParser:
 
     pairs = jobs.add_parser(
         "pairs",
-        formatter_class=_HelpWithDefaults,
         help="image domains X, Y and their valid-pair list, or the group of each image",
     )
     pairs.add_argument("--x_dir", required=True, help="folder of X images; ids = relative paths")
@@ -92,77 +78,80 @@ def _parser() -> argparse.ArgumentParser:
     pairs.add_argument("--groups_format", default="auto", choices=GROUPS_FORMATS)
     pairs.add_argument(
         "--groups_from_subfolder",
-        action="store_true",
+        action=BoolFlag,
         help="no groups files: each image's group is the first folder of its id "
         "(x_dir/cat/001.png pairs with y_dir/cat/017.png)",
     )
     pairs.add_argument("--image_storage", default="encoded", choices=IMAGE_STORAGE_MODES)
-    pairs.add_argument("--raw_height", type=int, default=256)
-    pairs.add_argument("--raw_width", type=int, default=256)
+    pairs.add_argument("--raw_height", type=parse_int, default=256)
+    pairs.add_argument("--raw_width", type=parse_int, default=256)
     pairs.add_argument(
-        "--raw_channels", type=int, default=3, metavar="{" + ",".join(map(str, RAW_CHANNELS)) + "}"
+        "--raw_channels",
+        type=parse_int,
+        default=3,
+        metavar="{" + ",".join(map(str, RAW_CHANNELS)) + "}",
     )
     pairs.add_argument(
         "--max_image_pixels",
-        type=int,
+        type=parse_int,
         default=MAX_IMAGE_PIXELS,
         help="an image whose header declares more pixels (width x height) is an image_too_large "
         f"reject; also bounds --raw_height x --raw_width (default {MAX_IMAGE_PIXELS})",
     )
-    pairs.add_argument("--files_per_batch", type=int, default=256)
+    pairs.add_argument("--files_per_batch", type=parse_int, default=256)
 
     speech = jobs.add_parser(
         "audio",
-        formatter_class=_HelpWithDefaults,
         help="labelled utterances in a manifest or speaker folders",
     )
     speech.add_argument("--manifest", help="CSV (header) or JSON Lines: path, speaker[, split]")
     speech.add_argument(
         "--speaker_from_path",
-        action="store_true",
+        action=BoolFlag,
         help="no manifest: every audio file under --root, its speaker the first folder of its "
         "path (id10001/<video>/00001.wav)",
     )
     speech.add_argument("--root", required=True, help="folder the audio paths are under")
     speech.add_argument("--manifest_format", default="auto", choices=MANIFEST_FORMATS)
-    speech.add_argument("--sample_rate", type=int, default=AudioConfig.sample_rate)
+    speech.add_argument("--sample_rate", type=parse_int, default=AudioConfig.sample_rate)
     speech.add_argument("--split_mode", default="speaker", choices=SPLIT_MODES)
-    speech.add_argument("--eval_fraction", type=float, default=0.1)
-    speech.add_argument("--split_seed", type=int, default=0)
+    speech.add_argument("--eval_fraction", type=parse_float, default=0.1)
+    speech.add_argument("--split_seed", type=parse_int, default=0)
     speech.add_argument(
         "--max_audio_seconds",
-        type=float,
+        type=parse_float,
         default=MAX_AUDIO_SECONDS,
         help=f"longer audio is a too_long reject (default {MAX_AUDIO_SECONDS:g})",
     )
     speech.add_argument(
         "--min_input_sample_rate",
-        type=int,
+        type=parse_int,
         default=MIN_INPUT_SAMPLE_RATE,
         help="a file whose own rate is below it is an implausible_rate reject "
         f"(default {MIN_INPUT_SAMPLE_RATE})",
     )
     speech.add_argument(
         "--max_input_sample_rate",
-        type=int,
+        type=parse_int,
         default=MAX_INPUT_SAMPLE_RATE,
         help=f"... or above it (default {MAX_INPUT_SAMPLE_RATE})",
     )
     speech.add_argument(
         "--files_per_batch",
-        type=int,
+        type=parse_int,
         default=16,
         help="files per Beam element, decoded by 2 threads (default 16)",
     )
 
     for job in (pairs, speech):
         job.add_argument("--output_dir", required=True)
-        job.add_argument("--max_shard_bytes", type=int, default=128 << 20)
-        job.add_argument("--num_shards", type=int, default=0, help="0: from --max_shard_bytes")
-        job.add_argument("--max_reject_fraction", type=float, default=0.1)
-        job.add_argument("--overwrite", action="store_true", help="replace a previous run")
-        # No argparse `choices`: the config names a bad value in one line (argparse adds its
-        # usage).
+        job.add_argument("--max_shard_bytes", type=parse_int, default=128 << 20)
+        job.add_argument(
+            "--num_shards", type=parse_int, default=0, help="0: from --max_shard_bytes"
+        )
+        job.add_argument("--max_reject_fraction", type=parse_float, default=0.1)
+        job.add_argument("--overwrite", action=BoolFlag, help="replace a previous run")
+        # No argparse `choices`: the config checks the value, as the Python API's.
         job.add_argument(
             "--spill",
             default="auto",
@@ -171,10 +160,7 @@ def _parser() -> argparse.ArgumentParser:
             "(below --temp_location when given, else the output dir), or none: through the "
             "runner's shuffle (Dataflow, Flink, Spark); auto: files on the DirectRunner only",
         )
-    for job in (pairs, speech):
-        for action in job._actions:
-            if action.help is None and not _no_default(action):
-                action.help = "default: %(default)s"  # a flag without help still shows it
+        job.add_verbose_flag()
     return parser
 
 
@@ -222,19 +208,6 @@ def _not_beam_options(args: list[str]) -> list[str]:
     return unknown
 
 
-def _did_you_mean(argument: str, job: str) -> str:
-    """ "; did you mean '--flag'?" for the closest flag of `job` to `argument`, or ""."""
-    [subparsers] = [a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    flags = [
-        option
-        for action in subparsers.choices[job]._actions
-        for option in action.option_strings
-        if option.startswith("--")
-    ]
-    close = difflib.get_close_matches(argument.split("=")[0], flags, n=1, cutoff=0.75)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
 def main(argv: list[str] | None = None) -> int:
     """The `python -m tfx_dynamic_inputs.materialize {pairs,audio}` command line.
 
@@ -249,7 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     Example:
         main(["pairs", "--x_dir", "x", "--y_dir", "y", "--pairs", "p.jsonl", "--output_dir", "out"])
     """
-    args, beam_args = _parser().parse_known_args(argv)
+    parser = _parser()
+    try:
+        args, beam_args = parser.parse_known_args(argv)
+    except FlagError as error:
+        print(f"materialize: error: {error}", file=sys.stderr)
+        return EXIT_BAD_FLAGS
     config_class, module, job = _JOBS[args.job]
     try:
         config = from_flat(config_class, {**vars(args), "beam_pipeline_args": tuple(beam_args)})
@@ -259,16 +237,16 @@ def main(argv: list[str] | None = None) -> int:
         preflight.check_holds_inputs(config.input_dirs(), config.input_files())
     except MaterializeError as error:
         print(f"materialize {args.job}: error: {error}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_FLAGS
+    quiet(args.verbose)  # before Beam's import
     unknown = _not_beam_options(beam_args)
     if unknown:
         print(
-            f"materialize {args.job}: error: unrecognized argument {unknown[0]!r}: neither a "
-            f"flag of `{args.job}` (see --help) nor a Beam pipeline option"
-            f"{_did_you_mean(unknown[0], args.job)}",
+            f"materialize {args.job}: error: {parser.unknown_argument(unknown[0], args)}: "
+            f"neither a flag of `{args.job}` (see --help) nor a Beam pipeline option",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_BAD_FLAGS
     run = getattr(importlib.import_module(module), job)
     with watching_interrupts() as interrupted:
         try:

@@ -168,6 +168,12 @@ def build(force: bool = False) -> str:
         with _build_lock(folder):
             # Another process may have built it while this one waited for the lock.
             if force or not _is_verified(target):
+                # Shown by default (a warning): the build takes seconds and writes a file.
+                _log.warning(
+                    "building the native ops for TensorFlow %s (once, about 5 s) into %s",
+                    _build_flags()[2],
+                    target,
+                )
                 _compile(cxx, target)
     except (OSError, trusted_files.UntrustedLibraryError) as error:
         raise NativeBuildError(f"cannot build into {folder}: {error}") from error
@@ -275,8 +281,6 @@ def load_outcome() -> LoadOutcome:
         outcome = load_outcome()
         reader = outcome.module.read_records_by_index if outcome.module is not None else None
     """
-    import tensorflow as tf
-
     path = library_path()
     try:
         return LoadOutcome(_load_verified(path), None)
@@ -289,8 +293,7 @@ def load_outcome() -> LoadOutcome:
             return LoadOutcome(None, None)
         return _not_loaded(f"not loading it: {refused}")
     # A library that fails the checks is rebuilt over (in a private folder; `build` refuses
-    # any other).
-    _log.info("building the native ops for TensorFlow %s (once)", tf.__version__)
+    # any other), and `build` says so in one line.
     try:
         build()
         return LoadOutcome(_load_verified(path), None)

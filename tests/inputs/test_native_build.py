@@ -135,3 +135,28 @@ def test_a_read_only_package_folder_builds_into_the_user_cache(monkeypatch, tmp_
     monkeypatch.setenv(native.CACHE_ENV, str(tmp_path))
     assert native.library_dir() == str(tmp_path / "native")
     assert os.path.dirname(native.library_path()) == str(tmp_path / "native")
+
+
+def test_a_build_says_in_one_warning_line_that_it_starts_and_where_it_writes(
+    monkeypatch, tmp_path, caplog
+):
+    # A compiler that writes an empty library where `-o` says: the build's own steps, in 0 s.
+    compiler = tmp_path / "fake-cxx"
+    compiler.write_text(
+        '#!/bin/sh\nwhile [ $# -gt 0 ]; do [ "$1" = -o ] && : > "$2"; shift; done\n'
+        "cat > /dev/null\n"
+    )
+    compiler.chmod(0o755)
+    monkeypatch.setenv(native.COMPILER_ENV, str(compiler))
+    monkeypatch.setattr(native, "library_dir", lambda: str(tmp_path / "cache"))
+    with caplog.at_level(logging.INFO, logger=native.__name__):
+        target = native.build()
+    # Shown by Python's default handler (warnings and above), one line naming the library.
+    [record] = caplog.records
+    assert record.levelno == logging.WARNING and "\n" not in record.getMessage()
+    assert record.getMessage().startswith("building the native ops for TensorFlow ")
+    assert record.getMessage().endswith(f" into {target}")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=native.__name__):
+        assert native.build() == target  # built and verified: no second build, no line
+    assert not caplog.records

@@ -255,9 +255,7 @@ def test_bad_values_are_one_line_and_exit_2_before_tensorflow_or_tfx_is_imported
         "error: KubeflowConfig.trainer_retries must be 0 to 2147483647 (retries of a failed "
         "trainer pod), got -1"
     ]
-    assert found["retries-text"][1] == [
-        "error: argument --trainer-retries: invalid int value: 'many'"
-    ]
+    assert found["retries-text"][1] == ["error: --trainer-retries: expected an int, got 'many'"]
     assert "'/etc/x' is not a legal Kubeflow pipeline name" in found["name"][1][0]
     assert not os.path.exists(output_dir)
 

@@ -154,7 +154,7 @@ def test_any_value_of_a_numeric_flag_is_accepted_within_its_bound_or_refused_in_
         ("audio", "num_shards", "1000000000", "--num_shards must be an integer in [0, 10000]"),
         ("audio", "sample_rate", "1", "--sample_rate must be an integer in [8000, 192000]"),
         ("audio", "max_audio_seconds", "nan", "max_audio_seconds must be a number above"),
-        ("audio", "num_shards", "nan", "argument --num_shards: invalid int value: 'nan'"),
+        ("audio", "num_shards", "nan", "--num_shards: expected an int, got 'nan'"),
         ("pairs", "raw_channels", "2", "--raw_channels must be one of 1, 3, 4; got 2"),
         ("audio", "split_seed", "-1", "--split_seed must be an integer in [0, "),
     ],
