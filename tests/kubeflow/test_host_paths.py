@@ -74,7 +74,7 @@ def _expected(resolved: str, root: str, in_container: bool) -> tuple[str, str | 
             {
                 "/app": None,
                 "/app/schemas": config.SCHEMAS_DIR,
-                "/app/sample_data": os.path.join(config.REPO_ROOT, "sample_data"),
+                "/app/sample_data": os.path.dirname(config.SPEAKER_CORPUS_DIR),
                 "/app/sample_data/digits": os.path.join(root, "image-data", "digits"),
             }
         )

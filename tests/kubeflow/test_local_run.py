@@ -172,8 +172,8 @@ def test_make_kubeflow_names_the_yaml_to_upload_which_the_kfp_client_loads(make_
     with open(os.path.join(REPO_ROOT, "docs", "kubeflow.md")) as f:
         page = f.read()
     name = config.CycleGanConfig.pipeline_name
-    assert f"wrote kubeflow/{name}.yaml: {runner.UPLOAD_NOTE}\n" in page
-    assert f"wrote kubeflow/{name}.json: {runner.JOB_NOTE}\n" in page
+    assert f"/{name}.yaml: {runner.UPLOAD_NOTE}\n" in page
+    assert f"/{name}.json: {runner.JOB_NOTE}\n" in page
 
 
 def test_the_image_paths_and_the_pipeline_root_of_what_make_kubeflow_writes_are_this_hosts(
