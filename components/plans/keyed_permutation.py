@@ -32,6 +32,9 @@ _ONE = np.uint64(1)
 
 def _bit_width(largest: np.ndarray) -> np.ndarray:
     """uint64: the bits of each `largest` (uint64; 0 for 0)."""
+    if largest.max(initial=0) < 1 << 52:
+        # Exact in float64 below 2**53: the exponent is the width.
+        return np.frexp(largest.astype(np.float64))[1].astype(np.uint64)
     width = np.zeros(largest.shape, np.uint64)
     rest = largest.copy()
     for step in (32, 16, 8, 4, 2, 1):  # binary search of the highest set bit
@@ -65,6 +68,10 @@ def _walked(values: np.ndarray, keys: np.ndarray, limits: np.ndarray) -> np.ndar
     rounds = np.where(bits <= SMALL_BITS, SMALL_ROUNDS, ROUNDS)
     walked = values.copy()
     pending = np.arange(len(values))
+    if np.all(rounds == rounds[0]):
+        # One first pass over all (the usual case: one size), without gathering them.
+        walked = _feistel(walked, keys, bits, int(rounds[0]))
+        pending = np.flatnonzero(walked >= limits)
     while len(pending):
         for count in (ROUNDS, SMALL_ROUNDS):
             part = pending[rounds[pending] == count]
