@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from tfx_dynamic_inputs import native
 from tfx_dynamic_inputs.inputs import ValidPairs, epoch_plan, index_shuffle
 from tfx_dynamic_inputs.inputs.class_plan import ClassBalancedPlan as TensorFlowClassPlan
+from tfx_dynamic_inputs.inputs.epoch_state import EpochState
 from tfx_dynamic_inputs.inputs.group_pairs import GroupPairs
 from tfx_dynamic_inputs.inputs.pair_plan import PairPlanner
 from tfx_dynamic_inputs.plans import (
@@ -25,6 +26,7 @@ from tfx_dynamic_inputs.plans import (
     keyed_permutation,
     pair_plan,
     seed_folds,
+    worker_slices,
 )
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -266,3 +268,61 @@ def test_the_class_balanced_plan_is_the_tensorflow_plans(
         rows = plan.plan_batches(epoch, numbers)
         for key, value in expected.items():
             assert np.array_equal(rows[key], value[numbers]), key
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    workers=st.integers(1, 4),
+    steps=st.integers(1, 70),
+    data=st.data(),
+)
+def test_a_workers_batches_are_those_epoch_dataset_plans(workers, steps, data):
+    """`worker_batch_numbers` against the batch numbers `epoch_plan.epoch_dataset` hands its
+    batch plan function, from a resume step (blocks of `PLAN_BLOCK_BATCHES` included)."""
+    worker = data.draw(st.integers(0, workers - 1))
+    initial_step = data.draw(st.integers(0, steps - 1))
+    num_batches = steps * workers
+    dataset = epoch_plan.epoch_dataset(
+        batch_plan_fn=lambda epoch, numbers: {"number": numbers},
+        num_batches=num_batches,
+        state=EpochState(initial_epoch=1),
+        num_workers=workers,
+        worker_index=worker,
+        initial_step=initial_step,
+    )
+    expected = [int(row["number"]) for row in dataset]
+    numbers = worker_slices.worker_batch_numbers(num_batches, workers, worker, initial_step)
+    assert numbers.tolist() == expected
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 30), min_size=8, max_size=40),
+    global_classes=st.sampled_from([(1, 4), (2, 2), (4, 1), (2, 4), (8, 1), (4, 2)]),
+    epoch_mode=st.sampled_from(["classes", "samples"]),
+    seed=SEEDS,
+    epoch=st.integers(0, 2**40),
+)
+def test_an_elastic_class_plan_streams_the_same_global_batches_on_any_replica_count(
+    sizes, global_classes, epoch_mode, seed, epoch
+):
+    """The same `n_c x R` cut over other replica counts (workers x replicas per worker): each
+    step's global batch (its batches side by side) is the same, as an elastic resume needs."""
+    n_c, replicas = global_classes
+    assume(n_c * replicas * 2 <= len(sizes))
+    row_splits = np.concatenate([[0], np.cumsum(sizes)])
+    options = dict(n_samples_per_class=2, seed=seed, epoch_mode=epoch_mode)
+    streams = []
+    for split in {(replicas, 1), (1, replicas), (n_c * replicas, 1)}:
+        per_batch = n_c * replicas // split[0] // split[1]
+        plan = class_plan.ClassBalancedPlan(
+            row_splits,
+            n_classes_per_batch=per_batch,
+            num_workers=split[0],
+            replicas_per_worker=split[1],
+            **options,
+        )
+        assert plan.elastic
+        position = plan.plan(epoch)["position"]
+        streams.append(position.reshape(-1, n_c * replicas * 2))
+    assert all(np.array_equal(stream, streams[0]) for stream in streams)
