@@ -18,11 +18,17 @@ FIND_PY310 = for p in "$(PYTHON310)" python3.10 $$HOME/.pyenv/versions/3.10*/bin
 	  [ -n "$$p" ] && "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 10)' 2>/dev/null \
 	  && { command -v "$$p" || echo "$$p"; } && break; done
 
-# python3.12 for the core venv (the newest TensorFlow, the core install only).
-FIND_PY312 = for p in "$(PYTHON312)" python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3.12 \
-	/usr/local/bin/python3.12 /usr/bin/python3.12; do \
-	  [ -n "$$p" ] && "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null \
+# python3.11 for the core venv (the newest TensorFlow, the core install only): the Python for
+# which a CPU build of torch is at hand (TORCH_CPU_WHEELS), so Keras 3's three backends are
+# tested there (tests/core/test_keras_backends.py).
+FIND_PY311 = for p in "$(PYTHON311)" python3.11 $$HOME/.pyenv/versions/3.11*/bin/python3.11 \
+	/usr/local/bin/python3.11 /usr/bin/python3.11; do \
+	  [ -n "$$p" ] && "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 11)' 2>/dev/null \
 	  && { command -v "$$p" || echo "$$p"; } && break; done
+# PyPI's torch for Linux is a CUDA build of several GB; its CPU build (one wheel, 190 MB) is taken
+# from this folder, where present (else Keras's torch backend is not tested: the test says so).
+export TORCH_CPU_WHEELS ?= /opt/wheels
+TORCH_CPU := torch==2.13.0+cpu
 CORE_VENV := .venv-core
 CORE_PY := $(CORE_VENV)/bin/python
 WHEEL_DIR := build/wheel
@@ -47,9 +53,10 @@ PODMAN_RUNTIME ?= runc
 help:
 	@echo "make demo      set up, then run both pipelines on the bundled sample data"
 	@echo "make test      set up, then run the test suite, then make test-core"
-	@echo "make test-core build the wheel, install it with the newest TensorFlow in a Python 3.12"
+	@echo "make test-core build the wheel, install it with the newest TensorFlow in a Python 3.11"
 	@echo "               venv (.venv-core), run the README quickstart and the library's tests there"
-	@echo "make core-venv build .venv-core alone (the wheel, TensorFlow 2.21, its native ops)"
+	@echo "make core-venv build .venv-core alone (the wheel, TensorFlow 2.21, JAX and torch for"
+	@echo "               Keras's other backends, its native ops)"
 	@echo "make setup     create .venv (python3.10) from requirements.lock, build the native op (idempotent)"
 	@echo "make lint      ruff"
 	@echo "make bench     run every benchmark under bench/ (BENCH_ARGS=$(BENCH_ARGS)); its peers in $(PEERS_VENV)"
@@ -98,15 +105,21 @@ test: setup
 # PYTHONDONTWRITEBYTECODE is set (our CI machines), each of the run's TensorFlow processes would
 # otherwise compile TensorFlow's modules again (`import tensorflow` 12 s instead of 3.5 s).
 core-venv: setup
-	@py=$$($(FIND_PY312) | head -n 1); \
+	@py=$$($(FIND_PY311) | head -n 1); \
 	if [ -z "$$py" ]; then \
-	  echo "error: python3.12 not found: install it (e.g. 'pyenv install 3.12') or pass PYTHON312=/path/to/python3.12." >&2; \
+	  echo "error: python3.11 not found: install it (e.g. 'pyenv install 3.11') or pass PYTHON311=/path/to/python3.11." >&2; \
 	  exit 1; fi; \
 	set -e; rm -rf $(WHEEL_DIR) $(CORE_VENV); \
 	$(VENV)/bin/uv build --quiet --wheel --out-dir $(WHEEL_DIR) .; \
 	$(VENV)/bin/uv venv --quiet --python "$$py" $(CORE_VENV); \
 	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(CORE_PY) $(WHEEL_DIR)/*.whl \
 	  -r tests/core/requirements.txt
+	@# torch without bytecode: one test process imports it (4 s more), compiling its 5,000 modules
+	@# here would take 15 s of CPU.
+	@if ls $(TORCH_CPU_WHEELS)/torch-2.13.0+cpu-cp311-*.whl >/dev/null 2>&1; then \
+	  $(VENV)/bin/uv pip install --quiet --python $(CORE_PY) --find-links $(TORCH_CPU_WHEELS) \
+	    "$(TORCH_CPU)" -c tests/core/requirements.txt; \
+	else echo "note: no $(TORCH_CPU) wheel in $(TORCH_CPU_WHEELS): Keras's torch backend goes untested"; fi
 	@# Its native ops now, once (from /, so the wheel is what it imports): the tests' processes
 	@# would otherwise each build them at first use. Their first-use build has a test of its own.
 	cd / && $(abspath $(CORE_PY)) -m tfx_dynamic_inputs.native
