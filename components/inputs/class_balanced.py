@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfx_dynamic_inputs import layout
-from tfx_dynamic_inputs.inputs import labelled_sources
+from tfx_dynamic_inputs.inputs import data_service, labelled_sources
 from tfx_dynamic_inputs.inputs.arguments import int_argument, seed_argument
 from tfx_dynamic_inputs.inputs.audio_config import AudioFeatureConfig
 from tfx_dynamic_inputs.inputs.audio_features import audio_features, parse_audio_examples
@@ -231,7 +231,7 @@ class ClassBalancedSampler(EpochSampler):
         return [self.store]
 
     def _service_problems(self) -> list[str]:
-        problems = super()._service_problems()
+        problems = data_service.problems_of(*self._stores(), self.augmenter)
         if self._record_numbers_in_python:
             problems.append(
                 "the class index is larger than memory_budget_bytes and is read from its "

@@ -20,6 +20,8 @@ machine. So:
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import tensorflow as tf
 
 PROCESSING_MODES = ("parallel_epochs", "distributed_epoch")
@@ -33,6 +35,13 @@ PROTOBUF_LIMIT_BYTES = (1 << 31) - 1
 
 # Op types that call back into the Python process that built the graph.
 _PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
+
+
+class ServiceProblems(Protocol):
+    """A part of a sampler's graph that knows whether it can run on a worker (a record store, a
+    speaker augmenter): `service_problems()` says why not (empty: it can)."""
+
+    def service_problems(self) -> list[str]: ...
 
 
 class ServiceUnsupportedError(ValueError):
@@ -64,6 +73,19 @@ def check_processing_mode(processing_mode: str) -> str:
             f"processing_mode must be one of {PROCESSING_MODES}, got {processing_mode!r}"
         )
     return processing_mode
+
+
+def problems_of(*parts: ServiceProblems | None) -> list[str]:
+    """What keeps the parts of a sampler's graph off tf.data service workers, in their order.
+
+    Args:
+      parts: the record stores, augmenters, ... the sampler's batches read through; None (an
+        absent part, such as no augmentation) has none.
+
+    Returns:
+      Their `service_problems()`, concatenated (empty: all can run on a worker).
+    """
+    return [problem for part in parts if part is not None for problem in part.service_problems()]
 
 
 def check_sampler(problems: list[str], memory_bytes: int, max_graph_bytes: int) -> None:

@@ -23,7 +23,7 @@ import json
 import numpy as np
 import tensorflow as tf
 
-from tfx_dynamic_inputs.inputs import labelled_sources
+from tfx_dynamic_inputs.inputs import data_service, labelled_sources
 from tfx_dynamic_inputs.inputs.arguments import int_argument
 from tfx_dynamic_inputs.inputs.audio_config import AudioFeatureConfig
 from tfx_dynamic_inputs.inputs.audio_features import audio_features, parse_audio_examples
@@ -81,8 +81,9 @@ class MixedClassBalancedSampler(EpochSampler):
       store_options: how the runs' records are read; `on_damaged` must be ``"fail"``.
       state: a `MixState` to track in a `tf.train.Checkpoint`.
       augment: noise and reverberation (`speaker_augment.SpeakerAugmentConfig`, drawn per
-        sample as for one run), or None. Speed perturbation is refused: its derived classes are
-        not planned over a mix.
+        sample as for one run), or None; its clips are held in memory within
+        `store_options.memory_budget_bytes`, else read from disk. Speed perturbation is
+        refused: its derived classes are not planned over a mix.
 
     Raises:
       ValueError: runs that stored other sample rates, `on_damaged="skip"`, an `augment` with
@@ -175,7 +176,9 @@ class MixedClassBalancedSampler(EpochSampler):
                     "speed perturbation does not run over a mix of runs yet (its derived classes "
                     "are not planned there): drop speed_factors, or train on one run"
                 )
-            self.augmenter = SpeakerAugmenter(augment, self.features, self.num_classes)
+            self.augmenter = SpeakerAugmenter(
+                augment, self.features, self.num_classes, store_options.memory_budget_bytes
+            )
         self.reports: dict[str, ClassReport] = dict(zip(mix.names, self.plan.reports, strict=True))
         self.classes = [
             f"{run.name}/{name}"
@@ -301,6 +304,9 @@ class MixedClassBalancedSampler(EpochSampler):
 
     def _stores(self) -> list[RecordStore]:
         return list(self.stores)
+
+    def _service_problems(self) -> list[str]:
+        return data_service.problems_of(*self._stores(), self.augmenter)
 
     def _load_batch(
         self, row: dict[str, tf.Tensor], *, for_service: bool = False
