@@ -15,8 +15,8 @@ Every config checks its fields when it is built (`config_checks`): a wrong type 
 bad value a ValueError, each one line naming `<Class>.<field>`.
 
 Defaults are the demo's (bundled sample data, small models, CPU-friendly); `TEST_OVERRIDES`
-shrink the training for the test suite. Nothing here imports TFX or TensorFlow (but a
-`SpeakerConfig` with `noise_dir` checks its SNR range with `AdditiveNoise`, which does).
+shrink the training for the test suite. Nothing here imports TFX or TensorFlow, nor do the
+checks (a `SpeakerConfig`'s SNR range is `option_bounds.check_snr_range`, `AdditiveNoise`'s own).
 """
 
 from __future__ import annotations

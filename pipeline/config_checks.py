@@ -14,14 +14,14 @@ value checks it, it is that bound:
   constants bound `sample_rate`, `split_seed`, `channels`, `image_size` (`MAX_IMAGE_PIXELS`) and
   `crop_seconds` (`MAX_AUDIO_SECONDS`); `eval_fraction` is `AudioConfig.validate`'s [0, 1)
   (`validate` also checks the files, so it is not called here);
-- the inputs library's and the trainer's (`inputs.arguments`, `AudioFeatureConfig`, the plans'
-  choices, the trainer's input options): these modules import TensorFlow, which the CLIs must
-  not load before they answer, so their bounds and choices are restated here and
-  tests/pipeline/test_config_bounds.py checks that each one accepts exactly what the library
-  accepts;
-- the speaker augmentation's (`inputs.speaker_augment`): a config that adds noise builds its
-  `AdditiveNoise` (importing TensorFlow then, as that run will anyway), so the SNR range is the
-  augmentation's own.
+- the inputs library's, the augmentation's and the trainer's, from where they are stated without
+  TensorFlow (the CLIs answer a bad value before it loads): the epoch modes
+  (`plans.class_geometry.EPOCH_MODES`), the pairing strategies (`plans.pair_plan.STRATEGIES`),
+  the mix weightings and the SNR range (`option_bounds`: `MixWeighting`, `check_snr_range`,
+  which `inputs.run_mix` and `inputs.speaker_augment` take too); the audio front end's frame, the
+  draw cap, `held_out` and the gate's rule are restated here (their modules import TensorFlow or
+  TFX) and tests/pipeline/test_config_bounds.py checks that each accepts exactly what the
+  library accepts.
 
 The seed is the one bound narrower than the library's (`inputs.arguments.seed_argument` takes
 any int64): the pipelines' trainer modules also seed Keras with it
@@ -54,15 +54,13 @@ from tfx_dynamic_inputs.materialize.config import (
     check_reject_fraction,
 )
 from tfx_dynamic_inputs.materialize.errors import MaterializeError
+from tfx_dynamic_inputs.option_bounds import MIX_WEIGHTINGS, check_snr_range
+from tfx_dynamic_inputs.plans.class_geometry import EPOCH_MODES
+from tfx_dynamic_inputs.plans.pair_plan import STRATEGIES as PAIRING_STRATEGIES
 
 INT64_RANGE = (-(1 << 63), (1 << 63) - 1)  # `inputs.arguments.SEED_RANGE`
 # `keras.utils.set_random_seed` (NumPy's legacy seeding) takes no more: the trainers call it.
 SEED_RANGE = (0, (1 << 32) - 1)
-# The inputs library's choices (`class_plan.EPOCH_MODES`, `pair_plan.STRATEGIES`,
-# `run_mix.MixWeighting`).
-EPOCH_MODES = ("classes", "samples")
-PAIRING_STRATEGIES = ("uniform", "least_sampled")
-MIX_WEIGHTINGS = ("classes", "batches")
 # `AudioFeatureConfig`'s default frame: a crop must hold one.
 FRAME_LENGTH_MS = 25.0
 # One pipeline name for both runners (one config file drives both): Kubeflow's rule
@@ -368,8 +366,8 @@ def check_image_size(value: Any) -> int:
 
 
 def check_speaker_fields(config: Any) -> None:
-    """The bounds of `SpeakerConfig`'s own fields; with `noise_dir`, the SNR range as
-    `AdditiveNoise` checks it (importing TensorFlow).
+    """The bounds of `SpeakerConfig`'s own fields, the SNR range as `AdditiveNoise` checks it
+    (`option_bounds.check_snr_range`, with or without `noise_dir`).
 
     Args:
         config: the `SpeakerConfig`, its types checked.
@@ -405,16 +403,6 @@ def check_speaker_fields(config: Any) -> None:
         )
     integer("SpeakerConfig.num_mel_bins", config.num_mel_bins, 1)
     one_of("SpeakerConfig.mix_weighting", config.mix_weighting, MIX_WEIGHTINGS)
-    if not config.min_snr_db <= config.max_snr_db:
-        raise ValueError(
-            f"SpeakerConfig.min_snr_db ({config.min_snr_db}) is above max_snr_db "
-            f"({config.max_snr_db}): swap them"
-        )
-    if config.noise_dir is not None:
-        # Imports TensorFlow: only a config that adds noise, whose run imports it anyway.
-        from tfx_dynamic_inputs.inputs.speaker_augment import AdditiveNoise
-
-        try:
-            AdditiveNoise(config.noise_dir, snr_db=(config.min_snr_db, config.max_snr_db))
-        except ValueError as error:
-            raise ValueError(f"SpeakerConfig.min_snr_db / max_snr_db: {error}") from None
+    check_snr_range(
+        config.min_snr_db, config.max_snr_db, names="SpeakerConfig.min_snr_db / max_snr_db"
+    )

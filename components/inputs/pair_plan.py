@@ -48,10 +48,12 @@ from tfx_dynamic_inputs.inputs.index_shuffle import (
 from tfx_dynamic_inputs.inputs.valid_pairs import ValidPairs
 from tfx_dynamic_inputs.inputs.variables import index_variable
 from tfx_dynamic_inputs.inputs.worker_slices import round_batches
-from tfx_dynamic_inputs.plans.pair_plan import group_walk_order
 
-STRATEGIES = ("uniform", "least_sampled")
-REMAINDERS = ("wrap", "drop")
+# The choices are the NumPy plan's (stated once; the pipeline config checks them without
+# TensorFlow).
+from tfx_dynamic_inputs.plans.pair_plan import REMAINDERS as REMAINDERS
+from tfx_dynamic_inputs.plans.pair_plan import STRATEGIES as STRATEGIES
+from tfx_dynamic_inputs.plans.pair_plan import group_walk_order
 
 
 class PairingState(EpochState):

@@ -18,7 +18,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import enum
 import math
 import os
 
@@ -27,18 +26,8 @@ import tensorflow as tf
 
 from tfx_dynamic_inputs.inputs.run import Run, open_run
 
-
-class MixWeighting(str, enum.Enum):
-    """What a run's weight is a share of.
-
-    * ``CLASSES``: of each global batch's class slots: in expectation run `r` holds
-      `weight_r / sum(weights)` of the `n_c x R` classes of every global batch.
-    * ``BATCHES``: of the global batches: each global batch is drawn from one run, run `r` with
-      probability `weight_r / sum(weights)` (every run then needs `n_c x R` usable classes).
-    """
-
-    CLASSES = "classes"
-    BATCHES = "batches"
+# Stated without TensorFlow (the pipeline config checks a weighting before it loads).
+from tfx_dynamic_inputs.option_bounds import MixWeighting as MixWeighting
 
 
 @dataclasses.dataclass(frozen=True)

@@ -64,6 +64,13 @@ from tfx_dynamic_inputs.inputs.augment_signals import (
 from tfx_dynamic_inputs.inputs.index_shuffle import keyed_uniform
 from tfx_dynamic_inputs.inputs.run import Run, StoreOptions, open_run
 
+# The bounds, stated without TensorFlow (the pipeline config checks them before it loads) and
+# named here as the augmentation's own.
+from tfx_dynamic_inputs.option_bounds import MAX_RIR_SECONDS as MAX_RIR_SECONDS
+from tfx_dynamic_inputs.option_bounds import MAX_SNR_DB as MAX_SNR_DB
+from tfx_dynamic_inputs.option_bounds import MIN_SNR_DB as MIN_SNR_DB
+from tfx_dynamic_inputs.option_bounds import check_snr_range as check_snr_range
+
 # Draws of a batch's seed, after audio_features' (0-2) and the plans' salts.
 _SALT_NOISE_PICK = 30
 _SALT_NOISE_APPLY = 31
@@ -72,46 +79,6 @@ _SALT_NOISE_CROP = 33
 _SALT_RIR_PICK = 34
 _SALT_RIR_APPLY = 35
 _SALT_SPEECH_CROP = 0  # audio_features' crop stream: factor 1.0 crops as the plain front end
-
-# The SNR range. The gain is sqrt(speech energy / (max(noise energy, 1e-20) * 10 ** (snr / 10)))
-# in float32: below about -250 dB the power ratio underflows and the gain is inf (NaN in the
-# batch). Within +-100 dB the ratio is 1e-10 .. 1e10, the divisor stays above 1e-30 (float32's
-# smallest normal is 1.2e-38) and the gain is finite; and 16-bit PCM spans 96 dB, so past 100 dB
-# one signal is below the other's quantization step: the mix is the speech or the noise alone.
-MIN_SNR_DB = -100.0
-MAX_SNR_DB = 100.0
-# The most of a RIR used: rooms' reverberation times are seconds; 10 s x 16 kHz is 640 KB a
-# sample of the batch before the FFT (RIRs are padded to the longest kept one, not to this).
-MAX_RIR_SECONDS = 10.0
-
-
-def check_snr_range(low: float, high: float, names: str = "snr_db") -> tuple[float, float]:
-    """The SNR range (low, high) in dB as floats, checked (`AdditiveNoise`, the pipeline config).
-
-    Args:
-      low, high: the range's ends, in dB.
-      names: what the range is called in the message, e.g. "min_snr_db/max_snr_db".
-
-    Returns:
-      (low, high) as floats.
-
-    Raises:
-      TypeError: an end that is not a number.
-      ValueError: an end outside [MIN_SNR_DB, MAX_SNR_DB] (NaN and inf too), or low > high.
-    """
-    ends = []
-    for value in (low, high):
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise TypeError(f"{names} must be numbers (dB), got {low!r}, {high!r}")
-        ends.append(float(value))
-    if not all(MIN_SNR_DB <= v <= MAX_SNR_DB for v in ends):
-        raise ValueError(
-            f"{names} must be within [{MIN_SNR_DB:g}, {MAX_SNR_DB:g}] dB, got {low!r}, {high!r} "
-            "(beyond it the float32 gain overflows and one signal is below 16-bit quantization)"
-        )
-    if ends[0] > ends[1]:
-        raise ValueError(f"{names} must have low <= high, got {low!r}, {high!r}: swap them")
-    return ends[0], ends[1]
 
 
 @dataclasses.dataclass(frozen=True)

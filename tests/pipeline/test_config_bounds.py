@@ -1,6 +1,8 @@
-"""One bound per option: where the pipeline configs restate a bound of the library or a job
-(whose modules import TensorFlow, which the CLIs must not load before they answer;
-`pipeline.config_checks`), a config accepts a generated value exactly when the library does."""
+"""One bound per option: a bound stated once without TensorFlow (`plans`, `option_bounds`) is the
+same object on both sides, and where the pipeline configs still restate a bound of the library
+or a job (whose modules import TensorFlow or TFX, which the CLIs must not load before they
+answer; `pipeline.config_checks`), a config accepts a generated value exactly when the library
+does."""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.helpers.subprocesses import run_python
+from tfx_dynamic_inputs import option_bounds
 from tfx_dynamic_inputs.evaluator_component.decision import Rule
-from tfx_dynamic_inputs.inputs import AudioFeatureConfig
+from tfx_dynamic_inputs.inputs import AudioFeatureConfig, run_mix, speaker_augment
 from tfx_dynamic_inputs.inputs.arguments import SEED_RANGE, int_argument
 from tfx_dynamic_inputs.inputs.class_plan import EPOCH_MODES
 from tfx_dynamic_inputs.inputs.pair_plan import STRATEGIES
@@ -46,11 +50,46 @@ def _accepts(build, *errors: type[Exception]) -> bool:
     return True
 
 
-def test_the_choices_are_the_librarys():
-    assert config_checks.EPOCH_MODES == EPOCH_MODES
-    assert config_checks.PAIRING_STRATEGIES == STRATEGIES
+def test_the_choices_and_the_snr_range_are_stated_once():
+    # One definition, TensorFlow-free (`plans`, `option_bounds`), taken by both sides.
+    assert config_checks.EPOCH_MODES is EPOCH_MODES
+    assert config_checks.PAIRING_STRATEGIES is STRATEGIES
     assert config_checks.MIX_WEIGHTINGS == MIX_WEIGHTINGS
+    assert run_mix.MixWeighting is option_bounds.MixWeighting
+    assert config_checks.check_snr_range is speaker_augment.check_snr_range
     assert config_checks.INT64_RANGE == SEED_RANGE
+
+
+@_SETTINGS
+@given(
+    low=st.floats(allow_nan=True) | st.sampled_from([-100.0, 100.0, -100.5, -400.0, 0.0]),
+    high=st.floats(allow_nan=True) | st.sampled_from([-100.0, 100.0, 100.5, 15.0]),
+    noise=st.booleans(),
+)
+def test_an_snr_range_is_accepted_exactly_when_additive_noise_takes_it(low, high, noise):
+    fields = {"min_snr_db": low, "max_snr_db": high, "noise_dir": "noise" if noise else None}
+    noise_takes = _accepts(lambda: speaker_augment.AdditiveNoise("noise", snr_db=(low, high)))
+    assert _accepts(lambda: config.SpeakerConfig(**fields)) == noise_takes
+
+
+def test_a_noise_config_with_a_bad_snr_fails_in_one_line_before_tensorflow(tmp_path):
+    # SpeakerConfig used to build an AdditiveNoise for its noise_dir, importing TensorFlow.
+    argv = ["speaker", "--noise_dir", str(tmp_path), "--min_snr_db", "-400"]
+    argv += ["--work_dir", str(tmp_path / "work")]
+    script = (
+        "import sys\n"
+        "from tfx_dynamic_inputs.pipeline import run_local\n"
+        "try:\n"
+        f"    run_local.main({argv!r})\n"
+        "except SystemExit as exited:\n"
+        "    print(exited.code, 'tensorflow' in sys.modules)\n"
+    )
+    done = run_python(script, timeout=120)
+    assert done.stdout.strip() == "2 False", (done.stdout, done.stderr[-2000:])
+    [line] = done.stderr.splitlines()
+    assert line.startswith(
+        "error: SpeakerConfig.min_snr_db / max_snr_db must be within [-100, 100]"
+    )
 
 
 @_SETTINGS

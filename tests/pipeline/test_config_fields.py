@@ -83,10 +83,13 @@ def test_every_field_at_its_extremes_is_a_valid_config_or_one_line_naming_it(fie
             "SpeakerConfig.epoch_mode must be one of classes, samples, got 'sample' (did you "
             "mean 'samples'?)",
         ),
-        ({"min_snr_db": 5.0, "max_snr_db": 1.0}, "SpeakerConfig.min_snr_db (5.0) is above"),
+        (
+            {"min_snr_db": 5.0, "max_snr_db": 1.0},
+            "SpeakerConfig.min_snr_db / max_snr_db must have low <= high",
+        ),
         (
             {"noise_dir": "noise", "min_snr_db": -400.0, "max_snr_db": -400.0},
-            "SpeakerConfig.min_snr_db / max_snr_db: AdditiveNoise.snr_db",
+            "SpeakerConfig.min_snr_db / max_snr_db must be within [-100, 100] dB",
         ),
         (
             {"pipeline_name": "../victim"},
