@@ -195,10 +195,14 @@ def real(where: str, value: Any) -> float:
         The float.
 
     Raises:
-        TypeError: not a number. ValueError: NaN or infinite (or too large for a float).
+        TypeError: not a number. ValueError: NaN or infinite (or too large for a float), or an
+            int outside int64.
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{where} must be a number, got {shown(value)}")
+    # An int stays an int in the frozen config and reaches TFX's int64 properties as one.
+    if isinstance(value, numbers.Integral) and not -(2**63) <= value < 2**63:
+        raise ValueError(f"{where} must be a finite number, got the int {shown(value)}")
     try:
         as_float = float(value)
     except OverflowError:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from tests.helpers.subprocesses import run_python
 from tfx_dynamic_inputs.kubeflow import runner, spec_files
-from tfx_dynamic_inputs.pipeline import config, kubeflow_checks
+from tfx_dynamic_inputs.pipeline import config, config_checks, kubeflow_checks
 
 LEGAL_NAMES = st.from_regex(spec_files.PIPELINE_NAME_PATTERN, fullmatch=True)
 # (kind, text): "path" texts are joined to the output folder as the runner would ("..", ".",
@@ -77,8 +77,9 @@ def test_generated_pipeline_names_are_legal_or_refused_in_one_line_touching_noth
         with open(os.path.join(output_dir, "keep.json"), "w") as f:
             f.write("a spec of another pipeline")
         name = os.path.join(root, text) if kind == "absolute" else text
-        if not spec_files.PIPELINE_NAME_PATTERN.fullmatch(name):
-            # Compiling is slow: only illegal names go through the runner.
+        if not config_checks.PIPELINE_NAME_PATTERN.fullmatch(name):
+            # Compiling is slow: only illegal names go through the runner. The config's rule (KFP's
+            # within TFX's 63 characters) refuses first, naming the section's config class.
             victims = [os.path.join(root, "victim.json")]
             if kind in ("path", "absolute"):
                 victims.append(os.path.normpath(os.path.join(output_dir, name + ".json")))
@@ -92,12 +93,14 @@ def test_generated_pipeline_names_are_legal_or_refused_in_one_line_touching_noth
             status, lines = _run_main(["--config", config_path, "--output-dir", output_dir])
             assert status == 2
             assert len(lines) == 1, lines
-            assert lines[0].startswith(f"error: {section} pipeline_name "), lines[0]
+            config_class = {"cyclegan": "CycleGanConfig", "speaker": "SpeakerConfig"}[section]
+            assert lines[0].startswith(f"error: {config_class}.pipeline_name "), lines[0]
             assert kubeflow_checks.shown(name) in lines[0]
             assert "a-z, 0-9 and '-'" in lines[0]
             assert _tree(root) == before
         else:
             assert spec_files.check_pipeline_name(name) == name
+            config_checks.check_pipeline_name("pipeline_name", name)
             paths = spec_files.spec_paths(output_dir, name)
             assert paths == spec_files.SpecPaths(
                 os.path.join(output_dir, name + ".json"), os.path.join(output_dir, name + ".yaml")
@@ -112,8 +115,9 @@ def test_the_issues_traversing_name_leaves_the_victim_and_names_itself(tmp_path)
     assert (status, lines) == (
         2,
         [
-            "error: speaker pipeline_name '../victim' is not a legal Kubeflow pipeline name: "
-            "1-128 characters of a-z, 0-9 and '-', not starting with '-'"
+            "error: SpeakerConfig.pipeline_name '../victim' is not a legal Kubeflow pipeline "
+            "name: 1-63 characters of a-z, 0-9 and '-', not starting with '-' (at most 63: "
+            "TFX's limit; the name is also a folder)"
         ],
     )
     assert victim.read_text() == "not the runner's"
