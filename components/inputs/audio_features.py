@@ -13,7 +13,8 @@ model inputs, all with batched core-TF ops (no per-element Python, no per-elemen
      batch never pads past that: one 30-minute record in a batch of 8 would otherwise take
      11 GB of features.
 2. Log-mel filterbank energies with `tf.signal` (default 80 bins, 25 ms Hann windows every 10 ms,
-   frames fully inside the signal, like Kaldi's `snip_edges`).
+   frames fully inside the signal, like Kaldi's `snip_edges`); the window and the filterbank are
+   `plans.filterbank`'s constants, which the NumPy front end (`plans.audio_front`) uses too.
 3. Optional per-utterance mean normalization over the valid frames of each record.
 4. Optional SpecAugment frequency and time masks (`SpecAugment`).
 
@@ -27,14 +28,12 @@ The configuration (`AudioFeatureConfig`, `SpecAugment`) is in `audio_config`.
 
 from __future__ import annotations
 
-import functools
-
-import numpy as np
 import tensorflow as tf
 
 from tfx_dynamic_inputs import layout
 from tfx_dynamic_inputs.inputs.audio_config import AudioFeatureConfig, SpecAugment, num_frames
 from tfx_dynamic_inputs.inputs.index_shuffle import keyed_uniform
+from tfx_dynamic_inputs.plans.filterbank import hann_window, mel_matrix
 
 # Sub-streams of a batch's seed.
 _SALT_CROP = 0
@@ -146,47 +145,21 @@ def log_mel(signal: tf.Tensor, config: AudioFeatureConfig) -> tf.Tensor:
         frame_length=config.frame_length,
         frame_step=config.frame_step,
         fft_length=config.fft_length,
-        window_fn=lambda _, dtype: tf.constant(_hann_window(config.frame_length), dtype),
+        window_fn=lambda _, dtype: tf.constant(hann_window(config.frame_length), dtype),
         pad_end=False,
     )
     power = tf.math.real(spectrum * tf.math.conj(spectrum))
-    mel_matrix = _mel_matrix(
+    # One constant each (built in the graph they would be about 280 nodes, traced again for each
+    # dataset), shared with the NumPy front end.
+    weights = mel_matrix(
         config.num_mel_bins,
         config.fft_length // 2 + 1,
         config.sample_rate,
         config.lower_edge_hertz,
         config.upper_edge_hertz or config.sample_rate / 2,
     )
-    mel = tf.tensordot(power, tf.constant(mel_matrix), axes=1)
+    mel = tf.tensordot(power, tf.constant(weights), axes=1)
     return tf.math.log(mel + config.log_offset)
-
-
-# The window and the filterbank are constants of the config: computed once, eagerly, by
-# `tf.signal`'s own functions (the same kernels a graph would run them with), and put in a
-# graph as one constant each, where building them in the graph takes about 280 nodes that
-# tf.data traces again for each dataset and optimizes again for each epoch's iterator.
-@functools.lru_cache(maxsize=32)
-def _hann_window(length: int) -> np.ndarray:
-    with tf.init_scope():
-        return tf.signal.hann_window(length, periodic=True).numpy()
-
-
-@functools.lru_cache(maxsize=32)
-def _mel_matrix(
-    num_mel_bins: int,
-    num_spectrogram_bins: int,
-    sample_rate: int,
-    lower_edge_hertz: float,
-    upper_edge_hertz: float,
-) -> np.ndarray:
-    with tf.init_scope():
-        return tf.signal.linear_to_mel_weight_matrix(
-            num_mel_bins=num_mel_bins,
-            num_spectrogram_bins=num_spectrogram_bins,
-            sample_rate=sample_rate,
-            lower_edge_hertz=lower_edge_hertz,
-            upper_edge_hertz=upper_edge_hertz,
-        ).numpy()
 
 
 def mean_normalize(features: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:

@@ -13,5 +13,8 @@ numbers of both over generated sizes, seeds, epochs and batches.
 * `keyed_permutation`: any position of a keyed permutation of `[0, size)` in O(1);
 * `pair_plan`: the dynamic-pairs plan (`uniform`, `least_sampled`, over CSR or groups);
 * `class_geometry`, `class_plan`, `class_fillers`: the class-balanced plan's units and rounds,
-  its batches, and the classes that complete its short batches.
+  its batches, and the classes that complete its short batches;
+* `audio_options`, `filterbank`, `audio_front`: the audio front end's options, its constants (the
+  STFT window, the mel filterbank; the graph front end takes them from here) and the front end
+  itself (crop or pad, log-mel, mean normalization, SpecAugment) with the graph's keyed draws.
 """
