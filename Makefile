@@ -146,8 +146,10 @@ bench: setup $(PEERS_STAMP)
 	@set -e; for script in bench/bench_*.py; do \
 	  echo "== $$script"; TFSIM_PYTHON=$(PEERS_VENV)/bin/python $(PY) $$script $(BENCH_ARGS); done
 
+# The checkout keeps its specs beside the code (kubeflow/*.json, ignored by git); elsewhere the
+# command writes them below the current folder (tfx-dynamic-inputs-out/kubeflow).
 kubeflow: setup
-	$(PY) -m tfx_dynamic_inputs.kubeflow.runner
+	$(PY) -m tfx_dynamic_inputs.kubeflow.runner --output-dir kubeflow
 
 image: setup
 	kubeflow/build_base_image.sh $(BASE_IMAGE)

@@ -31,7 +31,7 @@ from tfx_dynamic_inputs.kubeflow.container_runner import ContainerRunner, image_
 from tfx_dynamic_inputs.pipeline import config
 
 DEFAULT_IMAGE = "tfx-dynamic-inputs:local"
-DEFAULT_WORK_DIR = os.path.join(config.REPO_ROOT, "build", "image-tasks")
+DEFAULT_WORK_DIR = os.path.join(config.OUTPUT_DIR, "image-tasks")
 SPECS_DIR = "specs"
 ROOT_DIR = "root"
 # One short epoch each: the point is that every task runs in the image, not the models.

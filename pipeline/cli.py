@@ -64,7 +64,7 @@ SPEAKER_FROM_PATH = "speaker_from_path"
 RUN_SECTION = "run"
 KUBEFLOW_SECTION = "kubeflow"
 WORK_DIR = "work_dir"
-DEFAULT_WORK_DIR = os.path.join(config.REPO_ROOT, "out", "local")
+DEFAULT_WORK_DIR = os.path.join(config.OUTPUT_DIR, "local")
 # RunConfig's pipeline_root and metadata_path are not settings of a local run: both live under
 # its work_dir, so a second run finds the first one's ML Metadata (and its cache).
 _RUN_DERIVED = ("pipeline_root", "metadata_path")

@@ -27,16 +27,24 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
+import tfx_dynamic_inputs
 from tfx_dynamic_inputs import component_keys as keys
 from tfx_dynamic_inputs.materialize.config import AudioConfig
 from tfx_dynamic_inputs.pipeline import config_checks, kubeflow_checks
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCHEMAS_DIR = os.path.join(REPO_ROOT, "schemas")
+# The installed package's folder (the checkout's components/): the record schemas and the bundled
+# speaker corpus are its package data, so a wheel finds them where a checkout does.
+PACKAGE_DIR = os.path.dirname(os.path.abspath(tfx_dynamic_inputs.__file__))
+SCHEMAS_DIR = os.path.join(PACKAGE_DIR, "schemas")
 IMAGE_SCHEMA = "image_record.pbtxt"
 AUDIO_SCHEMA = "audio_record.pbtxt"
-SPEAKER_CORPUS_DIR = os.path.join(REPO_ROOT, "sample_data", "speakers")
+SAMPLE_DATA_DIR = os.path.join(PACKAGE_DIR, "sample_data")
+SPEAKER_CORPUS_DIR = os.path.join(SAMPLE_DATA_DIR, "speakers")
 SPEAKER_MANIFEST = os.path.join(SPEAKER_CORPUS_DIR, "manifest.csv")
+# Where every command writes by default (`run_local`, the demo, the Kubeflow specs, the image's
+# tasks, each in a folder of its own below it): relative, so under the folder the command runs
+# in, never into the installation.
+OUTPUT_DIR = "tfx-dynamic-inputs-out"
 # Where the image holds this repository (the Dockerfile's WORKDIR).
 IMAGE_REPO_ROOT = "/app"
 # Where Pusher pushes when a pipeline config gives no `serving_dir`: this folder under the
@@ -392,7 +400,7 @@ class KubeflowConfig:
     """
 
     image: str = "tfx-dynamic-inputs:latest"
-    output_dir: str = os.path.join(REPO_ROOT, "kubeflow")
+    output_dir: str = os.path.join(OUTPUT_DIR, "kubeflow")
     pipeline_root: str = "gs://YOUR_BUCKET/tfx-dynamic-inputs"
     data_root: str = posixpath.join(IMAGE_REPO_ROOT, "sample_data")
     schemas_dir: str = posixpath.join(IMAGE_REPO_ROOT, os.path.basename(SCHEMAS_DIR))

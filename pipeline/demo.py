@@ -1,14 +1,17 @@
 """`make demo`: both pipelines end to end on the bundled sample data, then what they produced.
 
-    python -m tfx_dynamic_inputs.pipeline.demo [--work-dir out/demo] [--no-cache]
+    tfx-dynamic-inputs demo [--work-dir tfx-dynamic-inputs-out/demo] [--no-cache]
+    python -m tfx_dynamic_inputs.pipeline.demo  # the same
 
 Runs the CycleGAN pipeline (digit domains X/Y with a class-constrained valid-pair list) and the
 speaker pipeline (the committed espeak-ng corpus) on LocalDagRunner with sqlite ML Metadata and
-the Beam DirectRunner, then prints for each where every artifact is, the inputs the Beam stage
-rejected, and the metrics: the CycleGAN losses and the pair coverage reached, the speaker
-model's equal error rate on held-out speakers; whether the model gate blessed each model (its
-held-out metric against the latest blessed model's) and where Pusher pushed it; and where
-TensorBoard shows the pictures (translations, DET curves, score and degree histograms).
+the Beam DirectRunner, under `--work-dir` (by default below the current folder; the speaker
+corpus ships in the installed package, the digits are generated there), then prints for each
+where every artifact is, the inputs the Beam stage rejected, and the metrics: the CycleGAN
+losses and the pair coverage reached, the speaker model's equal error rate on held-out speakers;
+whether the model gate blessed each model (its held-out metric against the latest blessed
+model's) and where Pusher pushed it; and where TensorBoard shows the pictures (translations, DET
+curves, score and degree histograms).
 
 A second run with unchanged inputs is served from the ML Metadata cache up to the trainers
 (`--no-cache` re-executes). Its gates run again all the same: their baseline input is now the
@@ -25,14 +28,9 @@ import sys
 import time
 
 from tfx_dynamic_inputs import component_keys as keys
-from tfx_dynamic_inputs.materialize import pictures
-from tfx_dynamic_inputs.pipeline import (
-    config,
-    cyclegan_pipeline,
-    report,
-    run_local,
-    speaker_pipeline,
-)
+from tfx_dynamic_inputs.pipeline import config
+
+DEFAULT_WORK_DIR = os.path.join(config.OUTPUT_DIR, "demo")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,9 +46,17 @@ def main(argv: list[str] | None = None) -> int:
         main(["--work-dir", "/tmp/demo", "--no-cache"])
     """
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--work-dir", default=os.path.join(config.REPO_ROOT, "out", "demo"))
+    parser.add_argument(
+        "--work-dir",
+        default=DEFAULT_WORK_DIR,
+        help=f"where both pipelines write (default: {DEFAULT_WORK_DIR}, below the current folder)",
+    )
     parser.add_argument("--no-cache", action="store_true", help="re-execute every component")
     args = parser.parse_args(argv)
+    # TFX and Beam once the flags are read (`--help` and a bad flag answer without them).
+    from tfx_dynamic_inputs.materialize import pictures
+    from tfx_dynamic_inputs.pipeline import cyclegan_pipeline, report, run_local, speaker_pipeline
+
     started = time.monotonic()
     run_settings = run_local.run_config(args.work_dir, enable_cache=not args.no_cache)
     cyclegan = run_local.cyclegan_config(os.path.join(args.work_dir, run_local.DIGITS_DIR))

@@ -1,10 +1,11 @@
-"""Regenerates the bundled speaker corpus in `sample_data/speakers/` with espeak-ng.
+"""Regenerates the bundled speaker corpus in `components/sample_data/speakers/` with espeak-ng.
 
-The corpus is committed, so the demo and CI never need espeak-ng; this script only documents
-and reproduces how it was made::
+The corpus is committed and ships in the wheel (package data: `tfx_dynamic_inputs/sample_data/`),
+so the demo, CI and users never need espeak-ng; this script, which the wheel leaves out, only
+documents and reproduces how it was made::
 
     apt-get install -y espeak-ng flac
-    python sample_data/make_speaker_corpus.py [--output_dir sample_data/speakers]
+    python components/sample_data/make_speaker_corpus.py [--output_dir DIR]
 
 Each "speaker" is one espeak-ng voice (accent) + variant (timbre, formants) + base pitch and
 speed. Utterances jitter pitch and speed a little around the speaker's base so that a speaker

@@ -10,10 +10,11 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.helpers.paths import REPO_ROOT
 from tfx_dynamic_inputs.inputs import RecordStore, class_balanced
 from tfx_dynamic_inputs.inputs.parsing import feature_spec_from_schema
 
-SCHEMA = os.path.join(os.path.dirname(__file__), "..", "..", "schemas", "image_record.pbtxt")
+SCHEMA = os.path.join(REPO_ROOT, "components", "schemas", "image_record.pbtxt")
 
 
 def embedding_example(index: int, label: int, dim: int = 4) -> bytes:

@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from tests.helpers.paths import REPO_ROOT
 from tests.pipeline import standard_data, standard_modules
 from tfx_dynamic_inputs import component_keys as keys
 from tfx_dynamic_inputs.kubeflow import compiled_tasks, image_tasks, local_run, runner
@@ -31,7 +32,7 @@ from tfx_dynamic_inputs.pipeline import config, standard_pipeline
 
 IMAGE = os.environ.get("TFX_DYNAMIC_INPUTS_IMAGE", image_tasks.DEFAULT_IMAGE)
 USER_MODULES_IMAGE = "tfx-dynamic-inputs-user-modules:test"
-USER_MODULES_DOCKERFILE = os.path.join(config.REPO_ROOT, "kubeflow", "user-modules.Dockerfile")
+USER_MODULES_DOCKERFILE = os.path.join(REPO_ROOT, "kubeflow", "user-modules.Dockerfile")
 
 
 def test_the_runner_starts_the_task_in_its_image_with_no_network_and_the_root_mounted():

@@ -87,7 +87,7 @@ def ids(output_dir: str, record_set: str) -> list[str]:
 
 
 def load_schema(name: str) -> schema_pb2.Schema:
-    with open(os.path.join(REPO_ROOT, "schemas", name)) as f:
+    with open(os.path.join(REPO_ROOT, "components", "schemas", name)) as f:
         return text_format.Parse(f.read(), schema_pb2.Schema())
 
 
