@@ -296,34 +296,55 @@ _KINDS = {tf.string: "bytes_list", tf.int64: "int64_list", tf.float32: "float_li
 def example_problem(payload: bytes, spec: Mapping[str, object]) -> str | None:
     """Why `tf.io.parse_example` would refuse `payload` under `spec`, or None.
 
+    As TensorFlow's parser reads a record: a feature it lacks, or holds as a `Feature` of no
+    kind, takes its default; a list of a kind holds the record's values, even an empty list.
+
     Args:
       payload: one serialized record.
-      spec: a `tf.io.parse_example` feature spec; only its `FixedLenFeature` and
-        `VarLenFeature` entries are checked.
+      spec: a `tf.io.parse_example` feature spec; its `FixedLenFeature`, `VarLenFeature` and
+        `FixedLenSequenceFeature` entries of tf.string, tf.int64 or tf.float32 are checked.
 
     Returns:
-      None, or the reason: not a `tf.train.Example`; a feature of the spec of another kind
-      (bytes, int64, float); a `FixedLenFeature` without a default that is missing, or one
-      with another number of values than its shape.
+      None, or the reason: not a `tf.train.Example`; a feature of the spec with a list of
+      another kind (bytes, int64, float), even an empty one; a `FixedLenFeature` missing
+      without a default (a 0-value shape has none: TensorFlow takes an empty default as none),
+      or with a list of another number of values than its shape, even an empty list where a
+      default stands; a `FixedLenSequenceFeature` whose values are not a multiple of its shape,
+      or missing without `allow_missing`.
     """
     return _problem(payload, _checked_features(spec))
 
 
-# (key, kind or None, required, expected number of values or None) of each checked feature.
-_FeatureCheck = tuple[str, "str | None", bool, "int | None"]
+@dataclasses.dataclass(frozen=True)
+class _FeatureCheck:
+    """What `tf.io.parse_example` asks of one feature of a record."""
+
+    key: str
+    kind: str  # the `Feature` field its dtype is read from
+    required: bool  # a record without it (or with a `Feature` of no kind) is refused
+    size: int | None  # FixedLenFeature: a list of exactly this many values
+    stride: int | None  # FixedLenSequenceFeature: a list of a multiple of this many values
 
 
 def _checked_features(spec: Mapping[str, object]) -> list[_FeatureCheck]:
     checks = []
     for key, entry in spec.items():
-        if not isinstance(entry, tf.io.FixedLenFeature | tf.io.VarLenFeature):
+        sequence = isinstance(entry, tf.io.FixedLenSequenceFeature)
+        if not (sequence or isinstance(entry, tf.io.FixedLenFeature | tf.io.VarLenFeature)):
             continue
         kind = _KINDS.get(tf.as_dtype(entry.dtype))
-        fixed = isinstance(entry, tf.io.FixedLenFeature)
-        required = fixed and entry.default_value is None
-        # With a default, a feature without values takes it: any count but 0 must match.
-        expected = math.prod(entry.shape) if fixed and kind is not None else None
-        checks.append((key, kind, required, expected))
+        if kind is None:  # a dtype that `tf.io.parse_example` refuses when the graph is built
+            continue
+        if sequence:
+            stride = math.prod(entry.shape)
+            checks.append(_FeatureCheck(key, kind, not entry.allow_missing, None, stride))
+        elif isinstance(entry, tf.io.FixedLenFeature):
+            size = math.prod(entry.shape)
+            # TensorFlow reads a default of no values (any default of a 0-value shape) as none.
+            required = entry.default_value is None or size == 0
+            checks.append(_FeatureCheck(key, kind, required, size, None))
+        else:
+            checks.append(_FeatureCheck(key, kind, False, None, None))
     return checks
 
 
@@ -333,21 +354,20 @@ def _problem(payload: bytes, checks: list[_FeatureCheck]) -> str | None:
     except DecodeError as error:
         return f"not a tf.train.Example ({error})"
     features = example.features.feature
-    for key, kind, required, expected in checks:
-        if key not in features:
-            if required:
-                return f"tf.train.Example lacks feature {key!r}"
-            continue
-        feature = features[key]
-        found = feature.WhichOneof("kind")
+    for check in checks:
+        # `in` first: indexing a protobuf map inserts the key.
+        found = features[check.key].WhichOneof("kind") if check.key in features else None
         if found is None:
-            count = 0
-        elif kind is not None and found != kind:
-            return f"feature {key!r} is a {found}, not a {kind}"
-        else:
-            count = len(getattr(feature, found).value)
-        if expected is not None and count != expected and (count or required):
-            return f"feature {key!r} holds {count} values, not {expected}"
+            if check.required:
+                return f"tf.train.Example lacks feature {check.key!r}"
+            continue
+        if found != check.kind:
+            return f"feature {check.key!r} is a {found}, not a {check.kind}"
+        count = len(getattr(features[check.key], found).value)
+        if check.size is not None and count != check.size:
+            return f"feature {check.key!r} holds {count} values, not {check.size}"
+        if check.stride and count % check.stride:
+            return f"feature {check.key!r} holds {count} values, not a multiple of {check.stride}"
     return None
 
 
