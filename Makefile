@@ -48,7 +48,7 @@ UV_CACHE ?= $(HOME)/.cache/uv
 # crun refuses the hybrid cgroups of our machines.
 PODMAN_RUNTIME ?= runc
 
-.PHONY: help setup demo test test-core core-venv lint bench kubeflow image image-tasks lock clean
+.PHONY: help setup demo test test-core core-venv grain-venv test-grain lint bench kubeflow image image-tasks lock clean
 
 help:
 	@echo "make demo      set up, then run both pipelines on the bundled sample data"
@@ -57,6 +57,8 @@ help:
 	@echo "               venv (.venv-core), run the README quickstart and the library's tests there"
 	@echo "make core-venv build .venv-core alone (the wheel, TensorFlow 2.21, JAX and torch for"
 	@echo "               Keras's other backends, its native ops)"
+	@echo "make test-grain build .venv-grain (Python 3.11: the wheel's grain extra, Keras 3, JAX and"
+	@echo "               torch, no TensorFlow) and run tests/grain there"
 	@echo "make setup     create .venv (python3.10) from requirements.lock, build the native op (idempotent)"
 	@echo "make lint      ruff"
 	@echo "make bench     run every benchmark under bench/ (BENCH_ARGS=$(BENCH_ARGS)); its peers in $(PEERS_VENV)"
@@ -126,6 +128,34 @@ core-venv: setup
 
 test-core: core-venv
 	$(CORE_PYTEST)
+
+# The Grain install where its users are: the wheel (--no-deps: its core dependencies name
+# TensorFlow) with its grain extra, Keras 3, JAX and torch's CPU build, and no TensorFlow (a
+# test checks that `import tensorflow` fails there). tests/grain runs there alone; its equality
+# tests ask the full install's interpreter ($(PY), TensorFlow 2.16) for the tf.data batches.
+GRAIN_VENV := .venv-grain
+GRAIN_PY := $(GRAIN_VENV)/bin/python
+GRAIN_WHEEL_DIR := build/grain-wheel
+
+grain-venv: setup
+	@py=$$($(FIND_PY311) | head -n 1); \
+	if [ -z "$$py" ]; then \
+	  echo "error: python3.11 not found: install it (e.g. 'pyenv install 3.11') or pass PYTHON311=/path/to/python3.11." >&2; \
+	  exit 1; fi; \
+	set -e; rm -rf $(GRAIN_WHEEL_DIR) $(GRAIN_VENV); \
+	$(VENV)/bin/uv build --quiet --wheel --out-dir $(GRAIN_WHEEL_DIR) .; \
+	$(VENV)/bin/uv venv --quiet --python "$$py" $(GRAIN_VENV); \
+	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(GRAIN_PY) \
+	  -r tests/grain/requirements.txt; \
+	$(VENV)/bin/uv pip install --quiet --no-deps --python $(GRAIN_PY) $(GRAIN_WHEEL_DIR)/*.whl
+	@if ls $(TORCH_CPU_WHEELS)/torch-2.13.0+cpu-cp311-*.whl >/dev/null 2>&1; then \
+	  $(VENV)/bin/uv pip install --quiet --python $(GRAIN_PY) --find-links $(TORCH_CPU_WHEELS) \
+	    "$(TORCH_CPU)" -c tests/grain/requirements.txt; \
+	else echo "note: no $(TORCH_CPU) wheel in $(TORCH_CPU_WHEELS): Keras's torch backend goes untested"; fi
+
+test-grain: grain-venv
+	TFX_DYNAMIC_INPUTS_TF_PYTHON=$(abspath $(PY)) $(GRAIN_PY) -m pytest -n $(PYTEST_WORKERS) \
+	  --dist loadfile $(PYTEST_ARGS) tests/grain
 
 lint: setup
 	$(VENV)/bin/ruff check .

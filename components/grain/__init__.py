@@ -1,0 +1,38 @@
+"""The samplers' batches as Grain datasets, without TensorFlow: for Keras 3 on JAX or PyTorch.
+
+The same plans as the tf.data samplers (`tfx_dynamic_inputs.plans`, bit for bit) over arrays,
+any random-access source or a committed run (`tfx_dynamic_inputs.records`), so a batch of epoch
+`e` here equals the tf.data batch of epoch `e` of the same arguments. Needs the `grain` extra;
+importing it never imports TensorFlow.
+
+* `pairs`: `dynamic_pairs`, `GrainPairs`;
+* `class_balanced`: `class_balanced`, `GrainClassBalanced` (records or decoded features; the
+  audio front end and the mixed samplers are not here yet);
+* `epoch_stream`: an epoch as a `grain.MapDataset`, the epochs as a checkpointable, elastic
+  `grain.IterDataset`; `batch_reads`: records by number, stacked.
+
+Example:
+
+    from tfx_dynamic_inputs.grain import dynamic_pairs
+    stream = dynamic_pairs(x, y, valid_pairs, batch_size=32, seed=7, num_epochs=10)
+    iterator = iter(stream)
+    batch = next(iterator); state = iterator.get_state()   # resume: iterator.set_state(state)
+"""
+
+from __future__ import annotations
+
+from tfx_dynamic_inputs.grain.batch_reads import BatchReader
+from tfx_dynamic_inputs.grain.class_balanced import GrainClassBalanced, class_balanced
+from tfx_dynamic_inputs.grain.epoch_stream import EpochStream, epoch_dataset
+from tfx_dynamic_inputs.grain.pairs import EdgeList, GrainPairs, dynamic_pairs
+
+__all__ = [
+    "BatchReader",
+    "EdgeList",
+    "EpochStream",
+    "GrainClassBalanced",
+    "GrainPairs",
+    "class_balanced",
+    "dynamic_pairs",
+    "epoch_dataset",
+]

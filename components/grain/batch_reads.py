@@ -1,0 +1,85 @@
+"""Records by record number, stacked into a batch: from arrays or from any random-access source.
+
+A Grain batch reads the records its plan names in one call. Arrays (or a dict of arrays, one
+record per row) are indexed at once; a random-access source (`records.RunRecordSource`, or any
+object with `__len__` and `__getitem__`, as Grain's data sources are) is read record by record
+and its records stacked: a dict's entries each into one array, bytes into an object array,
+arrays along a new first axis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+Batch = np.ndarray | dict[str, np.ndarray]
+
+
+class BatchReader:
+    """The records of one side (x, y, or a labelled source), read a batch at a time.
+
+    Args:
+      source: an array (one record per row), a dict of arrays of one length, or a
+        random-access source (`__len__`, `__getitem__`).
+      name: what the source is called in errors (e.g. "x").
+
+    Raises:
+      TypeError: a source of no kind above.
+      ValueError: a dict whose arrays differ in length, or an array of no rows axis.
+
+    Example:
+
+        BatchReader({"image": images, "label": labels}, "x").read([3, 1])["image"].shape
+    """
+
+    def __init__(self, source: object, name: str):
+        self.name = name
+        if isinstance(source, np.ndarray):
+            if source.ndim < 1:
+                raise ValueError(f"{name}: an array of records needs a first axis, got a scalar")
+            self._arrays, self.num_records = source, len(source)
+        elif isinstance(source, Mapping):
+            arrays = {key: np.asarray(value) for key, value in source.items()}
+            lengths = {key: len(value) if value.ndim else None for key, value in arrays.items()}
+            if not arrays or len(set(lengths.values())) != 1 or None in lengths.values():
+                raise ValueError(
+                    f"{name}: a dict of arrays needs arrays of one length, got lengths {lengths}"
+                )
+            self._arrays, self.num_records = arrays, next(iter(lengths.values()))
+        elif hasattr(source, "__len__") and hasattr(source, "__getitem__"):
+            self._arrays, self.num_records = None, len(source)
+        else:
+            raise TypeError(
+                f"{name} must be an array, a dict of arrays or a random-access source "
+                f"(__len__, __getitem__), got {type(source).__name__}"
+            )
+        self._source = source
+
+    def read(self, numbers: np.ndarray) -> Batch:
+        """The records `numbers`, stacked.
+
+        Args:
+          numbers: int64 [B] record numbers, each in `[0, num_records)`.
+
+        Returns:
+          An array `[B, ...]` or a dict of them (a source's bytes records: object [B]).
+        """
+        numbers = np.asarray(numbers, np.int64)
+        if isinstance(self._arrays, dict):
+            return {key: value[numbers] for key, value in self._arrays.items()}
+        if self._arrays is not None:
+            return self._arrays[numbers]
+        return _stacked([self._source[int(number)] for number in numbers])
+
+
+def _stacked(records: list[object]) -> Batch:
+    """Records of one structure as one batch (see the module docstring)."""
+    first = records[0] if records else None
+    if isinstance(first, Mapping):
+        return {key: _stacked([record[key] for record in records]) for key in first}
+    if isinstance(first, bytes):
+        stacked = np.empty(len(records), dtype=object)
+        stacked[:] = records
+        return stacked
+    return np.stack([np.asarray(record) for record in records])

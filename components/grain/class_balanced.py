@@ -1,0 +1,205 @@
+"""Class-balanced batches as Grain datasets: the batches of `inputs.class_balanced` without
+TensorFlow (its front end off: the records themselves, or their decoded features).
+
+`GrainClassBalanced` plans with `plans.class_plan.ClassBalancedPlan` (the tf.data plan's
+positions and labels bit for bit, for the same arguments) over the class index of the labels
+(`layout.class_records`, the one tf.data builds) or of a run, and reads the planned records with
+`batch_reads.BatchReader`. A batch is a dict of ``index`` (record numbers) and ``label`` (class
+ids), int64 [n_c * n_p], and the records: a dict source's (or decoder's) entries by their
+keys, bytes as ``record`` (tf.data's `features=None`), an array as ``features``.
+
+Example:
+
+    stream = class_balanced(waveforms, labels, n_classes_per_batch=8, n_samples_per_class=4)
+    next(iter(stream))["label"]   # 8 classes x 4, grouped by class
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import grain
+import numpy as np
+
+from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.grain.batch_reads import BatchReader
+from tfx_dynamic_inputs.grain.epoch_stream import EpochStream, epoch_dataset
+from tfx_dynamic_inputs.layout.filesystem import without_tensorflow
+from tfx_dynamic_inputs.plans.class_plan import ClassBalancedPlan
+from tfx_dynamic_inputs.plans.worker_slices import batches_per_worker
+from tfx_dynamic_inputs.records.source import RunRecordSource
+
+
+def _class_index(source: object, labels: object, record_set: str | None, decode: object):
+    """`(records, row_splits, values)`: a run's record set and class index, or `source` and the
+    class index of `labels`."""
+    if isinstance(source, str | os.PathLike):
+        if labels is not None or record_set is None:
+            raise ValueError("a run holds its own labels: pass the run with record_set alone")
+        run_dir = os.fspath(source)
+        records = RunRecordSource(run_dir, record_set, decode=decode)
+        with without_tensorflow():
+            row_splits, values = layout.load_csr(layout.class_records_dir(run_dir, record_set))
+        if len(values) != len(records):
+            raise ValueError(
+                f"{run_dir}: the class index of {record_set!r} covers {len(values)} records, "
+                f"the record set holds {len(records)}"
+            )
+        return records, row_splits, values
+    if labels is None:
+        raise TypeError("pass labels (int class ids, one per record) with arrays or a source")
+    labels = np.asarray(labels)
+    if labels.dtype.kind in "USO":
+        labels = np.unique(labels, return_inverse=True)[1].reshape(-1)
+    if labels.ndim != 1 or labels.dtype.kind not in "iu" or (len(labels) and labels.min() < 0):
+        raise ValueError(f"labels must be int class ids >= 0 (or names) [N], got {labels.dtype}")
+    num_classes = int(labels.max()) + 1 if len(labels) else 0
+    row_splits, values = layout.class_records(labels, num_classes)
+    return source, row_splits, values
+
+
+class GrainClassBalanced:
+    """Class-balanced batches for Grain: the plan, the records and the datasets of its epochs.
+
+    Args:
+      source: an array (a record a row), a dict of arrays, a random-access source, or a run
+        folder (with `record_set`: its records and class index).
+      labels: int [N] class ids (>= 0) or names [N] (numbered in sorted order); None for a run.
+      n_classes_per_batch, n_samples_per_class, seed, epoch_mode, small_classes,
+        max_draws_per_record, worker_index, num_workers: as tf.data's `class_balanced`.
+      record_set: the run's labelled record set.
+      decode: how a run's records are decoded (`records.RunRecordSource`: "bytes" gives tf.data's
+        `features=None` records).
+
+    Raises:
+      ValueError, TypeError: a bad argument in one line (`ClassBalancedPlan`'s, or labels that
+        do not fit the records).
+
+    Example:
+
+        balanced = GrainClassBalanced("runs/speakers", record_set="train", decode="bytes",
+                                      n_classes_per_batch=8, n_samples_per_class=4)
+        balanced.epoch(0)[0]["record"]   # object [32], the serialized Examples
+    """
+
+    def __init__(
+        self,
+        source: object,
+        labels: object = None,
+        *,
+        n_classes_per_batch: int,
+        n_samples_per_class: int,
+        seed: int = 0,
+        epoch_mode: str = "classes",
+        small_classes: str = "replace",
+        max_draws_per_record: int | None = None,
+        worker_index: int = 0,
+        num_workers: int = 1,
+        record_set: str | None = None,
+        decode: object = "auto",
+    ):
+        records, row_splits, self._values = _class_index(source, labels, record_set, decode)
+        self._records = BatchReader(records, "source")
+        if len(self._values) != self._records.num_records:
+            raise ValueError(
+                f"labels name {len(self._values)} records, the source holds "
+                f"{self._records.num_records}"
+            )
+        self.plan = ClassBalancedPlan(
+            row_splits,
+            n_classes_per_batch=n_classes_per_batch,
+            n_samples_per_class=n_samples_per_class,
+            seed=seed,
+            epoch_mode=epoch_mode,
+            small_classes=small_classes,
+            num_workers=num_workers,
+            max_draws_per_record=max_draws_per_record,
+        )
+        self.num_batches, self.batch_size = self.plan.num_batches, self.plan.batch_size
+        self.num_workers, self.worker_index = num_workers, worker_index
+        self.steps_per_epoch = batches_per_worker(self.num_batches, num_workers, worker_index)
+        self.plan_key = json.dumps(
+            {
+                "kind": "class_balanced",
+                "seed": self.plan.seed,
+                "epoch_mode": epoch_mode,
+                "small_classes": small_classes,
+                "max_draws_per_record": max_draws_per_record,
+                "class_sizes": [int(size) for size in np.diff(row_splits)],
+                "n_samples_per_class": n_samples_per_class,
+                "global_batch": num_workers * self.batch_size,
+                # A plan of fixed units keeps its batches on one split only.
+                "split": None if self.plan.elastic else num_workers,
+            },
+            sort_keys=True,
+        )
+
+    def batch(self, epoch: int, batch_number: int) -> dict[str, Any]:
+        """Global batch `batch_number` of `epoch`: ``index``, ``label`` and the records."""
+        planned = self.plan.plan_batches(epoch, np.array([batch_number]))
+        index = self._values[planned["position"][0] % len(self._values)].astype(np.int64)
+        records = self._records.read(index)
+        if isinstance(records, dict):
+            return {"index": index, "label": planned["label"][0], **records}
+        name = "record" if records.dtype == object else "features"
+        return {"index": index, "label": planned["label"][0], name: records}
+
+    def epoch(self, epoch: int, initial_step: int = 0) -> grain.MapDataset:
+        """This worker's batches of `epoch` (`epoch_stream.epoch_dataset`)."""
+        return epoch_dataset(self, epoch, initial_step)
+
+    def stream(self, first_epoch: int = 0, num_epochs: int | None = None) -> EpochStream:
+        """Epoch after epoch, checkpointable and elastic (`epoch_stream.EpochStream`)."""
+        return EpochStream(self, first_epoch, num_epochs)
+
+
+def class_balanced(
+    source: object,
+    labels: object = None,
+    *,
+    n_classes_per_batch: int,
+    n_samples_per_class: int,
+    seed: int = 0,
+    epoch_mode: str = "classes",
+    small_classes: str = "replace",
+    max_draws_per_record: int | None = None,
+    worker_index: int = 0,
+    num_workers: int = 1,
+    record_set: str | None = None,
+    decode: object = "auto",
+    first_epoch: int = 0,
+    num_epochs: int | None = None,
+) -> EpochStream:
+    """Class-balanced batches re-planned every epoch, as a Grain `IterDataset`.
+
+    Args:
+      source, labels, n_classes_per_batch, n_samples_per_class, seed, epoch_mode,
+        small_classes, max_draws_per_record, worker_index, num_workers, record_set, decode:
+        as `GrainClassBalanced`.
+      first_epoch, num_epochs: the epochs streamed (None: without end).
+
+    Returns:
+      The stream of batches (`GrainClassBalanced.batch`); its iterator's `get_state` /
+      `set_state` resume exactly.
+
+    Example:
+
+        stream = class_balanced(x, labels, n_classes_per_batch=4, n_samples_per_class=2)
+    """
+    balanced = GrainClassBalanced(
+        source,
+        labels,
+        n_classes_per_batch=n_classes_per_batch,
+        n_samples_per_class=n_samples_per_class,
+        seed=seed,
+        epoch_mode=epoch_mode,
+        small_classes=small_classes,
+        max_draws_per_record=max_draws_per_record,
+        worker_index=worker_index,
+        num_workers=num_workers,
+        record_set=record_set,
+        decode=decode,
+    )
+    return balanced.stream(first_epoch, num_epochs)

@@ -1,0 +1,122 @@
+"""Grain batches equal the tf.data batches of the same arguments, epoch by epoch.
+
+The cases (sizes, valid pairs, labels, strategies, seeds, batch sizes, worker splits, epoch
+modes) are generated from a seeded NumPy generator and sent in one go to the full install's
+interpreter (`tf_batches.py`: TensorFlow 2.16, which the Grain venv must not hold): one
+TensorFlow process for all of them, where a hypothesis example each would start one each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from tfx_dynamic_inputs.grain import GrainClassBalanced, GrainPairs
+
+_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tf_batches.py")
+_EPOCHS = 2
+
+
+def _pair_case(rng: np.random.Generator, number: int) -> tuple[dict, dict]:
+    num_x, num_y = int(rng.integers(3, 30)), int(rng.integers(1, 12))
+    rows = [
+        rng.choice(num_y, size=int(rng.integers(1, num_y + 1)), replace=False) for _ in range(num_x)
+    ]
+    num_workers = int(rng.choice([1, 2, 3]))
+    args = {
+        "batch_size": int(rng.integers(1, 6)),
+        "strategy": str(rng.choice(["uniform", "least_sampled"])),
+        "seed": int(rng.integers(-(2**40), 2**40)),
+        "num_workers": num_workers,
+        "worker_index": int(rng.integers(0, num_workers)),
+        "remainder": "wrap",
+    }
+    name = f"pairs{number}"
+    inputs = {
+        f"{name}/x": rng.normal(size=(num_x, 3)).astype(np.float32),
+        f"{name}/y": rng.integers(0, 255, size=(num_y, 2, 2)).astype(np.uint8),
+        f"{name}/row_splits": np.concatenate([[0], np.cumsum([len(row) for row in rows])]),
+        f"{name}/values": np.concatenate(rows).astype(np.int64),
+    }
+    return {"name": name, "kind": "pairs", "args": args, "epochs": _EPOCHS}, inputs
+
+
+def _class_case(rng: np.random.Generator, number: int) -> tuple[dict, dict]:
+    num_classes = int(rng.integers(3, 8))
+    labels = rng.integers(0, num_classes, size=int(rng.integers(num_classes, 40)))
+    labels[:num_classes] = np.arange(num_classes)
+    num_workers = int(rng.choice([1, 2]))
+    args = {
+        "n_classes_per_batch": int(rng.integers(1, 4)),
+        "n_samples_per_class": int(rng.integers(1, 4)),
+        "seed": int(rng.integers(0, 2**31)),
+        "epoch_mode": str(rng.choice(["classes", "samples"])),
+        "small_classes": "replace",
+        "num_workers": num_workers,
+        "worker_index": int(rng.integers(0, num_workers)),
+    }
+    name = f"classes{number}"
+    inputs = {
+        f"{name}/x": rng.normal(size=(len(labels), 4)).astype(np.float32),
+        f"{name}/labels": labels.astype(np.int64),
+    }
+    return {"name": name, "kind": "class_balanced", "args": args, "epochs": _EPOCHS}, inputs
+
+
+def _grain(case: dict, inputs: dict):
+    name, args = case["name"], case["args"]
+    if case["kind"] == "pairs":
+        valid = (inputs[f"{name}/row_splits"], inputs[f"{name}/values"])
+        return GrainPairs(inputs[f"{name}/x"], inputs[f"{name}/y"], valid, **args)
+    return GrainClassBalanced(inputs[f"{name}/x"], inputs[f"{name}/labels"], **args)
+
+
+@pytest.fixture(scope="module")
+def tf_cases(tf_python: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[list, dict, dict]:
+    rng = np.random.default_rng(48)
+    cases, inputs = [], {}
+    for number in range(8):
+        for make in (_pair_case, _class_case):
+            case, arrays = make(rng, number)
+            cases.append(case)
+            inputs.update(arrays)
+    folder = tmp_path_factory.mktemp("tf_batches")
+    (folder / "cases.json").write_text(json.dumps(cases))
+    np.savez(folder / "inputs.npz", **inputs)
+    subprocess.run(
+        [tf_python, _SCRIPT, folder / "cases.json", folder / "inputs.npz", folder / "out.npz"],
+        check=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    return cases, inputs, dict(np.load(folder / "out.npz"))
+
+
+def test_grain_batches_are_the_tf_data_batches(tf_cases: tuple[list, dict, dict]) -> None:
+    cases, inputs, expected = tf_cases
+    for case in cases:
+        sampler = _grain(case, inputs)
+        for epoch in range(case["epochs"]):
+            batches = list(sampler.epoch(epoch))
+            keys = {key for key in expected if key.startswith(f"{case['name']}/{epoch}/")}
+            assert len({key.split("/")[2] for key in keys}) == len(batches), case
+            for number, batch in enumerate(batches):
+                for key, value in batch.items():
+                    want = expected[f"{case['name']}/{epoch}/{number}/{key}"]
+                    np.testing.assert_array_equal(value, want, err_msg=f"{case} {epoch} {key}")
+                    assert value.dtype == want.dtype, (case, key, value.dtype, want.dtype)
+
+
+def test_the_stream_is_the_epochs_in_turn(tf_cases: tuple[list, dict, dict]) -> None:
+    cases, inputs, expected = tf_cases
+    for case in cases:
+        sampler = _grain(case, inputs)
+        streamed = list(sampler.stream(num_epochs=case["epochs"]))
+        assert len(streamed) == case["epochs"] * sampler.steps_per_epoch
+        for step, batch in enumerate(streamed):
+            epoch, number = divmod(step, sampler.steps_per_epoch)
+            want = expected[f"{case['name']}/{epoch}/{number}/" + next(iter(batch))]
+            np.testing.assert_array_equal(next(iter(batch.values())), want)
