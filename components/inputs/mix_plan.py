@@ -39,30 +39,28 @@ Only `epoch_mode="classes"` coverage (every usable class once an epoch) is plann
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import tensorflow as tf
 
 from tfx_dynamic_inputs.inputs import epoch_plan
 from tfx_dynamic_inputs.inputs.arguments import int_argument, seed_argument
 from tfx_dynamic_inputs.inputs.class_plan import class_sample_positions
-from tfx_dynamic_inputs.inputs.class_report import ClassReport, class_report
+from tfx_dynamic_inputs.inputs.class_report import ClassReport
 from tfx_dynamic_inputs.inputs.index_shuffle import keyed_seeds, permuted_positions
 from tfx_dynamic_inputs.inputs.run_mix import MixWeighting
 from tfx_dynamic_inputs.inputs.variables import index_variable
+from tfx_dynamic_inputs.plans import mix_plan as mix
+from tfx_dynamic_inputs.plans.mix_plan import mix_layout
 
-# Streams within one (seed, epoch); after class_plan's salts (10-15).
-_SALT_QUOTA = 20
-_SALT_EXTRA_ROTATION = 21
-_SALT_UNIT_RUNS = 22
-_SALT_CLASS_ORDER = 23
-_SALT_SLOT_ORDER = 24
-_SALT_WITHIN_CLASS = 25
-_SALT_BATCH_ORDER = 26
-_SALT_BATCH_SEEDS = 27
-# Float slack of the share arithmetic (shares are float64 ratios of the weights).
-_EPSILON = 1e-9
+# Streams within one (seed, epoch), stated once with the NumPy plans' executor.
+_SALT_QUOTA = mix.SALT_QUOTA
+_SALT_EXTRA_ROTATION = mix.SALT_EXTRA_ROTATION
+_SALT_UNIT_RUNS = mix.SALT_UNIT_RUNS
+_SALT_CLASS_ORDER = mix.SALT_CLASS_ORDER
+_SALT_SLOT_ORDER = mix.SALT_SLOT_ORDER
+_SALT_WITHIN_CLASS = mix.SALT_WITHIN_CLASS
+_SALT_BATCH_ORDER = mix.SALT_BATCH_ORDER
+_SALT_BATCH_SEEDS = mix.SALT_BATCH_SEEDS
 
 
 class MixedClassPlan:
@@ -121,57 +119,36 @@ class MixedClassPlan:
             "replicas_per_worker", replicas_per_worker, 1
         )
         self.run_names = tuple(run_names)
-        shares = np.asarray(shares, np.float64)
-        if len(row_splits) != len(shares) or len(self.run_names) != len(shares) or not len(shares):
-            raise ValueError(
-                f"{len(row_splits)} class indexes, {len(shares)} shares and "
-                f"{len(self.run_names)} run names: pass one of each per run"
-            )
-        if not np.all(np.isfinite(shares) & (shares > 0)):
-            raise ValueError(f"shares must be > 0, got {shares.tolist()}")
-        self.shares = shares / shares.sum()
-        self.reports: tuple[ClassReport, ...] = tuple(
-            class_report(splits, n_p, small_classes) for splits in row_splits
-        )
         self.n_classes_per_batch, self.n_samples_per_class = n_c, n_p
         self.num_replicas = replicas
         self.classes_per_unit = g = n_c * replicas
         self.batch_size = n_c * n_p
-        sizes = [report.num_classes for report in self.reports]
-        self.class_offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        # The units, quotas and refusals are stated once, with the NumPy plans' executor.
+        layout = mix_layout(
+            row_splits,
+            shares=shares,
+            run_names=self.run_names,
+            n_samples_per_class=n_p,
+            classes_per_unit=g,
+            weighting=self.weighting,
+            small_classes=small_classes,
+        )
+        self.shares = layout.shares
+        self.reports: tuple[ClassReport, ...] = layout.reports
+        self.class_offsets = layout.class_offsets
         self.num_classes = int(self.class_offsets[-1])
-        usable_counts = np.array([len(r.usable_classes) for r in self.reports], np.int64)
-        self._check_usable(usable_counts)
-        self.num_units = self._units_for_coverage(usable_counts)
+        self.num_units = layout.num_units
         self.num_batches = self.num_units * replicas
-        self._usable_counts = usable_counts
-
-        # Fixed apportionment arithmetic of an epoch (float64; randomized per epoch in `plan`).
-        total = self.num_units * (g if self.weighting is MixWeighting.CLASSES else 1)
-        exact = total * self.shares
-        base = np.floor(exact + _EPSILON)
-        self._total = total
-        self._base_quota = base.astype(np.int64)
-        fractions = np.clip(exact - base, 0.0, None)
-        cumulative = np.cumsum(fractions)
-        cumulative[-1] = round(cumulative[-1])  # the fractions sum to the slots left over
-        self._cumulative_fractions = cumulative
-
+        self._usable_counts = layout.usable_counts
+        self._base_quota = layout.base_quota
+        self._cumulative_fractions = layout.cumulative_fractions
         # Variables, not constants (see class_plan): tf.data captures them by handle.
         const = lambda a: index_variable(np.asarray(a, np.int64), tf.int64)
-        global_usable = np.concatenate(
-            [
-                r.usable_classes + off
-                for r, off in zip(self.reports, self.class_offsets[:-1], strict=True)
-            ]
-        )
-        all_sizes = np.concatenate([r.class_sizes for r in self.reports])
-        all_starts = np.concatenate([[0], np.cumsum(all_sizes)])[:-1]
-        self._global_usable = const(global_usable)
-        self._usable_offsets = const(np.concatenate([[0], np.cumsum(usable_counts)])[:-1])
-        self._usable_counts_t = const(usable_counts)
-        self._class_sizes = const(all_sizes)
-        self._class_starts = const(all_starts)
+        self._global_usable = const(layout.global_usable)
+        self._usable_offsets = const(layout.usable_offsets)
+        self._usable_counts_t = const(layout.usable_counts)
+        self._class_sizes = const(layout.class_sizes)
+        self._class_starts = const(layout.class_starts)
 
     @property
     def stream(self) -> str:
@@ -327,40 +304,3 @@ class MixedClassPlan:
             tf.minimum(end - units, unit[:, None]), 0
         )
         return base[tf.newaxis, :] + dealt, unit[:, None] * base[tf.newaxis, :] + below
-
-    def _check_usable(self, usable_counts: np.ndarray) -> None:
-        g = self.classes_per_unit
-        for name, report, usable, share in zip(
-            self.run_names, self.reports, usable_counts, self.shares, strict=True
-        ):
-            if usable == 0:
-                raise ValueError(f"run {name!r} has no usable class ({report.summary()})")
-            if self.weighting is MixWeighting.BATCHES and usable < g:
-                raise ValueError(
-                    f"run {name!r} has {usable} usable classes but a global batch of "
-                    f"{g} classes (n_c x replicas) is all from one run with weighting "
-                    "'batches'; lower n_classes_per_batch or use weighting 'classes'"
-                )
-            wanted = math.ceil(g * share - _EPSILON)
-            if self.weighting is MixWeighting.CLASSES and wanted > usable:
-                raise ValueError(
-                    f"run {name!r} has {usable} usable classes but its weight asks for up to "
-                    f"{wanted} of each global batch's {g} class slots; lower its weight or "
-                    "n_classes_per_batch"
-                )
-
-    def _units_for_coverage(self, usable_counts: np.ndarray) -> int:
-        """The fewest units whose guaranteed quotas (`floor`) hold every usable class of
-        every run."""
-        per_unit = self.shares * (
-            self.classes_per_unit if self.weighting is MixWeighting.CLASSES else 1
-        )
-        needed = (
-            usable_counts
-            if self.weighting is MixWeighting.CLASSES
-            else -(-usable_counts // self.classes_per_unit)
-        )
-        units = max(1, int(np.max(np.floor(needed / per_unit))))
-        while np.any(np.floor(units * per_unit + _EPSILON) < needed):
-            units += 1
-        return units

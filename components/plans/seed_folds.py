@@ -59,6 +59,20 @@ def _halves(words: np.ndarray) -> list[np.ndarray]:
     return [unsigned & _LOW_32, unsigned >> _THIRTY_TWO]
 
 
+def _first_bits(seed: np.ndarray) -> np.ndarray:
+    """uint64 [n]: the first 64 bits TensorFlow's stateless ops draw from each seed (int64 [n, 2]):
+    the first Philox block under the key and counter `StatelessRandomGetKeyCounter` scrambles
+    out of the seed, its words 0 and 1 as one uint64 (low word first), as its int64 and float64
+    distributions take them."""
+    words = np.asarray(seed, np.int64).reshape(-1, 2)
+    counter = _halves(words[:, 0]) + _halves(words[:, 1])
+    key = [np.full(len(words), word, np.uint64) for word in _SEED_KEY]
+    scrambled = _philox(counter, key)
+    zero = np.zeros(len(words), np.uint64)
+    drawn = _philox([zero, zero, scrambled[2], scrambled[3]], scrambled[:2])
+    return drawn[0] | (drawn[1] << _THIRTY_TWO)
+
+
 def fold_in(seed: np.ndarray, word: int | np.ndarray) -> np.ndarray:
     """`tf.random.experimental.stateless_fold_in(seed, word)` (int64 words), bit for bit.
 
@@ -74,15 +88,38 @@ def fold_in(seed: np.ndarray, word: int | np.ndarray) -> np.ndarray:
         fold_in(np.array([7, 0], np.int64), 3)  # the stream of salt 3 of seed 7
     """
     seed = np.asarray(seed, np.int64)
-    words = seed.reshape(-1, 2)
-    counter = _halves(words[:, 0]) + _halves(words[:, 1])
-    key = [np.full(len(words), word, np.uint64) for word in _SEED_KEY]
-    scrambled = _philox(counter, key)
-    zero = np.zeros(len(words), np.uint64)
-    drawn = _philox([zero, zero, scrambled[2], scrambled[3]], scrambled[:2])
-    first = (drawn[0] | (drawn[1] << _THIRTY_TWO)).view(np.int64)
+    first = _first_bits(seed).view(np.int64)
     folded = np.stack([first, np.broadcast_to(np.asarray(word, np.int64), first.shape)], axis=1)
     return folded.reshape(seed.shape)
+
+
+def stateless_uniform(seed: np.ndarray) -> float:
+    """`tf.random.stateless_uniform([], seed, dtype=tf.float64)`, bit for bit: the low 52 bits of
+    the first draw as a float64's mantissa in [1, 2), minus 1.
+
+    Args:
+      seed: int64 [2], a stateless seed.
+
+    Returns:
+      A float in [0, 1).
+    """
+    bits = _first_bits(seed)[0]
+    mantissa = ((bits & _LOW_32) & np.uint64(0xFFFFF)) << _THIRTY_TWO | bits >> _THIRTY_TWO
+    return float((np.uint64(1023 << 52) | mantissa).view(np.float64) - 1.0)
+
+
+def stateless_uniform_int(seed: np.ndarray, maxval: int) -> int:
+    """`tf.random.stateless_uniform([], seed, maxval=maxval, dtype=tf.int64)`, bit for bit: the
+    first draw's 64 bits modulo `maxval`.
+
+    Args:
+      seed: int64 [2], a stateless seed.
+      maxval: the exclusive bound (>= 1).
+
+    Returns:
+      An int in [0, maxval).
+    """
+    return int(_first_bits(seed)[0] % np.uint64(maxval))
 
 
 def epoch_seed(seed: int, epoch: int | np.ndarray, salt: int = 0) -> np.ndarray:

@@ -1,7 +1,9 @@
 """The NumPy plans (`tfx_dynamic_inputs.plans`) give the TensorFlow plans' record numbers bit for
 bit: seed folds, keyed draws and permutations (against the native op and the TensorFlow ops),
-the pair plan and the class-balanced plan, over generated sizes, seeds, epochs and batches; and
-the package runs without importing TensorFlow."""
+the pair plan, the class-balanced plan and the mixed plan, over generated sizes, seeds, epochs,
+batches and worker counts; a worker's batches are those epoch_dataset plans, elastic plans
+stream the same global batches on any replica count, and the package runs without importing
+TensorFlow."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from tfx_dynamic_inputs import native
@@ -19,11 +21,13 @@ from tfx_dynamic_inputs.inputs import ValidPairs, epoch_plan, index_shuffle
 from tfx_dynamic_inputs.inputs.class_plan import ClassBalancedPlan as TensorFlowClassPlan
 from tfx_dynamic_inputs.inputs.epoch_state import EpochState
 from tfx_dynamic_inputs.inputs.group_pairs import GroupPairs
+from tfx_dynamic_inputs.inputs.mix_plan import MixedClassPlan as TensorFlowMixPlan
 from tfx_dynamic_inputs.inputs.pair_plan import PairPlanner
 from tfx_dynamic_inputs.plans import (
     class_plan,
     keyed_hash,
     keyed_permutation,
+    mix_plan,
     pair_plan,
     seed_folds,
     worker_slices,
@@ -217,14 +221,14 @@ def test_the_pair_plan_is_the_tensorflow_plans(
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    sizes=st.lists(st.one_of(st.integers(0, 4), st.integers(0, 70)), min_size=1, max_size=40),
+    sizes=st.lists(st.one_of(st.integers(0, 4), st.integers(0, 70)), min_size=3, max_size=40),
     n_c=st.integers(1, 5),
     n_p=st.integers(1, 5),
     seed=SEEDS,
     epoch_mode=st.sampled_from(["classes", "samples"]),
     small_classes=st.sampled_from(["replace", "skip"]),
     workers=st.tuples(st.integers(1, 3), st.integers(1, 3)),
-    cap=st.one_of(st.none(), st.integers(1, 12)),
+    cap=st.one_of(st.none(), st.integers(1, 4), st.integers(4, 30)),
     epochs=st.lists(st.one_of(st.integers(0, 5), st.integers(0, 2**40)), min_size=1, max_size=2),
     data=st.data(),
 )
@@ -250,7 +254,9 @@ def test_the_class_balanced_plan_is_the_tensorflow_plans(
         with pytest.raises(ValueError) as refused:
             class_plan.ClassBalancedPlan(row_splits, **options)
         assert str(refused.value) == str(error)
+        event("refused")
         return
+    event("planned, elastic" if expected_plan.elastic else "planned, per replica")
     plan = class_plan.ClassBalancedPlan(row_splits, **options)
     assert (plan.num_batches, plan.elastic) == (expected_plan.num_batches, expected_plan.elastic)
     for epoch in epochs:
@@ -297,19 +303,19 @@ def test_a_workers_batches_are_those_epoch_dataset_plans(workers, steps, data):
 
 @settings(max_examples=20, deadline=None)
 @given(
-    sizes=st.lists(st.integers(1, 30), min_size=8, max_size=40),
     global_classes=st.sampled_from([(1, 4), (2, 2), (4, 1), (2, 4), (8, 1), (4, 2)]),
     epoch_mode=st.sampled_from(["classes", "samples"]),
     seed=SEEDS,
     epoch=st.integers(0, 2**40),
+    data=st.data(),
 )
 def test_an_elastic_class_plan_streams_the_same_global_batches_on_any_replica_count(
-    sizes, global_classes, epoch_mode, seed, epoch
+    global_classes, epoch_mode, seed, epoch, data
 ):
     """The same `n_c x R` cut over other replica counts (workers x replicas per worker): each
     step's global batch (its batches side by side) is the same, as an elastic resume needs."""
     n_c, replicas = global_classes
-    assume(n_c * replicas * 2 <= len(sizes))
+    sizes = data.draw(st.lists(st.integers(1, 30), min_size=n_c * replicas * 2, max_size=40))
     row_splits = np.concatenate([[0], np.cumsum(sizes)])
     options = dict(n_samples_per_class=2, seed=seed, epoch_mode=epoch_mode)
     streams = []
@@ -326,3 +332,69 @@ def test_an_elastic_class_plan_streams_the_same_global_batches_on_any_replica_co
         position = plan.plan(epoch)["position"]
         streams.append(position.reshape(-1, n_c * replicas * 2))
     assert all(np.array_equal(stream, streams[0]) for stream in streams)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.tuples(SEEDS, SEEDS), maxval=st.one_of(st.integers(1, 100), st.integers(1, 2**62)))
+def test_the_mixes_scalar_draws_are_tensorflows_stateless_uniform(seed, maxval):
+    seed = np.array(seed, np.int64)
+    uniform = tf.random.stateless_uniform([], seed=tf.constant(seed), dtype=tf.float64)
+    assert seed_folds.stateless_uniform(seed) == uniform.numpy()
+    drawn = tf.random.stateless_uniform([], seed=tf.constant(seed), maxval=maxval, dtype=tf.int64)
+    assert seed_folds.stateless_uniform_int(seed, maxval) == drawn.numpy()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    runs=st.lists(
+        st.tuples(st.lists(st.integers(0, 12), min_size=1, max_size=25), st.floats(0.1, 5.0)),
+        min_size=1,
+        max_size=3,
+    ),
+    n_c=st.integers(1, 4),
+    n_p=st.integers(1, 3),
+    weighting=st.sampled_from(["classes", "batches"]),
+    seed=SEEDS,
+    small_classes=st.sampled_from(["replace", "skip"]),
+    workers=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+    epochs=st.lists(st.one_of(st.integers(0, 5), st.integers(0, 2**40)), min_size=1, max_size=2),
+    data=st.data(),
+)
+def test_the_mixed_plan_is_the_tensorflow_plans(
+    runs, n_c, n_p, weighting, seed, small_classes, workers, epochs, data
+):
+    """Both weightings over generated runs, shares, geometry and seeds (and the refusals, in
+    the same words), whole epochs and batches alone."""
+    row_splits = [np.concatenate([[0], np.cumsum(sizes)]) for sizes, _ in runs]
+    options = dict(
+        shares=[share for _, share in runs],
+        run_names=[f"run{k}" for k in range(len(runs))],
+        n_classes_per_batch=n_c,
+        n_samples_per_class=n_p,
+        weighting=weighting,
+        seed=seed,
+        small_classes=small_classes,
+        num_workers=workers[0],
+        replicas_per_worker=workers[1],
+    )
+    try:
+        expected_plan = TensorFlowMixPlan(row_splits, **options)
+    except ValueError as error:
+        with pytest.raises(ValueError) as refused:
+            mix_plan.MixedClassPlan(row_splits, **options)
+        assert str(refused.value) == str(error)
+        event("refused")
+        return
+    event("planned")
+    plan = mix_plan.MixedClassPlan(row_splits, **options)
+    assert plan.num_batches == expected_plan.num_batches
+    for epoch in epochs:
+        expected = {key: value.numpy() for key, value in expected_plan.plan(epoch).items()}
+        planned = plan.plan(epoch)
+        assert planned.keys() == expected.keys()
+        for key, value in expected.items():
+            assert np.array_equal(planned[key], value), key
+        numbers = data.draw(st.lists(st.integers(0, plan.num_batches - 1), max_size=4))
+        rows = plan.plan_batches(epoch, numbers)
+        for key, value in expected.items():
+            assert np.array_equal(rows[key], value[numbers]), key
