@@ -7,14 +7,14 @@ share a definition (the hash's constants and round counts, the salts) it is stat
 TensorFlow modules take it from here; tests/inputs/test_numpy_plans.py compares the record
 numbers of both over generated sizes, seeds, epochs and batches.
 
-* `seed_folds`: the stateless seeds of a plan's streams, `(seed, epoch, salt)` (TensorFlow's
-  Philox fold, reproduced);
+* `seed_folds`: the stateless seeds of a plan's streams, `(seed, epoch, salt)`, and the mix's
+  scalar draws (TensorFlow's Philox `stateless_fold_in` and `stateless_uniform`, reproduced);
 * `keyed_hash`: the keyed hash and the keyed draws made of it;
 * `keyed_permutation`: any position of a keyed permutation of `[0, size)` in O(1);
+* `worker_slices`: how an epoch's batches are counted and split over workers;
 * `pair_plan`: the dynamic-pairs plan (`uniform`, `least_sampled`, over CSR or groups);
-* `class_geometry`, `class_plan`, `class_fillers`: the class-balanced plan's units and rounds,
-  its batches, and the classes that complete its short batches;
-* `audio_options`, `filterbank`, `audio_front`: the audio front end's options, its constants (the
-  STFT window, the mel filterbank; the graph front end takes them from here) and the front end
-  itself (crop or pad, log-mel, mean normalization, SpecAugment) with the graph's keyed draws.
+* `class_report`, `class_geometry`, `class_plan`, `class_fillers`: which classes a plan uses,
+  the class-balanced plan's units and rounds, its batches, and the classes that complete its
+  short batches; `mix_plan`: the class-balanced plan over several runs mixed by weight;
+* `arguments`: the argument checks the plans (and the TensorFlow samplers) make.
 """

@@ -9,6 +9,8 @@ block of the seed's four 32-bit halves under a fixed key). This module computes 
 bit for bit in NumPy (tests/inputs/test_numpy_plans.py compares them over generated seeds), so
 the NumPy plans keep every stream the TensorFlow plans draw: no plan changes.
 
+The mixed plan's two scalar draws an epoch, `tf.random.stateless_uniform` of a float64 and of an
+int64 below a bound, take the same Philox block: `stateless_uniform` and `stateless_uniform_int`.
 The salts, which separate the streams of one `(seed, epoch)`, are stated here once, for both.
 """
 
