@@ -34,35 +34,16 @@ from tfx_dynamic_inputs import layout
 from tfx_dynamic_inputs.inputs.run import Run, StoreOptions
 from tfx_dynamic_inputs.inputs.variables import index_variable
 
+# The levels are stated once, in NumPy, with the NumPy augmentation (plans.clip_levels).
+from tfx_dynamic_inputs.plans.clip_levels import SILENCE_FLOOR_DB as SILENCE_FLOOR_DB
+from tfx_dynamic_inputs.plans.clip_levels import direct_path_peak
+from tfx_dynamic_inputs.plans.clip_levels import is_silent as is_silent
+
 _log = logging.getLogger(__name__)
 
-SILENCE_FLOOR_DB = -80.0
-_FLOOR_POWER = 10.0 ** (SILENCE_FLOOR_DB / 10.0)
 _FULL_SCALE = 32768.0
-_CHUNK_SAMPLES = 1 << 20  # measured at a time: bounded temporaries whatever the clip's length
 _GROUP_BYTES = 64 << 20  # records read at a time at open, by their payload bytes
 _NAMED = 5  # silent record numbers named in the warning
-
-
-def is_silent(pcm: np.ndarray, *, per_sample: bool) -> bool:
-    """Whether int16 PCM is below `SILENCE_FLOOR_DB`: its mean power (`per_sample`, noise) or its
-    energy (a RIR), re full scale; an empty clip is silent.
-
-    Args:
-      pcm: int16 [N] samples.
-      per_sample: compare the mean power (noise clips) rather than the energy (RIRs).
-
-    Returns:
-      True when the clip is below the floor.
-    """
-    if len(pcm) == 0:
-        return True
-    energy = 0
-    for start in range(0, len(pcm), _CHUNK_SAMPLES):
-        chunk = pcm[start : start + _CHUNK_SAMPLES].astype(np.int64)
-        energy += int(np.dot(chunk, chunk))  # exact: int16 squares summed in integers
-    power = energy / _FULL_SCALE**2 / (len(pcm) if per_sample else 1)
-    return power < _FLOOR_POWER
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +137,7 @@ class ClipBank:
             for index, payload in zip(group, payloads, strict=True):
                 start, count = _pcm_span(payload, what, run.uri, index)
                 pcm = np.frombuffer(payload, "<i2", count, start)
-                peak = 0 if max_samples is None else _peak(pcm)
+                peak = 0 if max_samples is None else direct_path_peak(pcm)
                 if max_samples is not None:
                     pcm = pcm[peak : peak + max_samples]
                 if is_silent(pcm, per_sample=max_samples is None):
@@ -259,17 +240,6 @@ def _groups(payload_bytes: np.ndarray) -> list[list[int]]:
         group.append(index)
         size += length
     return groups + [group] if group else groups
-
-
-def _peak(pcm: np.ndarray) -> int:
-    """The first sample of largest magnitude (the direct path), in chunks."""
-    best, where = -1, 0
-    for start in range(0, len(pcm), _CHUNK_SAMPLES):
-        magnitude = np.abs(pcm[start : start + _CHUNK_SAMPLES].astype(np.int32))
-        i = int(np.argmax(magnitude))
-        if magnitude[i] > best:
-            best, where = int(magnitude[i]), start + i
-    return where
 
 
 def _pcm_span(payload: bytes, what: str, uri: str, index: int) -> tuple[int, int]:

@@ -17,46 +17,16 @@ Every per-sample value is computed the same bits whatever the batch size (`per_r
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 import numpy as np
 import tensorflow as tf
 
-# The resampler: taps each side of a phase, Kaiser beta, cut-off as a share of the passband.
-_HALF_TAPS = 16
-_KAISER_BETA = 8.0
-_ROLLOFF = 0.9
-_MAX_DENOMINATOR = 100
-
-
-def speed_filter(factor: float) -> tuple[np.ndarray, int, int]:
-    """The polyphase kernel of `y[n] = x(n * factor)` as one strided `conv1d`.
-
-    Args:
-      factor: the speed factor, a ratio `M / L` of small integers.
-
-    Returns:
-      (kernel float32 [M + 2 * half_taps, 1, L], M, L): output `p + L * m` is channel `p` of
-      the convolution of the input (starting `half_taps` samples before the segment) with
-      stride `M` at step `m`.
-    """
-    ratio = Fraction(factor).limit_denominator(_MAX_DENOMINATOR)
-    step, phases = ratio.numerator, ratio.denominator
-    cutoff = 0.5 * _ROLLOFF * min(1.0, 1.0 / factor)  # cycles per input sample
-    taps = np.arange(step + 2 * _HALF_TAPS, dtype=np.float64)[:, None]
-    # Channel p reads input k = m*M + t - half at distance p*M/L - k + m*M from its point.
-    distance = np.arange(phases)[None, :] * step / phases - taps + _HALF_TAPS
-    window = np.kaiser(2 * _HALF_TAPS + 1, _KAISER_BETA)
-    inside = np.abs(distance) <= _HALF_TAPS
-    weight = np.interp(distance, np.arange(-_HALF_TAPS, _HALF_TAPS + 1), window) * inside
-    kernel = 2 * cutoff * np.sinc(2 * cutoff * distance) * weight
-    return kernel[:, None, :].astype(np.float32), step, phases
-
-
-def speed_input_samples(factor: float, segment: int) -> int:
-    """Input samples `perturb_speed` needs for `segment` output samples at `factor`."""
-    kernel, step, phases = speed_filter(factor)
-    return (math.ceil(segment / phases) - 1) * step + kernel.shape[0]
+# The filter is stated once, in NumPy, with the NumPy augmentation (plans.speed_filter).
+from tfx_dynamic_inputs.plans.speed_filter import HALF_TAPS as _HALF_TAPS
+from tfx_dynamic_inputs.plans.speed_filter import KAISER_BETA as _KAISER_BETA
+from tfx_dynamic_inputs.plans.speed_filter import ROLLOFF as _ROLLOFF
+from tfx_dynamic_inputs.plans.speed_filter import speed_filter as speed_filter
+from tfx_dynamic_inputs.plans.speed_filter import speed_input_samples as speed_input_samples
 
 
 def perturb_speed(signal: tf.Tensor, factor: float, segment: int) -> tf.Tensor:
