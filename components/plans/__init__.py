@@ -16,5 +16,12 @@ numbers of both over generated sizes, seeds, epochs and batches.
 * `class_report`, `class_geometry`, `class_plan`, `class_fillers`: which classes a plan uses,
   the class-balanced plan's units and rounds, its batches, and the classes that complete its
   short batches; `mix_plan`: the class-balanced plan over several runs mixed by weight;
-* `arguments`: the argument checks the plans (and the TensorFlow samplers) make.
+* `arguments`: the argument checks the plans (and the TensorFlow samplers) make;
+* `audio_options`, `filterbank`, `audio_front`: the audio front end's options, its constants (the
+  STFT window and the mel filterbank, which the graph front end takes from here) and the front
+  end (crop or pad, log-mel, mean normalization, SpecAugment) with the graph's keyed draws;
+* `augment_options`, `clip_levels`, `clip_sets`, `speed_filter`, `speaker_front`: the speaker
+  augmentation's options, the silence floor and direct-path peak, a run's noise or RIR clips,
+  the speed filter, and the augmentation (speed, reverberation, noise) with the graph's draws
+  (tests/core/test_audio_front.py, tests/class_balanced/test_speaker_front.py).
 """
