@@ -52,7 +52,7 @@ PODMAN_RUNTIME ?= runc
 
 help:
 	@echo "make demo      set up, then run both pipelines on the bundled sample data"
-	@echo "make test      set up, then run the test suite, then make test-core"
+	@echo "make test      set up, then run the test suite, then make test-core and make test-grain"
 	@echo "make test-core build the wheel, install it with the newest TensorFlow in a Python 3.11"
 	@echo "               venv (.venv-core), run the README quickstart and the library's tests there"
 	@echo "make core-venv build .venv-core alone (the wheel, TensorFlow 2.21, JAX and torch for"
@@ -94,11 +94,14 @@ demo: setup
 # time the first run leaves idle instead of their own minute.
 test: setup
 	@mkdir -p build; $(MAKE) --no-print-directory core-venv > $(CORE_VENV_LOG) 2>&1 & core_venv=$$!; \
+	$(MAKE) --no-print-directory grain-venv > $(GRAIN_VENV_LOG) 2>&1 & grain_venv=$$!; \
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not image and (not core or full)" \
-	  $(PYTEST_ARGS); main=$$?; \
+	  --ignore=tests/grain $(PYTEST_ARGS); main=$$?; \
 	wait $$core_venv; built=$$?; echo "== make core-venv (built alongside)"; cat $(CORE_VENV_LOG); \
-	[ $$main -eq 0 ] && [ $$built -eq 0 ]
+	wait $$grain_venv; grain_built=$$?; echo "== make grain-venv (built alongside)"; \
+	cat $(GRAIN_VENV_LOG); [ $$main -eq 0 ] && [ $$built -eq 0 ] && [ $$grain_built -eq 0 ]
 	$(CORE_PYTEST)
+	$(GRAIN_PYTEST)
 
 # The core install where its users are: the wheel in a clean venv with TensorFlow 2.21 and no
 # Beam or TFX, then the tests marked `core` (tests/conftest.py), among them the README's
@@ -136,6 +139,9 @@ test-core: core-venv
 GRAIN_VENV := .venv-grain
 GRAIN_PY := $(GRAIN_VENV)/bin/python
 GRAIN_WHEEL_DIR := build/grain-wheel
+GRAIN_VENV_LOG := build/grain-venv.log
+GRAIN_PYTEST = TFX_DYNAMIC_INPUTS_TF_PYTHON=$(abspath $(PY)) $(GRAIN_PY) -m pytest \
+  -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS) tests/grain
 
 grain-venv: setup
 	@py=$$($(FIND_PY311) | head -n 1); \
@@ -154,8 +160,7 @@ grain-venv: setup
 	else echo "note: no $(TORCH_CPU) wheel in $(TORCH_CPU_WHEELS): Keras's torch backend goes untested"; fi
 
 test-grain: grain-venv
-	TFX_DYNAMIC_INPUTS_TF_PYTHON=$(abspath $(PY)) $(GRAIN_PY) -m pytest -n $(PYTEST_WORKERS) \
-	  --dist loadfile $(PYTEST_ARGS) tests/grain
+	$(GRAIN_PYTEST)
 
 lint: setup
 	$(VENV)/bin/ruff check .

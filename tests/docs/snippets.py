@@ -28,6 +28,9 @@ import tempfile
 
 FENCE = re.compile(r"^```(\S*)[ \t]*(.*)$")
 CORE_TAG = "core"
+# Blocks for an install of their own, which neither the full nor the core run takes: `grain`
+# blocks run in the Grain venv, without TensorFlow (tests/grain/test_keras_fit.py).
+GRAIN_TAG = "grain"
 # What the interpreter runs: each page's blocks in a fresh `__main__` namespace and an empty
 # folder, one result line a page (JSON) appended to the results file as soon as it is known.
 _RUNNER = r"""
@@ -129,7 +132,8 @@ def run_pages(
 
     Args:
       paths: Markdown pages.
-      tag: run only the blocks with this tag (e.g. `CORE_TAG`); None runs every block.
+      tag: run only the blocks with this tag (e.g. `CORE_TAG`); None runs every block but those
+        tagged `GRAIN_TAG`.
       timeout: seconds for all the pages together.
 
     Returns:
@@ -146,7 +150,11 @@ def run_pages(
     """
     pages = []
     for path in paths:
-        blocks = [b for b in python_blocks(path) if tag is None or tag in b.tags]
+        blocks = [
+            b
+            for b in python_blocks(path)
+            if (tag in b.tags if tag is not None else GRAIN_TAG not in b.tags)
+        ]
         if not blocks:
             raise ValueError(f"{path} has no python blocks" + (f" tagged {tag!r}" if tag else ""))
         pages.append({"path": path, "blocks": [{"where": b.where, "code": b.code} for b in blocks]})
