@@ -8,16 +8,16 @@
 
 Every field of `SpeakerConfig` / `CycleGanConfig` and the local run settings (`enable_cache`,
 `beam_pipeline_args`, `fingerprint_inputs`) is a flag of the same name
-(`tfx_dynamic_inputs.pipeline.cli`; `--help` lists them). Without data flags a pipeline runs on the
-bundled sample data (the CycleGAN digit domains are written to `<work_dir>/digits`). The run's
-pipeline root and sqlite ML Metadata live under `--work_dir` (default `out/local`), so a second run
-with unchanged inputs is served from the cache; a run claims its work dir while it runs, so a
-second one started there meanwhile is refused in one line naming the first (`work_dir_claim`). At
-the end it prints each node (ran / cached / failed / not run), every output URI, the Beam stage's
-rejects by reason and the trainer's metrics; a failed run then ends with `error: <the failed
-component's own error>` and exit status 1. A bad flag or config key, or a work dir in use, ends
-with one `error:` line and exit status 2; Ctrl-C, with one line naming the
-nodes done and status 130 (`interrupted_line`).
+(`tfx_dynamic_inputs.pipeline.cli`; `--help` lists them). Without data flags a pipeline runs on
+the bundled sample data (the CycleGAN digit domains are written to `<work_dir>/digits`). The run's
+pipeline root and sqlite ML Metadata live under `--work_dir` (default
+`tfx-dynamic-inputs-out/local` below the current folder), so a second run with unchanged inputs is
+served from the cache; a run claims its work dir while it runs, so a second one started there
+meanwhile is refused in one line naming the first (`work_dir_claim`). At the end it prints each
+node (ran / cached / failed / not run), every output URI, the Beam stage's rejects by reason and
+the trainer's metrics; a failed run then ends with `error: <the failed component's own error>` and
+exit status 1. A bad flag or config key, or a work dir in use, ends with one `error:` line and
+exit status 2; Ctrl-C, with one line naming the nodes done and status 130 (`interrupted_line`).
 
 `run(pipeline)` executes a pipeline in this process; `execute` also catches its failure and
 reads back the run. `latest_run(metadata_path, name)` reads back from ML Metadata what the
