@@ -148,8 +148,10 @@ class SpeakerFront:
             )
             rir = _draw(self.rirs, seed, positions, SALT_RIR_PICK)
             taken = self.rirs.windows(rir, np.zeros_like(rir), self.rirs.longest, loop=False)
-            wet = reverberate(signal, unit_energy(taken))
-            signal = np.where(applied[:, None], wet, signal)
+            # Only the reverberated rows are convolved (each row's FFT is its own).
+            rows = np.flatnonzero(applied)
+            signal = signal.copy()
+            signal[rows] = reverberate(signal[rows], unit_energy(taken[rows]))
             out["reverberated"], out["rir"] = applied, self.rirs.records[rir]
         if self.noise is not None:
             noise_config = self.config.noise

@@ -6,7 +6,6 @@ band). `inputs.augment_signals` runs the kernel as one strided `conv1d` in the g
 
 from __future__ import annotations
 
-import functools
 import math
 from fractions import Fraction
 
@@ -59,18 +58,12 @@ def perturb_speed(signal: np.ndarray, factor: float, segment: int) -> np.ndarray
       segment: output samples.
 
     Returns:
-      float32 [B, segment] (computed in float64, rounded once).
+      float32 [B, segment].
     """
-    kernel, step, phases = _kernel64(factor)
+    kernel, step, phases = speed_filter(factor)
     steps = math.ceil(segment / phases)
     taken = np.arange(steps)[:, None] * step + np.arange(kernel.shape[0])[None, :]
-    # [B, steps, taps] x [taps, L] -> [B, steps, L], whose rows in order are the outputs.
-    out = np.asarray(signal, np.float64)[:, taken] @ kernel
-    return out.reshape(len(signal), steps * phases)[:, :segment].astype(np.float32)
-
-
-@functools.lru_cache(maxsize=16)
-def _kernel64(factor: float) -> tuple[np.ndarray, int, int]:
-    """`speed_filter`'s float32 kernel as float64 [taps, L], and M, L."""
-    kernel, step, phases = speed_filter(factor)
-    return kernel[:, 0, :].astype(np.float64), step, phases
+    # [B, steps, taps] x [taps, L] -> [B, steps, L], whose rows in order are the outputs; in
+    # float32, as the graph's conv1d.
+    out = np.asarray(signal, np.float32)[:, taken] @ kernel[:, 0, :]
+    return out.reshape(len(signal), steps * phases)[:, :segment]
