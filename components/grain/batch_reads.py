@@ -4,7 +4,8 @@ A Grain batch reads the records its plan names in one call. Arrays (or a dict of
 record per row) are indexed at once; a random-access source (`records.RunRecordSource`, or any
 object with `__len__` and `__getitem__`, as Grain's data sources are) is read record by record
 and its records stacked: a dict's entries each into one array, bytes into an object array,
-arrays along a new first axis.
+arrays along a new first axis (an object array of them where their shapes differ: the decoded
+audio of a run, say).
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ class BatchReader:
           numbers: int64 [B] record numbers, each in `[0, num_records)`.
 
         Returns:
-          An array `[B, ...]` or a dict of them (a source's bytes records: object [B]).
+          An array `[B, ...]` or a dict of them (a source's bytes records, or records of several
+          shapes: object [B]).
         """
         numbers = np.asarray(numbers, np.int64)
         if isinstance(self._arrays, dict):
@@ -82,4 +84,10 @@ def _stacked(records: list[object]) -> Batch:
         stacked = np.empty(len(records), dtype=object)
         stacked[:] = records
         return stacked
-    return np.stack([np.asarray(record) for record in records])
+    arrays = [np.asarray(record) for record in records]
+    if len({array.shape for array in arrays}) > 1:
+        # Records of several shapes (audio of several lengths) stay apart: a ragged batch.
+        ragged = np.empty(len(arrays), dtype=object)
+        ragged[:] = arrays
+        return ragged
+    return np.stack(arrays)

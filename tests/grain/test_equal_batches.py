@@ -1,7 +1,8 @@
 """Grain batches equal the tf.data batches of the same arguments, epoch by epoch.
 
 The cases (sizes, valid pairs, labels, strategies, seeds, batch sizes, worker splits, epoch
-modes) are generated from a seeded NumPy generator and sent in one go to the full install's
+modes; two class-balanced cases over a committed audio run, its serialized records compared
+byte for byte) are generated from a seeded NumPy generator and sent in one go to the full install's
 interpreter (`tf_batches.py`: TensorFlow 2.16, which the Grain venv must not hold): one
 TensorFlow process for all of them, where a hypothesis example each would start one each.
 """
@@ -15,9 +16,10 @@ import subprocess
 import numpy as np
 import pytest
 
+from tests.grain.tf_batches import as_arrays
 from tfx_dynamic_inputs.grain import GrainClassBalanced, GrainPairs
 
-_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tf_batches.py")
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _EPOCHS = 2
 
 
@@ -67,8 +69,20 @@ def _class_case(rng: np.random.Generator, number: int) -> tuple[dict, dict]:
     return {"name": name, "kind": "class_balanced", "args": args, "epochs": _EPOCHS}, inputs
 
 
+def _run_case(rng: np.random.Generator, number: int, folder: str) -> tuple[dict, dict]:
+    """A committed audio run (written by the TensorFlow process), its serialized records."""
+    case, inputs = _class_case(rng, number)
+    name = f"run{number}"
+    labels = inputs[f"{case['name']}/labels"]
+    run_dir = os.path.join(folder, name)
+    case.update(name=name, kind="class_run", run_dir=run_dir)
+    return case, {f"{name}/labels": labels}
+
+
 def _grain(case: dict, inputs: dict):
     name, args = case["name"], case["args"]
+    if case["kind"] == "class_run":
+        return GrainClassBalanced(case["run_dir"], record_set="train", decode="bytes", **args)
     if case["kind"] == "pairs":
         valid = (inputs[f"{name}/row_splits"], inputs[f"{name}/values"])
         return GrainPairs(inputs[f"{name}/x"], inputs[f"{name}/y"], valid, **args)
@@ -85,11 +99,23 @@ def tf_cases(tf_python: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[
             cases.append(case)
             inputs.update(arrays)
     folder = tmp_path_factory.mktemp("tf_batches")
+    for number in range(2):
+        case, arrays = _run_case(rng, number, str(folder))
+        cases.append(case)
+        inputs.update(arrays)
     (folder / "cases.json").write_text(json.dumps(cases))
     np.savez(folder / "inputs.npz", **inputs)
     subprocess.run(
-        [tf_python, _SCRIPT, folder / "cases.json", folder / "inputs.npz", folder / "out.npz"],
+        [
+            tf_python,
+            "-m",
+            "tests.grain.tf_batches",
+            folder / "cases.json",
+            folder / "inputs.npz",
+            folder / "out.npz",
+        ],
         check=True,
+        cwd=_REPO,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
     )
     return cases, inputs, dict(np.load(folder / "out.npz"))
@@ -105,9 +131,11 @@ def test_grain_batches_are_the_tf_data_batches(tf_cases: tuple[list, dict, dict]
             assert len({key.split("/")[2] for key in keys}) == len(batches), case
             for number, batch in enumerate(batches):
                 for key, value in batch.items():
-                    want = expected[f"{case['name']}/{epoch}/{number}/{key}"]
-                    np.testing.assert_array_equal(value, want, err_msg=f"{case} {epoch} {key}")
-                    assert value.dtype == want.dtype, (case, key, value.dtype, want.dtype)
+                    entry = f"{case['name']}/{epoch}/{number}/{key}"
+                    for part, got in as_arrays(entry, value).items():
+                        want = expected[part]
+                        np.testing.assert_array_equal(got, want, err_msg=f"{case} {part}")
+                        assert got.dtype == want.dtype, (case, part, got.dtype, want.dtype)
 
 
 def test_the_stream_is_the_epochs_in_turn(tf_cases: tuple[list, dict, dict]) -> None:

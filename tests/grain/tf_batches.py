@@ -1,9 +1,11 @@
 """The tf.data samplers' batches for tests/grain's equality tests, written to an .npz.
 
-Run by the full install's interpreter (TensorFlow present; `TFX_DYNAMIC_INPUTS_TF_PYTHON`) as
-`python tf_batches.py CASES.json INPUTS.npz OUT.npz`: for each case (a sampler's arguments and
-how many epochs), `OUT["<case>/<epoch>/<batch>/<key>"]` is that batch's entry. The Grain venv
-holds no TensorFlow, so its tests ask this process for the batches they must equal.
+Run by the full install's interpreter (TensorFlow present; `TFX_DYNAMIC_INPUTS_TF_PYTHON`), from
+the checkout, as `python -m tests.grain.tf_batches CASES.json INPUTS.npz OUT.npz`: for each case
+(a sampler's arguments and how many epochs), `OUT["<case>/<epoch>/<batch>/<key>"]` is that
+batch's entry. The Grain venv holds no TensorFlow, so its tests ask this process for the batches
+they must equal (and for a committed audio run, written with the tests' helpers: `run_dir` of a
+`class_run` case).
 """
 
 from __future__ import annotations
@@ -23,6 +25,13 @@ def _batches(case: dict, inputs: dict) -> list[list[dict]]:
     if case["kind"] == "pairs":
         splits, values = inputs[f"{name}/row_splits"], inputs[f"{name}/values"]
         dataset = dynamic_pairs(inputs[f"{name}/x"], inputs[f"{name}/y"], (splits, values), **args)
+    elif case["kind"] == "class_run":
+        dataset = class_balanced(
+            _audio_run(case["run_dir"], inputs[f"{name}/labels"]),
+            record_set="train",
+            features=None,
+            **args,
+        )
     else:
         store = record_store_from(inputs[f"{name}/x"])
         dataset = class_balanced(
@@ -34,6 +43,30 @@ def _batches(case: dict, inputs: dict) -> list[list[dict]]:
     ]
 
 
+def _audio_run(run_dir: str, labels: np.ndarray):
+    """A committed audio run of `len(labels)` utterances at `run_dir`, labelled `labels`."""
+    from tests.core.records_runs import write_audio_run
+    from tests.inputs.runs import run_id_of
+    from tfx_dynamic_inputs import layout
+    from tfx_dynamic_inputs.inputs import open_run
+
+    write_audio_run(run_dir, len(labels))
+    num_classes = int(labels.max()) + 1
+    layout.save_class_index(run_dir, "train", labels, num_classes, None, run_id_of(run_dir))
+    return open_run(run_dir)
+
+
+def as_arrays(key: str, value: np.ndarray) -> dict[str, np.ndarray]:
+    """A batch entry as .npz arrays: serialized records (object [B] of bytes) as their bytes
+    joined and their lengths, which .npz keeps without pickling."""
+    if value.dtype != object:
+        return {key: value}
+    return {
+        key: np.frombuffer(b"".join(value), np.uint8),
+        f"{key}#lengths": np.array([len(record) for record in value]),
+    }
+
+
 def main(cases_path: str, inputs_path: str, out_path: str) -> None:
     with open(cases_path) as file:
         cases = json.load(file)
@@ -43,7 +76,7 @@ def main(cases_path: str, inputs_path: str, out_path: str) -> None:
         for epoch, batches in enumerate(_batches(case, inputs)):
             for number, batch in enumerate(batches):
                 for key, value in batch.items():
-                    out[f"{case['name']}/{epoch}/{number}/{key}"] = value
+                    out.update(as_arrays(f"{case['name']}/{epoch}/{number}/{key}", value))
     np.savez(out_path, **out)
 
 
