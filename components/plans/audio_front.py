@@ -5,13 +5,13 @@ PCM by `tfx_dynamic_inputs.records`): the same crop or pad, log-mel, mean normal
 SpecAugment as the graph front end, with the same keyed randomness. Every draw is
 `plans.keyed_hash.keyed_uniform` of the same seed folds and salts as the graph's
 `index_shuffle.keyed_uniform`, bit for bit (with the graph's int32 folds of its salts,
-`fold_in_int32`), so the crop offsets and the masks are exactly the
-graph's; the window and the filterbank are the same constants (`plans.filterbank`). The STFT is
-`np.fft.rfft` over the frames fully inside the signal (`tf.signal.stft` with `pad_end=False`:
-frame `t` is samples `[t * step, t * step + frame_length)`, windowed, zero-padded at its end to
-the FFT length), computed in float64 where the graph computes in float32, so the log-mels agree
-within float32's rounding of the graph: within 1e-3 (tests/core/test_audio_front.py states the
-measured bound), the masks and the lengths exactly.
+`fold_in_int32`), so the crop offsets and the masks are exactly the graph's; the window and the
+filterbank are the same constants (`plans.filterbank`). The STFT is `np.fft.rfft` over the frames
+fully inside the signal (`tf.signal.stft` with `pad_end=False`: frame `t` is samples
+`[t * step, t * step + frame_length)`, windowed, zero-padded at its end to the FFT length), the
+spectrum in float64 on NumPy 1 (NumPy 2 transforms float32 in float32, as the graph does), the
+filterbank and the log in float32: the log-mels agree within float32 rounding, within 1e-3
+(tests/core/test_audio_front.py states the measured bound), the masks and the lengths exactly.
 
 See `inputs.audio_features` for what each step does and why.
 """
@@ -130,8 +130,8 @@ def log_mel(signal: np.ndarray, config: AudioFeatureConfig) -> np.ndarray:
     taken = starts[:, None] + np.arange(config.frame_length)[None, :]
     windowed = signal[:, taken] * hann_window(config.frame_length)
     spectrum = np.fft.rfft(windowed, n=config.fft_length, axis=-1)
-    # The power from the float64 spectrum, rounded once; the filterbank and the log in float32,
-    # as the graph computes them (a float64 matmul would take 4 times as long).
+    # The filterbank and the log in float32, as the graph computes them (a float64 matmul would
+    # take 4 times as long).
     power = (spectrum.real**2 + spectrum.imag**2).astype(np.float32)
     weights = mel_matrix(
         config.num_mel_bins,
