@@ -1,26 +1,28 @@
 """`make kubeflow`: compiles both pipelines to KFP v2 specs with KubeflowV2DagRunner.
 
     python -m tfx_dynamic_inputs.kubeflow.runner [--config FILE] [--image IMAGE]
-        [--pipeline-root gs://...] [--output-dir kubeflow] [--data-root /app/sample_data]
+        [--pipeline-root gs://...] [--output-dir DIR] [--data-root /app/sample_data]
         [--schemas-dir /app/schemas] [--beam-arg=--runner=DataflowRunner]
 
-Writes `<output-dir>/<pipeline name>.json` (a `PipelineJob` whose `pipelineSpec` every task of
-which runs `python -m tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor` in
-`--image`: Vertex AI's `PipelineJob(template_path=...)` takes it) and beside it
-`<pipeline name>.yaml`, the bare `PipelineSpec`: the file to upload to Kubeflow Pipelines (its UI,
-or `kfp.Client().upload_pipeline`, which refuses a `.json`), as the runner prints for each
-pipeline. Paths in the spec are read inside
-the pods: by default the bundled sample data at the image's `/app/sample_data` (the
-Dockerfile generates the digit domains there) and a `gs://` pipeline root to replace with yours.
+Writes `<output-dir>/<pipeline name>.json` (the output dir is `tfx-dynamic-inputs-out/kubeflow`
+below the current folder unless given; `make kubeflow` gives `kubeflow`): a `PipelineJob` whose
+`pipelineSpec` runs every task as
+`python -m tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor` in `--image`
+(Vertex AI's `PipelineJob(template_path=...)` takes it). Beside it `<pipeline name>.yaml`, the
+bare `PipelineSpec`: the file to upload to Kubeflow Pipelines (its UI, or
+`kfp.Client().upload_pipeline`, which refuses a `.json`), as the runner prints for each pipeline.
+Paths in the spec are read inside the pods: by default the bundled sample data at the image's
+`/app/sample_data` (the Dockerfile generates the digit domains there) and a `gs://` pipeline root
+to replace with yours.
 Input fingerprints are not computed at compile time (the data need not be reachable from here);
 the cluster's own caching keys on parameters. `python -m tfx_dynamic_inputs.kubeflow.local_run
 <pipeline name>.json ROOT` runs the same file on this host (`host_paths`: the image's paths and
 the pipeline root are replaced by this host's).
 
-Both pipeline names must be legal KFP names (1-128 of a-z, 0-9 and '-'): they name the files,
-which are written only in the output folder, never through a link (`spec_files`). Every value is
-checked before TFX is imported or a file touched (`compile_checks`): a bad one is one line and
-exit status 2.
+Both pipeline names must be legal KFP names within TFX's limit (1-63 of a-z, 0-9 and '-'): they
+name the files, which are written only in the output folder, never through a link
+(`spec_files`). Every value is checked before TFX is imported or a file touched
+(`compile_checks`): a bad one is one line and exit status 2.
 
 `--config FILE` is the file `python -m tfx_dynamic_inputs.pipeline.run_local` reads
 (`tfx_dynamic_inputs.pipeline.cli`): its `kubeflow` section sets `KubeflowConfig` fields (the flags

@@ -17,7 +17,7 @@ tfx_dynamic_inputs.kubeflow.runner`::
       audio_root: data/audio
       num_epochs: 20
     cyclegan: {x_dir: x/, y_dir: y/, pairs: pairs.jsonl}    # CycleGanConfig fields
-    run: {work_dir: out/local, enable_cache: true}          # local runs (RUN_SECTION_TYPES)
+    run: {work_dir: runs/local, enable_cache: true}         # local runs (RUN_SECTION_TYPES)
     kubeflow: {image: REGISTRY/tfx-dynamic-inputs:TAG}      # KubeflowConfig fields
 
 Flags override the file. A bad flag, key or value is a `ConfigError`: one line naming it, which
