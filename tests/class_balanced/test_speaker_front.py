@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 from tests.class_balanced.runs import write_clip_run
 from tests.core.test_audio_front import batch_seed, generated_clip
 from tests.helpers.subprocesses import run_python
+from tfx_dynamic_inputs.inputs import speaker_augment as graph_augment
 from tfx_dynamic_inputs.inputs.speaker_augment import SpeakerAugmenter
+from tfx_dynamic_inputs.plans import audio_front, speaker_front
 from tfx_dynamic_inputs.plans.audio_options import AudioFeatureConfig, SpecAugment
 from tfx_dynamic_inputs.plans.augment_options import (
     AdditiveNoise,
@@ -121,6 +123,22 @@ def test_the_numpy_augmentation_draws_and_computes_the_graphs(
         np.testing.assert_array_equal(mine[key], theirs[key], err_msg=key)
     for key in ("clean", "audio"):
         np.testing.assert_allclose(mine[key], theirs[key], atol=WAVEFORM_ATOL, err_msg=key)
+    if front.noise is not None:
+        # The noise windows' offsets, drawn from the noise crop's seed (a wrong one would move
+        # the waveforms by the noise's scale, not 1e-6).
+        clip = np.searchsorted(front.noise.records, mine["noise_clip"])
+        lengths = front.noise.lengths(clip)
+        noise_seed = audio_front.fold_in_int32(drawn, speaker_front.SALT_NOISE_CROP)
+        graph_seed = tf.random.experimental.stateless_fold_in(
+            tf.constant(drawn), graph_augment._SALT_NOISE_CROP
+        )
+        graph_starts = graph_augment._window_start(
+            tf.constant(lengths), features.crop_samples, graph_seed, graph_inputs[3]
+        )
+        np.testing.assert_array_equal(
+            audio_front.keyed_starts(lengths, features.crop_samples, noise_seed, positions),
+            graph_starts.numpy(),
+        )
     # Factor 1.0 is a crop: its samples are the graph's, exactly.
     same = mine["factor"] == 1.0
     np.testing.assert_array_equal(mine["clean"][same], theirs["clean"][same])
@@ -131,6 +149,12 @@ def test_the_numpy_augmentation_draws_and_computes_the_graphs(
     np.testing.assert_allclose(
         mine_features["features"], their_features["features"].numpy(), atol=LOG_MEL_ATOL
     )
+
+
+def test_both_executors_salt_their_draws_alike():
+    for name in ("NOISE_PICK", "NOISE_APPLY", "NOISE_SNR", "NOISE_CROP", "RIR_PICK", "RIR_APPLY"):
+        assert getattr(speaker_front, f"SALT_{name}") == getattr(graph_augment, f"_SALT_{name}")
+    assert graph_augment._SALT_SPEECH_CROP == audio_front.SALT_CROP
 
 
 def test_a_run_of_silence_only_is_refused_in_one_line(tmp_path):
