@@ -33,12 +33,13 @@ import tensorflow as tf
 from tfx_dynamic_inputs import layout
 from tfx_dynamic_inputs.inputs.audio_config import AudioFeatureConfig, SpecAugment, num_frames
 from tfx_dynamic_inputs.inputs.index_shuffle import keyed_uniform
+from tfx_dynamic_inputs.plans import audio_front
 from tfx_dynamic_inputs.plans.filterbank import hann_window, mel_matrix
 
-# Sub-streams of a batch's seed.
-_SALT_CROP = 0
-_SALT_FREQ_MASK = 1
-_SALT_TIME_MASK = 2
+# Sub-streams of a batch's seed, stated once with the NumPy front end.
+_SALT_CROP = audio_front.SALT_CROP
+_SALT_FREQ_MASK = audio_front.SALT_FREQ_MASK
+_SALT_TIME_MASK = audio_front.SALT_TIME_MASK
 
 
 def pcm16_num_samples(audio: tf.Tensor, index: tf.Tensor | None = None) -> tf.Tensor:
