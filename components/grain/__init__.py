@@ -6,8 +6,9 @@ any random-access source or a committed run (`tfx_dynamic_inputs.records`), so a
 importing it never imports TensorFlow.
 
 * `pairs`: `dynamic_pairs`, `GrainPairs`;
-* `class_balanced`: `class_balanced`, `GrainClassBalanced` (records or decoded features; the
-  audio front end and the mixed samplers are not here yet);
+* `class_balanced`: `class_balanced`, `GrainClassBalanced` (the records, decoded, or the audio
+  front end's features: `plans.audio_front`); the mixed samplers and speaker augmentation are
+  not here yet;
 * `epoch_stream`: an epoch as a `grain.MapDataset`, the epochs as a checkpointable, elastic
   `grain.IterDataset`; `batch_reads`: records by number, stacked.
 

@@ -1,12 +1,14 @@
 """Class-balanced batches as Grain datasets: the batches of `inputs.class_balanced` without
-TensorFlow (its front end off: the records themselves, or their decoded features).
+TensorFlow: the records themselves, their decoded features, or (`features`) the audio front end's
+log-mels, computed by `plans.audio_front` (within float32 rounding of the graph's).
 
 `GrainClassBalanced` plans with `plans.class_plan.ClassBalancedPlan` (the tf.data plan's
 positions and labels bit for bit, for the same arguments) over the class index of the labels
 (`layout.class_records`, the one tf.data builds) or of a run, and reads the planned records with
 `batch_reads.BatchReader`. A batch is a dict of ``index`` (record numbers) and ``label`` (class
 ids), int64 [n_c * n_p], and the records: a dict source's (or decoder's) entries by their
-keys, bytes as ``record`` (tf.data's `features=None`), an array as ``features``.
+keys, bytes as ``record`` (tf.data's `features=None`), an array as ``features``; with the front
+end, ``features``, ``lengths`` and ``mask`` of the records' audio, as tf.data's.
 
 Example:
 
@@ -27,6 +29,8 @@ from tfx_dynamic_inputs import layout
 from tfx_dynamic_inputs.grain.batch_reads import BatchReader
 from tfx_dynamic_inputs.grain.epoch_stream import EpochStream, epoch_dataset
 from tfx_dynamic_inputs.layout.filesystem import without_tensorflow
+from tfx_dynamic_inputs.plans.audio_front import audio_features
+from tfx_dynamic_inputs.plans.audio_options import AudioFeatureConfig
 from tfx_dynamic_inputs.plans.class_plan import ClassBalancedPlan
 from tfx_dynamic_inputs.plans.worker_slices import batches_per_worker
 from tfx_dynamic_inputs.records.source import RunRecordSource
@@ -72,6 +76,10 @@ class GrainClassBalanced:
       record_set: the run's labelled record set.
       decode: how a run's records are decoded (`records.RunRecordSource`: "bytes" gives tf.data's
         `features=None` records).
+      features: the audio front end (`plans.audio_options.AudioFeatureConfig`, as given: a
+        record at another rate is refused naming it, as tf.data's) over records of ``audio``
+        (int16 [n]) and ``sample_rate`` (`records.AudioDecoder`'s); None (the default, unlike
+        tf.data's, as arrays need none): the records as they are.
 
     Raises:
       ValueError, TypeError: a bad argument in one line (`ClassBalancedPlan`'s, or labels that
@@ -99,8 +107,14 @@ class GrainClassBalanced:
         num_workers: int = 1,
         record_set: str | None = None,
         decode: object = "auto",
+        features: AudioFeatureConfig | None = None,
     ):
+        if features is not None and not isinstance(features, AudioFeatureConfig):
+            raise TypeError(
+                f"features must be an AudioFeatureConfig or None, got {type(features).__name__}"
+            )
         records, row_splits, self._values = _class_index(source, labels, record_set, decode)
+        self.features = features
         self._records = BatchReader(records, "source")
         if len(self._values) != self._records.num_records:
             raise ValueError(
@@ -129,6 +143,7 @@ class GrainClassBalanced:
                 "max_draws_per_record": max_draws_per_record,
                 "class_sizes": [int(size) for size in np.diff(row_splits)],
                 "n_samples_per_class": n_samples_per_class,
+                "features": None if features is None else repr(features),
                 "global_batch": num_workers * self.batch_size,
                 # A plan of fixed units keeps its batches on one split only.
                 "split": None if self.plan.elastic else num_workers,
@@ -141,6 +156,22 @@ class GrainClassBalanced:
         planned = self.plan.plan_batches(epoch, np.array([batch_number]))
         index = self._values[planned["position"][0] % len(self._values)].astype(np.int64)
         records = self._records.read(index)
+        if self.features is not None:
+            if not isinstance(records, dict) or not {"audio", "sample_rate"} <= records.keys():
+                raise ValueError(
+                    "the audio front end needs records of audio and sample_rate (a run's "
+                    f"audio records), got {type(records).__name__}"
+                )
+            positions = planned["slice_start"][0] + np.arange(len(index), dtype=np.int64)
+            computed = audio_features(
+                list(records["audio"]),
+                self.features,
+                planned["seed"][0],
+                index=index,
+                sample_rate=records["sample_rate"],
+                positions=positions,
+            )
+            return {"index": index, "label": planned["label"][0], **computed}
         if isinstance(records, dict):
             return {"index": index, "label": planned["label"][0], **records}
         name = "record" if records.dtype == object else "features"
@@ -169,6 +200,7 @@ def class_balanced(
     num_workers: int = 1,
     record_set: str | None = None,
     decode: object = "auto",
+    features: AudioFeatureConfig | None = None,
     first_epoch: int = 0,
     num_epochs: int | None = None,
 ) -> EpochStream:
@@ -176,8 +208,8 @@ def class_balanced(
 
     Args:
       source, labels, n_classes_per_batch, n_samples_per_class, seed, epoch_mode,
-        small_classes, max_draws_per_record, worker_index, num_workers, record_set, decode:
-        as `GrainClassBalanced`.
+        small_classes, max_draws_per_record, worker_index, num_workers, record_set, decode,
+        features: as `GrainClassBalanced`.
       first_epoch, num_epochs: the epochs streamed (None: without end).
 
     Returns:
@@ -201,5 +233,6 @@ def class_balanced(
         num_workers=num_workers,
         record_set=record_set,
         decode=decode,
+        features=features,
     )
     return balanced.stream(first_epoch, num_epochs)

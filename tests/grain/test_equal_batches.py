@@ -1,8 +1,9 @@
 """Grain batches equal the tf.data batches of the same arguments, epoch by epoch.
 
 The cases (sizes, valid pairs, labels, strategies, seeds, batch sizes, worker splits, epoch
-modes; two class-balanced cases over a committed audio run, its serialized records compared
-byte for byte) are generated from a seeded NumPy generator and sent in one go to the full install's
+modes; three class-balanced cases over a committed audio run: its serialized records byte for
+byte, the audio front end's features (crop; pad with SpecAugment) within 1e-3, their lengths and
+masks exactly) are generated from a seeded NumPy generator and sent in one go to the full install's
 interpreter (`tf_batches.py`: TensorFlow 2.16, which the Grain venv must not hold): one
 TensorFlow process for all of them, where a hypothesis example each would start one each.
 """
@@ -16,11 +17,13 @@ import subprocess
 import numpy as np
 import pytest
 
-from tests.grain.tf_batches import as_arrays
+from tests.grain.tf_batches import SAMPLE_RATE, as_arrays, feature_config
 from tfx_dynamic_inputs.grain import GrainClassBalanced, GrainPairs
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _EPOCHS = 2
+# tests/core/test_audio_front.py's bound on the NumPy front end's log-mels against the graph's.
+LOG_MEL_ATOL = 1e-3
 
 
 def _pair_case(rng: np.random.Generator, number: int) -> tuple[dict, dict]:
@@ -70,19 +73,38 @@ def _class_case(rng: np.random.Generator, number: int) -> tuple[dict, dict]:
 
 
 def _run_case(rng: np.random.Generator, number: int, folder: str) -> tuple[dict, dict]:
-    """A committed audio run (written by the TensorFlow process), its serialized records."""
+    """A committed audio run (written by the TensorFlow process): its serialized records, or the
+    front end's features (crop; pad with SpecAugment), by `number`."""
     case, inputs = _class_case(rng, number)
     name = f"run{number}"
     labels = inputs[f"{case['name']}/labels"]
+    features = [
+        None,
+        {"mode": "crop", "sample_rate": SAMPLE_RATE, "crop_seconds": 0.5, "num_mel_bins": 20},
+        {
+            "mode": "pad",
+            "sample_rate": SAMPLE_RATE,
+            "num_mel_bins": 16,
+            "mean_normalization": False,
+            "spec_augment": {"freq_mask_param": 4, "time_mask_param": 8},
+        },
+    ][number % 3]
     run_dir = os.path.join(folder, name)
-    case.update(name=name, kind="class_run", run_dir=run_dir)
+    case.update(name=name, kind="class_run", run_dir=run_dir, features=features)
     return case, {f"{name}/labels": labels}
 
 
 def _grain(case: dict, inputs: dict):
     name, args = case["name"], case["args"]
     if case["kind"] == "class_run":
-        return GrainClassBalanced(case["run_dir"], record_set="train", decode="bytes", **args)
+        features = feature_config(case["features"])
+        return GrainClassBalanced(
+            case["run_dir"],
+            record_set="train",
+            decode="bytes" if features is None else "audio",
+            features=features,
+            **args,
+        )
     if case["kind"] == "pairs":
         valid = (inputs[f"{name}/row_splits"], inputs[f"{name}/values"])
         return GrainPairs(inputs[f"{name}/x"], inputs[f"{name}/y"], valid, **args)
@@ -99,7 +121,7 @@ def tf_cases(tf_python: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[
             cases.append(case)
             inputs.update(arrays)
     folder = tmp_path_factory.mktemp("tf_batches")
-    for number in range(2):
+    for number in range(3):
         case, arrays = _run_case(rng, number, str(folder))
         cases.append(case)
         inputs.update(arrays)
@@ -134,7 +156,11 @@ def test_grain_batches_are_the_tf_data_batches(tf_cases: tuple[list, dict, dict]
                     entry = f"{case['name']}/{epoch}/{number}/{key}"
                     for part, got in as_arrays(entry, value).items():
                         want = expected[part]
-                        np.testing.assert_array_equal(got, want, err_msg=f"{case} {part}")
+                        if key == "features" and case.get("features"):
+                            # The front end's log-mels: float64 FFT here, float32 in the graph.
+                            np.testing.assert_allclose(got, want, atol=LOG_MEL_ATOL, rtol=0)
+                        else:
+                            np.testing.assert_array_equal(got, want, err_msg=f"{case} {part}")
                         assert got.dtype == want.dtype, (case, part, got.dtype, want.dtype)
 
 

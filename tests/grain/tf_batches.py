@@ -15,6 +15,8 @@ import sys
 
 import numpy as np
 
+SAMPLE_RATE = 8000
+
 
 def _batches(case: dict, inputs: dict) -> list[list[dict]]:
     """Each epoch's batches of the tf.data sampler `case` names."""
@@ -29,7 +31,7 @@ def _batches(case: dict, inputs: dict) -> list[list[dict]]:
         dataset = class_balanced(
             _audio_run(case["run_dir"], inputs[f"{name}/labels"]),
             record_set="train",
-            features=None,
+            features=feature_config(case["features"]),
             **args,
         )
     else:
@@ -43,16 +45,46 @@ def _batches(case: dict, inputs: dict) -> list[list[dict]]:
     ]
 
 
+def feature_config(spec: dict | None):
+    """The `AudioFeatureConfig` a case's JSON `spec` names (its ``spec_augment`` a dict of
+    `SpecAugment`'s arguments), or None."""
+    from tfx_dynamic_inputs.plans.audio_options import AudioFeatureConfig, SpecAugment
+
+    if spec is None:
+        return None
+    masks = spec.get("spec_augment")
+    return AudioFeatureConfig(**{**spec, "spec_augment": masks and SpecAugment(**masks)})
+
+
 def _audio_run(run_dir: str, labels: np.ndarray):
-    """A committed audio run of `len(labels)` utterances at `run_dir`, labelled `labels`."""
-    from tests.core.records_runs import write_audio_run
-    from tests.inputs.runs import run_id_of
+    """A committed audio run at `run_dir` of `len(labels)` utterances of 0.25 to 1.1 s at 8 kHz,
+    the class of each `labels`' (in its records and its class index)."""
+    from tests.class_balanced.runs import audio_example
+    from tests.inputs.runs import run_id_of, write_record_set
     from tfx_dynamic_inputs import layout
     from tfx_dynamic_inputs.inputs import open_run
 
-    write_audio_run(run_dir, len(labels))
-    num_classes = int(labels.max()) + 1
-    layout.save_class_index(run_dir, "train", labels, num_classes, None, run_id_of(run_dir))
+    rng = np.random.default_rng(len(labels))
+    records = [
+        audio_example(
+            f"utt{number:04d}",
+            rng.integers(-3000, 3000, int(rng.integers(2000, 9000))),
+            int(label),
+            f"spk{label}",
+            SAMPLE_RATE,
+        )
+        for number, label in enumerate(labels)
+    ]
+    write_record_set(run_dir, "train", records, num_shards=2)
+    run_id = run_id_of(run_dir)
+    layout.save_class_index(run_dir, "train", labels, int(labels.max()) + 1, None, run_id)
+    summary = {
+        "ok": True,
+        "job": "audio",
+        "config": {"sample_rate": SAMPLE_RATE},
+        "record_sets": {"train": {"num_records": len(records)}},
+    }
+    layout.commit_run(run_dir, run_id, summary)
     return open_run(run_dir)
 
 
