@@ -27,6 +27,8 @@ from tfx_dynamic_inputs.grain.epoch_stream import EpochStream, epoch_dataset
 from tfx_dynamic_inputs.plans.pair_plan import PairPlan
 from tfx_dynamic_inputs.plans.worker_slices import batches_per_worker
 
+_NONE = np.zeros(0, np.int64)
+
 
 @dataclasses.dataclass(frozen=True)
 class EdgeList:
@@ -60,9 +62,10 @@ class EdgeList:
         if isinstance(valid_pairs, tuple) and len(valid_pairs) == 2:
             row_splits, values = (np.asarray(part) for part in valid_pairs)
         else:
-            rows = [np.asarray(row).reshape(-1) for row in valid_pairs]
+            # An empty row is no values of any kind: int64, so the others' kind decides.
+            rows = [np.asarray(row).reshape(-1) if len(row) else _NONE for row in valid_pairs]
             row_splits = np.concatenate([[0], np.cumsum([len(row) for row in rows])])
-            values = np.concatenate(rows) if rows else np.zeros(0)
+            values = np.concatenate(rows) if rows else _NONE
         if (
             row_splits.ndim != 1
             or len(row_splits) < 1
