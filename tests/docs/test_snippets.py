@@ -109,3 +109,15 @@ def test_a_page_without_the_promised_code_is_an_error(tmp_path):
     unclosed.write_text("```python\nx = 1\n")
     with pytest.raises(ValueError, match="unclosed.md:1: a ```python block is never closed"):
         snippets.python_blocks(str(unclosed))
+
+
+@pytest.mark.core
+def test_grain_blocks_run_only_when_asked_for(tmp_path):
+    """A `grain` block needs the Grain venv (no TensorFlow): the full run of a page leaves it
+    out, and `--tag grain` runs it (tests/grain/test_keras_fit.py)."""
+    page = tmp_path / "grain.md"
+    page.write_text(
+        "```python\nvalue = 1\n```\n\n```python grain\nraise SystemExit('a grain block ran')\n```\n"
+    )
+    assert snippets.run_pages([str(page)])[str(page)].ok
+    assert not snippets.run_pages([str(page)], snippets.GRAIN_TAG)[str(page)].ok
