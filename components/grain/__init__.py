@@ -5,7 +5,8 @@ any random-access source or a committed run (`tfx_dynamic_inputs.records`), so a
 `e` here equals the tf.data batch of epoch `e` of the same arguments. Needs the `grain` extra;
 importing it never imports TensorFlow.
 
-* `pairs`: `dynamic_pairs`, `GrainPairs`;
+* `pairs`: `dynamic_pairs`, `GrainPairs`; `valid_pairs`: `EdgeList`, `GroupList`;
+  `run_pairs`: `open_pairs`, a pairs run's record sets and pair index;
 * `class_balanced`: `class_balanced`, `GrainClassBalanced` (the records, decoded, or the audio
   front end's features: `plans.audio_front`); the mixed samplers and speaker augmentation are
   not here yet;
@@ -25,7 +26,9 @@ from __future__ import annotations
 from tfx_dynamic_inputs.grain.batch_reads import BatchReader
 from tfx_dynamic_inputs.grain.class_balanced import GrainClassBalanced, class_balanced
 from tfx_dynamic_inputs.grain.epoch_stream import EpochStream, epoch_dataset
-from tfx_dynamic_inputs.grain.pairs import EdgeList, GrainPairs, dynamic_pairs
+from tfx_dynamic_inputs.grain.pairs import GrainPairs, dynamic_pairs
+from tfx_dynamic_inputs.grain.run_pairs import open_pairs
+from tfx_dynamic_inputs.grain.valid_pairs import EdgeList, GroupList
 
 __all__ = [
     "BatchReader",
@@ -33,7 +36,9 @@ __all__ = [
     "EpochStream",
     "GrainClassBalanced",
     "GrainPairs",
+    "GroupList",
     "class_balanced",
     "dynamic_pairs",
     "epoch_dataset",
+    "open_pairs",
 ]

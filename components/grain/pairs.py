@@ -15,8 +15,8 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import json
+import os
 from typing import Any
 
 import grain
@@ -24,73 +24,10 @@ import numpy as np
 
 from tfx_dynamic_inputs.grain.batch_reads import BatchReader
 from tfx_dynamic_inputs.grain.epoch_stream import EpochStream, epoch_dataset
+from tfx_dynamic_inputs.grain.run_pairs import open_pairs
+from tfx_dynamic_inputs.grain.valid_pairs import EdgeList
 from tfx_dynamic_inputs.plans.pair_plan import PairPlan
 from tfx_dynamic_inputs.plans.worker_slices import batches_per_worker
-
-_NONE = np.zeros(0, np.int64)
-
-
-@dataclasses.dataclass(frozen=True)
-class EdgeList:
-    """Valid pairs as a CSR over the x (`plans.pair_plan.EdgePairs`), checked.
-
-    Attributes:
-      row_splits: int64 [num_x + 1]; values: int64 [num_pairs], the y of each x in order.
-      planned_x: int64 [num_x], every x (each has at least one y).
-    """
-
-    row_splits: np.ndarray
-    values: np.ndarray
-    planned_x: np.ndarray
-
-    @classmethod
-    def build(cls, valid_pairs: object, num_x: int, num_y: int) -> EdgeList:
-        """The CSR of `valid_pairs`, each y checked against `num_y` and the rows against `num_x`.
-
-        Args:
-          valid_pairs: a list of lists of y record numbers (one list per x), or CSR arrays
-            `(row_splits, values)`.
-          num_x, num_y: the records of each side.
-
-        Returns:
-          The `EdgeList`.
-
-        Raises:
-          ValueError: rows not `num_x`, a y outside `[0, num_y)`, an empty list (as tf.data's
-            `on_invalid="fail"`), bad CSR arrays or no x, naming the first bad x.
-        """
-        if isinstance(valid_pairs, tuple) and len(valid_pairs) == 2:
-            row_splits, values = (np.asarray(part) for part in valid_pairs)
-        else:
-            # An empty row is no values of any kind: int64, so the others' kind decides.
-            rows = [np.asarray(row).reshape(-1) if len(row) else _NONE for row in valid_pairs]
-            row_splits = np.concatenate([[0], np.cumsum([len(row) for row in rows])])
-            values = np.concatenate(rows) if rows else _NONE
-        if (
-            row_splits.ndim != 1
-            or len(row_splits) < 1
-            or row_splits[0] != 0
-            or np.any(np.diff(row_splits) < 0)
-            or row_splits[-1] != len(values)
-            or (len(values) and values.dtype.kind not in "iu")
-        ):
-            raise ValueError("valid_pairs: CSR row_splits must rise from 0 to len(values) (ints)")
-        if len(row_splits) - 1 != num_x:
-            raise ValueError(f"valid_pairs has {len(row_splits) - 1} rows, x has {num_x} records")
-        values = values.astype(np.int64)
-        bad = np.flatnonzero((values < 0) | (values >= num_y))
-        if len(bad):
-            x = int(np.searchsorted(row_splits, bad[0], side="right") - 1)
-            raise ValueError(f"valid_pairs: x {x} names y {values[bad[0]]}, outside [0, {num_y})")
-        empty = np.flatnonzero(np.diff(row_splits) == 0)
-        if len(empty):
-            raise ValueError(
-                f"valid_pairs: x {empty[0]} has an empty valid list ({len(empty)} x in all)"
-            )
-        planned_x = np.arange(num_x, dtype=np.int64)
-        if not num_x:
-            raise ValueError("valid_pairs: no x has a valid pair; nothing to plan")
-        return cls(row_splits.astype(np.int64), values, planned_x)
 
 
 class GrainPairs:
@@ -98,13 +35,16 @@ class GrainPairs:
 
     Args:
       x, y: the records of each side: an array (a record a row), a dict of arrays, or a
-        random-access source (`records.RunRecordSource`).
+        random-access source (`records.RunRecordSource`). Or `x` alone a pairs run folder,
+        whose record sets and pair index (edges or groups: `run_pairs.open_pairs`) are used.
       valid_pairs: for each x, the y it may pair with (`EdgeList.build`).
       batch_size: pairs per batch of this worker (as tf.data's `batch_size`).
       strategy: ``"uniform"`` or ``"least_sampled"``.
       seed: plans are a pure function of `(seed, epoch)`.
       worker_index, num_workers: this input pipeline's share of whole batches.
       remainder: ``"wrap"`` or ``"drop"``, as tf.data's.
+      decode: how a run's records are decoded (`records.RunRecordSource`); "bytes": the
+        serialized records, as tf.data's without `image` or a parser.
 
     Raises:
       ValueError, TypeError: a bad argument, named in one line (`PairPlan`'s, `EdgeList`'s).
@@ -118,8 +58,8 @@ class GrainPairs:
     def __init__(
         self,
         x: object,
-        y: object,
-        valid_pairs: object,
+        y: object = None,
+        valid_pairs: object = None,
         *,
         batch_size: int,
         strategy: str = "uniform",
@@ -127,9 +67,20 @@ class GrainPairs:
         worker_index: int = 0,
         num_workers: int = 1,
         remainder: str = "wrap",
+        decode: object = "bytes",
     ):
-        self._x, self._y = BatchReader(x, "x"), BatchReader(y, "y")
-        edges = EdgeList.build(valid_pairs, self._x.num_records, self._y.num_records)
+        if isinstance(x, str | os.PathLike):
+            if y is not None or valid_pairs is not None:
+                raise ValueError("a run holds its own y and valid pairs: pass the run alone")
+            x, y, edges = open_pairs(x, decode)
+            self._x, self._y = BatchReader(x, "x"), BatchReader(y, "y")
+        elif y is None or valid_pairs is None:
+            raise TypeError("pass x, y and valid_pairs, or a pairs run folder as x alone")
+        else:
+            self._x, self._y = BatchReader(x, "x"), BatchReader(y, "y")
+            edges = EdgeList.build(valid_pairs, self._x.num_records, self._y.num_records)
+        grouped = hasattr(edges, "group_row_splits")
+        num_pairs = len(edges.group_values if grouped else edges.values)
         self.plan = PairPlan(
             edges,
             strategy=strategy,
@@ -149,7 +100,8 @@ class GrainPairs:
                 "remainder": remainder,
                 "x": self._x.num_records,
                 "y": self._y.num_records,
-                "pairs": len(edges.values),
+                "pairs": num_pairs,
+                "pairing": "groups" if grouped else "edges",
                 "planned_x": len(edges.planned_x),
                 "global_batch": num_workers * self.batch_size,
             },
@@ -178,8 +130,8 @@ class GrainPairs:
 
 def dynamic_pairs(
     x: object,
-    y: object,
-    valid_pairs: object,
+    y: object = None,
+    valid_pairs: object = None,
     *,
     batch_size: int,
     strategy: str = "uniform",
@@ -187,14 +139,15 @@ def dynamic_pairs(
     worker_index: int = 0,
     num_workers: int = 1,
     remainder: str = "wrap",
+    decode: object = "bytes",
     first_epoch: int = 0,
     num_epochs: int | None = None,
 ) -> EpochStream:
     """Pair batches re-paired every epoch, as a Grain `IterDataset` (`GrainPairs.stream`).
 
     Args:
-      x, y, valid_pairs, batch_size, strategy, seed, worker_index, num_workers, remainder: as
-        `GrainPairs`.
+      x, y, valid_pairs, batch_size, strategy, seed, worker_index, num_workers, remainder,
+        decode: as `GrainPairs`.
       first_epoch, num_epochs: the epochs streamed (None: without end).
 
     Returns:
@@ -215,5 +168,6 @@ def dynamic_pairs(
         worker_index=worker_index,
         num_workers=num_workers,
         remainder=remainder,
+        decode=decode,
     )
     return pairs.stream(first_epoch, num_epochs)

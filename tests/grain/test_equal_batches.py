@@ -1,9 +1,10 @@
 """Grain batches equal the tf.data batches of the same arguments, epoch by epoch.
 
-The cases (sizes, valid pairs, labels, strategies, seeds, batch sizes, worker splits, epoch
-modes; three class-balanced cases over a committed audio run: its serialized records byte for
-byte, the audio front end's features (crop; pad with SpecAugment) within 1e-3, their lengths and
-masks exactly) are generated from a seeded NumPy generator and sent in one go to the full install's
+The cases are generated from a seeded NumPy generator: arrays (sizes, valid pairs, labels,
+strategies, seeds, batch sizes, worker splits, epoch modes); three class-balanced cases over a
+committed audio run (its serialized records byte for byte; the audio front end's features, crop
+and pad with SpecAugment, within 1e-3, their lengths and masks exactly); three pairs runs, paired
+by edges or by groups (their serialized records). They go in one go to the full install's
 interpreter (`tf_batches.py`: TensorFlow 2.16, which the Grain venv must not hold): one
 TensorFlow process for all of them, where a hypothesis example each would start one each.
 """
@@ -94,8 +95,30 @@ def _run_case(rng: np.random.Generator, number: int, folder: str) -> tuple[dict,
     return case, {f"{name}/labels": labels}
 
 
+def _pairs_run_case(rng: np.random.Generator, number: int, folder: str) -> tuple[dict, dict]:
+    """A committed pairs run (written by the TensorFlow process) of an edge CSR or, for odd
+    `number`, of groups (some x in none); its serialized records."""
+    case, arrays = _pair_case(rng, number)
+    name = f"pairs_run{number}"
+    num_x, num_y = len(arrays[f"{case['name']}/x"]), len(arrays[f"{case['name']}/y"])
+    inputs = {f"{name}/x_groups": np.zeros(num_x, np.int64), f"{name}/num_y": np.array(num_y)}
+    if number % 2:
+        y_groups = rng.integers(-1, 3, num_y)
+        y_groups[0] = 0
+        x_groups = rng.choice(np.append(np.unique(y_groups[y_groups >= 0]), -1), num_x)
+        x_groups[0] = 0
+        inputs.update({f"{name}/x_groups": x_groups, f"{name}/y_groups": y_groups})
+    else:
+        for part in ("row_splits", "values"):
+            inputs[f"{name}/{part}"] = arrays[f"{case['name']}/{part}"]
+    case.update(name=name, kind="pairs_run", run_dir=os.path.join(folder, name))
+    return case, inputs
+
+
 def _grain(case: dict, inputs: dict):
     name, args = case["name"], case["args"]
+    if case["kind"] == "pairs_run":
+        return GrainPairs(case["run_dir"], decode="bytes", **args)
     if case["kind"] == "class_run":
         features = feature_config(case["features"])
         return GrainClassBalanced(
@@ -122,9 +145,10 @@ def tf_cases(tf_python: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[
             inputs.update(arrays)
     folder = tmp_path_factory.mktemp("tf_batches")
     for number in range(3):
-        case, arrays = _run_case(rng, number, str(folder))
-        cases.append(case)
-        inputs.update(arrays)
+        for make in (_run_case, _pairs_run_case):
+            case, arrays = make(rng, number, str(folder))
+            cases.append(case)
+            inputs.update(arrays)
     (folder / "cases.json").write_text(json.dumps(cases))
     np.savez(folder / "inputs.npz", **inputs)
     subprocess.run(
@@ -172,5 +196,6 @@ def test_the_stream_is_the_epochs_in_turn(tf_cases: tuple[list, dict, dict]) -> 
         assert len(streamed) == case["epochs"] * sampler.steps_per_epoch
         for step, batch in enumerate(streamed):
             epoch, number = divmod(step, sampler.steps_per_epoch)
-            want = expected[f"{case['name']}/{epoch}/{number}/" + next(iter(batch))]
-            np.testing.assert_array_equal(next(iter(batch.values())), want)
+            key = "x_index" if "x_index" in batch else "index"
+            want = expected[f"{case['name']}/{epoch}/{number}/{key}"]
+            np.testing.assert_array_equal(batch[key], want, err_msg=f"{case} {step}")

@@ -27,6 +27,8 @@ def _batches(case: dict, inputs: dict) -> list[list[dict]]:
     if case["kind"] == "pairs":
         splits, values = inputs[f"{name}/row_splits"], inputs[f"{name}/values"]
         dataset = dynamic_pairs(inputs[f"{name}/x"], inputs[f"{name}/y"], (splits, values), **args)
+    elif case["kind"] == "pairs_run":
+        dataset = dynamic_pairs(_pairs_run(case["run_dir"], inputs, name), **args)
     elif case["kind"] == "class_run":
         dataset = class_balanced(
             _audio_run(case["run_dir"], inputs[f"{name}/labels"]),
@@ -85,6 +87,41 @@ def _audio_run(run_dir: str, labels: np.ndarray):
         "record_sets": {"train": {"num_records": len(records)}},
     }
     layout.commit_run(run_dir, run_id, summary)
+    return open_run(run_dir)
+
+
+def _pairs_run(run_dir: str, inputs: dict, name: str):
+    """A committed pairs run at `run_dir` of random images, paired by the case's edge CSR or, where
+    it names groups, by group."""
+    from tests.inputs.runs import (
+        image_example,
+        random_images,
+        run_id_of,
+        write_pairs,
+        write_record_set,
+    )
+    from tfx_dynamic_inputs import layout
+    from tfx_dynamic_inputs.inputs import open_run
+
+    rng = np.random.default_rng(len(inputs[f"{name}/x_groups"]))
+    for record_set, size in (
+        ("x", len(inputs[f"{name}/x_groups"])),
+        ("y", inputs[f"{name}/num_y"]),
+    ):
+        images = random_images(rng, int(size))
+        records = [image_example(f"{record_set}{i}", image) for i, image in enumerate(images)]
+        write_record_set(run_dir, record_set, records, num_shards=2)
+    if f"{name}/values" in inputs:
+        splits, values = inputs[f"{name}/row_splits"], inputs[f"{name}/values"]
+        write_pairs(
+            run_dir, [values[a:b].tolist() for a, b in zip(splits[:-1], splits[1:], strict=True)]
+        )
+    else:
+        x_groups, y_groups = inputs[f"{name}/x_groups"], inputs[f"{name}/y_groups"]
+        names = [f"group{number}" for number in range(int(y_groups.max()) + 1)]
+        run_id = run_id_of(run_dir)
+        layout.save_group_index(run_dir, x_groups, y_groups, names, run_id)
+        layout.commit_run(run_dir, run_id)
     return open_run(run_dir)
 
 
