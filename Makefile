@@ -206,4 +206,4 @@ lock:
 	  --python-platform x86_64-unknown-linux-gnu -o requirements.lock
 
 clean:
-	rm -rf $(VENV) $(CORE_VENV) $(WHEEL_DIR) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(CORE_VENV) $(WHEEL_DIR) $(GRAIN_VENV) $(GRAIN_WHEEL_DIR) .pytest_cache .ruff_cache
