@@ -195,8 +195,11 @@ def test_speaker_run_fn_reports_eer_on_held_out_speakers_and_exports(tmp_path, s
     np.testing.assert_allclose(
         encoded(audio=wav_at[8000])["embedding"].numpy(), embedding.numpy()[:1], atol=1e-5
     )
-    with pytest.raises(tf.errors.InvalidArgumentError, match="takes audio at 8000 Hz"):
-        encoded(audio=wav_at[16000])
+    # Another rate is resampled in the graph to the training rate (8 kHz here).
+    resampled = encoded(audio=wav_at[16000])["embedding"].numpy()
+    assert resampled.shape == (1, 24) and np.isfinite(resampled).all()
+    with pytest.raises(tf.errors.InvalidArgumentError, match="MP3 audio, not accepted"):
+        encoded(audio=tf.constant([b"ID3" + bytes(64)]))
 
 
 def test_speaker_run_fn_refuses_bad_setups_before_training(tmp_path, speakers):

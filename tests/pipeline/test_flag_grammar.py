@@ -241,7 +241,14 @@ def test_help_states_the_defaults(tmp_path, command):
 
 
 def test_quiet_silences_the_no_action_notices_unless_verbose():
-    cli_flags.quiet(verbose=True)
-    assert absl_logging.get_verbosity() != absl_logging.ERROR
-    cli_flags.quiet(verbose=False)
-    assert absl_logging.get_verbosity() == absl_logging.ERROR
+    # Another test in this process may have run a quiet command already: start from absl's
+    # default, and put back what was there.
+    before = absl_logging.get_verbosity()
+    absl_logging.set_verbosity(absl_logging.INFO)
+    try:
+        cli_flags.quiet(verbose=True)
+        assert absl_logging.get_verbosity() == absl_logging.INFO
+        cli_flags.quiet(verbose=False)
+        assert absl_logging.get_verbosity() == absl_logging.ERROR
+    finally:
+        absl_logging.set_verbosity(before)
