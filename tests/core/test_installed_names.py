@@ -40,7 +40,10 @@ def _installed_files() -> list[str]:
 
 
 def test_the_wheel_installs_one_top_level_name():
-    top_level = {path.split("/")[0] for path in _installed_files()}
+    # Outside site-packages (paths from `..`) only the console script is installed.
+    outside = [path for path in _installed_files() if path.startswith("..")]
+    assert [os.path.basename(path) for path in outside] == ["tfx-dynamic-inputs"], outside
+    top_level = {path.split("/")[0] for path in _installed_files() if not path.startswith("..")}
     top_level = {name for name in top_level if not name.endswith(".dist-info")}
     assert top_level == {"tfx_dynamic_inputs"}
     assert DISTRIBUTION.read_text("top_level.txt").split() == ["tfx_dynamic_inputs"]

@@ -100,4 +100,10 @@ def test_the_messages_are_tensorflows_on_the_wire():
 
 def _wire(field) -> tuple[int, int, int, bool]:
     """What a field is on the wire: its number, type, label and packing."""
-    return field.number, field.type, field.label, field.GetOptions().packed
+    # Newer protobuf runtimes (upb, 6.x) drop `label` for `is_repeated`; these are proto2-style
+    # messages with optional (1) and repeated (3) fields only.
+    if hasattr(field, "label"):
+        label = field.label
+    else:
+        label = field.LABEL_REPEATED if field.is_repeated else field.LABEL_OPTIONAL
+    return field.number, field.type, label, field.GetOptions().packed
