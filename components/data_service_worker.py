@@ -22,11 +22,12 @@ whose records are in memory can run here), or when the dispatcher does not answe
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import re
+import signal
 import sys
+import threading
 
 from tfx_dynamic_inputs import native
 from tfx_dynamic_inputs.cli_flags import (
@@ -268,6 +269,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     import tensorflow as tf
 
+    # WorkerServer.join() blocks in C++ and never returns to Python on Ctrl-C: wait on an event
+    # that SIGINT / SIGTERM set (their handlers run between the waits), then stop the server.
+    # Installed before the server starts and says where it is, so no interrupt is missed (one
+    # inherited as ignored would otherwise be dropped).
+    stopped = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stopped.set())
     config = worker_config(options.host_port, options.port, options.worker_address)
     server = tf.data.experimental.service.WorkerServer(config)
     # The bound port is known only once the server runs (port 0); no public API returns it.
@@ -275,8 +283,9 @@ def main(argv: list[str] | None = None) -> int:
         f"tf.data service worker at {server._address}, dispatcher {config.dispatcher_address}",
         flush=True,
     )
-    with contextlib.suppress(KeyboardInterrupt):
-        server.join()
+    while not stopped.wait(0.5):
+        pass
+    server.stop()
     return 0
 
 

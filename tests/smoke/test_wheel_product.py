@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import wave
 import zipfile
@@ -180,10 +181,10 @@ def _serve_a_dataset(venv: wheel_venvs.WheelVenv, folder, environment) -> None:
             tf.data.experimental.service.distribute("parallel_epochs", dispatcher.target)
         )
         assert sorted(int(v) for v in served) == list(range(10))
+        worker.send_signal(signal.SIGINT)  # Ctrl-C: the worker stops with status 0
+        assert worker.wait(timeout=60) == 0, worker.stderr.read()[-3000:]
     finally:
-        # SIGTERM: the worker blocks in TensorFlow's join, where SIGINT waits unhandled.
-        worker.terminate()
-        worker.wait(timeout=60)
+        worker.kill()
         dispatcher._stop()
 
 
