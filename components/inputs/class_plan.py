@@ -53,20 +53,19 @@ import numpy as np
 import tensorflow as tf
 
 from tfx_dynamic_inputs.inputs import class_fillers, epoch_plan
-from tfx_dynamic_inputs.inputs.arguments import int_argument, seed_argument
-from tfx_dynamic_inputs.inputs.class_report import class_report
 from tfx_dynamic_inputs.inputs.index_shuffle import keyed_offsets, keyed_seeds, permuted_positions
 from tfx_dynamic_inputs.inputs.variables import index_variable
-from tfx_dynamic_inputs.plans import class_plan as salts
-from tfx_dynamic_inputs.plans.class_geometry import EPOCH_MODES, class_units
+from tfx_dynamic_inputs.plans import class_plan as numpy_plan
+from tfx_dynamic_inputs.plans.class_geometry import EPOCH_MODES as EPOCH_MODES
+from tfx_dynamic_inputs.plans.class_geometry import class_units
 
 # Streams within one (seed, epoch), stated once with the NumPy plans' executor.
-_SALT_ROUND_ORDER = salts.SALT_ROUND_ORDER
-_SALT_FILL_ORDER = salts.SALT_FILL_ORDER
-_SALT_FILL_OFFSET = salts.SALT_FILL_OFFSET
-_SALT_WITHIN_CLASS = salts.SALT_WITHIN_CLASS
-_SALT_BATCH_ORDER = salts.SALT_BATCH_ORDER
-_SALT_BATCH_SEEDS = salts.SALT_BATCH_SEEDS
+_SALT_ROUND_ORDER = numpy_plan.SALT_ROUND_ORDER
+_SALT_FILL_ORDER = numpy_plan.SALT_FILL_ORDER
+_SALT_FILL_OFFSET = numpy_plan.SALT_FILL_OFFSET
+_SALT_WITHIN_CLASS = numpy_plan.SALT_WITHIN_CLASS
+_SALT_BATCH_ORDER = numpy_plan.SALT_BATCH_ORDER
+_SALT_BATCH_SEEDS = numpy_plan.SALT_BATCH_SEEDS
 
 
 class ClassBalancedPlan:
@@ -121,30 +120,26 @@ class ClassBalancedPlan:
         replicas_per_worker: int = 1,
         max_draws_per_record: int | None = None,
     ):
-        if epoch_mode not in EPOCH_MODES:
-            raise ValueError(f"epoch_mode must be one of {EPOCH_MODES}, got {epoch_mode!r}")
-        n_classes_per_batch = int_argument("n_classes_per_batch", n_classes_per_batch, 1)
-        n_samples_per_class = int_argument("n_samples_per_class", n_samples_per_class, 1)
-        seed = seed_argument(seed)
-        if max_draws_per_record is not None:
-            max_draws_per_record = int_argument("max_draws_per_record", max_draws_per_record, 1)
-        if num_workers < 1:
-            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
-        report = class_report(row_splits, n_samples_per_class, small_classes)
+        checked = numpy_plan.checked_arguments(
+            row_splits,
+            n_classes_per_batch=n_classes_per_batch,
+            n_samples_per_class=n_samples_per_class,
+            seed=seed,
+            epoch_mode=epoch_mode,
+            small_classes=small_classes,
+            num_workers=num_workers,
+            replicas_per_worker=replicas_per_worker,
+            max_draws_per_record=max_draws_per_record,
+        )
+        self.report = report = checked.report
         num_usable = len(report.usable_classes)
-        if n_classes_per_batch > num_usable:
-            raise ValueError(
-                f"n_classes_per_batch={n_classes_per_batch} is larger than the number of usable "
-                f"classes, {num_usable} ({report.summary()})"
-            )
-        self.report = report
-        self.n_classes_per_batch = n_c = int(n_classes_per_batch)
-        self.n_samples_per_class = n_p = int(n_samples_per_class)
-        self.seed = int(seed)
+        self.n_classes_per_batch = n_c = checked.n_classes_per_batch
+        self.n_samples_per_class = n_p = checked.n_samples_per_class
+        self.seed = checked.seed
         self.epoch_mode = epoch_mode
-        self.num_workers = int(num_workers)
-        replicas = self.num_workers * int(replicas_per_worker)
-        self.num_replicas = replicas
+        self.num_workers = checked.num_workers
+        self.num_replicas = replicas = checked.num_replicas
+        max_draws_per_record = checked.max_draws_per_record
         usable = report.usable_classes
         usable_sizes = report.class_sizes[usable]
         units = class_units(
@@ -166,11 +161,6 @@ class ClassBalancedPlan:
         self._num_usable = num_usable
         self._num_fill_units = len(units.fill_unit)
         self.max_draws_per_record = max_draws_per_record
-        if max_draws_per_record is not None and num_usable >= 1 << class_fillers.ORDER_BITS:
-            raise ValueError(
-                f"max_draws_per_record supports up to {1 << class_fillers.ORDER_BITS} usable "
-                f"classes, got {num_usable}"
-            )
 
         # Variables, not constants: tf.data captures a variable by handle but copies a constant
         # into the dataset graph for every iterator, that is every epoch.

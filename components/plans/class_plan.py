@@ -10,6 +10,7 @@ streams). The rounds and units come from `class_geometry.class_units`, the fille
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -17,7 +18,7 @@ import numpy as np
 from tfx_dynamic_inputs.plans import class_fillers
 from tfx_dynamic_inputs.plans.arguments import int_argument, seed_argument
 from tfx_dynamic_inputs.plans.class_geometry import EPOCH_MODES, class_units
-from tfx_dynamic_inputs.plans.class_report import class_report
+from tfx_dynamic_inputs.plans.class_report import ClassReport, class_report
 from tfx_dynamic_inputs.plans.keyed_hash import keyed_offsets, keyed_seeds
 from tfx_dynamic_inputs.plans.keyed_permutation import permuted_positions
 from tfx_dynamic_inputs.plans.seed_folds import epoch_seed
@@ -29,6 +30,67 @@ SALT_FILL_OFFSET = 12
 SALT_WITHIN_CLASS = 13
 SALT_BATCH_ORDER = 14
 SALT_BATCH_SEEDS = 15
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanArguments:
+    """A class-balanced plan's arguments, checked (`checked_arguments`), and its class report."""
+
+    n_classes_per_batch: int
+    n_samples_per_class: int
+    seed: int
+    max_draws_per_record: int | None
+    num_workers: int
+    num_replicas: int
+    report: ClassReport
+
+
+def checked_arguments(
+    row_splits,
+    *,
+    n_classes_per_batch: int,
+    n_samples_per_class: int,
+    seed: int,
+    epoch_mode: str,
+    small_classes: str,
+    num_workers: int,
+    replicas_per_worker: int,
+    max_draws_per_record: int | None,
+) -> PlanArguments:
+    """The arguments of `ClassBalancedPlan` (both executors), checked where a plan is built.
+
+    Args:
+      row_splits, n_classes_per_batch, n_samples_per_class, seed, epoch_mode, small_classes,
+      num_workers, replicas_per_worker, max_draws_per_record: as `ClassBalancedPlan` takes them.
+
+    Returns:
+      The checked values, the replicas of a step and the class report.
+
+    Raises:
+      ValueError, TypeError: as `ClassBalancedPlan` documents, in one line.
+    """
+    if epoch_mode not in EPOCH_MODES:
+        raise ValueError(f"epoch_mode must be one of {EPOCH_MODES}, got {epoch_mode!r}")
+    n_c = int_argument("n_classes_per_batch", n_classes_per_batch, 1)
+    n_p = int_argument("n_samples_per_class", n_samples_per_class, 1)
+    seed = seed_argument(seed)
+    if max_draws_per_record is not None:
+        max_draws_per_record = int_argument("max_draws_per_record", max_draws_per_record, 1)
+    num_workers = int_argument("num_workers", num_workers, 1)
+    replicas = num_workers * int_argument("replicas_per_worker", replicas_per_worker, 1)
+    report = class_report(row_splits, n_p, small_classes)
+    num_usable = len(report.usable_classes)
+    if n_c > num_usable:
+        raise ValueError(
+            f"n_classes_per_batch={n_c} is larger than the number of usable classes, "
+            f"{num_usable} ({report.summary()})"
+        )
+    if max_draws_per_record is not None and num_usable >= 1 << class_fillers.ORDER_BITS:
+        raise ValueError(
+            f"max_draws_per_record supports up to {1 << class_fillers.ORDER_BITS} usable "
+            f"classes, got {num_usable}"
+        )
+    return PlanArguments(n_c, n_p, seed, max_draws_per_record, num_workers, replicas, report)
 
 
 class ClassBalancedPlan:
@@ -71,27 +133,21 @@ class ClassBalancedPlan:
         replicas_per_worker: int = 1,
         max_draws_per_record: int | None = None,
     ):
-        if epoch_mode not in EPOCH_MODES:
-            raise ValueError(f"epoch_mode must be one of {EPOCH_MODES}, got {epoch_mode!r}")
-        n_c = int_argument("n_classes_per_batch", n_classes_per_batch, 1)
-        n_p = int_argument("n_samples_per_class", n_samples_per_class, 1)
-        self.seed = seed_argument(seed)
-        if max_draws_per_record is not None:
-            max_draws_per_record = int_argument("max_draws_per_record", max_draws_per_record, 1)
-        num_workers = int_argument("num_workers", num_workers, 1)
-        replicas = num_workers * int_argument("replicas_per_worker", replicas_per_worker, 1)
-        report = class_report(row_splits, n_p, small_classes)
-        num_usable = len(report.usable_classes)
-        if n_c > num_usable:
-            raise ValueError(
-                f"n_classes_per_batch={n_c} is larger than the number of usable classes, "
-                f"{num_usable} ({report.summary()})"
-            )
-        if max_draws_per_record is not None and num_usable >= 1 << class_fillers.ORDER_BITS:
-            raise ValueError(
-                f"max_draws_per_record supports up to {1 << class_fillers.ORDER_BITS} usable "
-                f"classes, got {num_usable}"
-            )
+        checked = checked_arguments(
+            row_splits,
+            n_classes_per_batch=n_classes_per_batch,
+            n_samples_per_class=n_samples_per_class,
+            seed=seed,
+            epoch_mode=epoch_mode,
+            small_classes=small_classes,
+            num_workers=num_workers,
+            replicas_per_worker=replicas_per_worker,
+            max_draws_per_record=max_draws_per_record,
+        )
+        n_c, n_p = checked.n_classes_per_batch, checked.n_samples_per_class
+        self.seed = checked.seed
+        max_draws_per_record, replicas = checked.max_draws_per_record, checked.num_replicas
+        report = checked.report
         self.report = report
         self.n_classes_per_batch, self.n_samples_per_class = n_c, n_p
         self.epoch_mode = epoch_mode
