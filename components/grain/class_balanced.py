@@ -22,12 +22,11 @@ import json
 import os
 from typing import Any
 
-import grain
 import numpy as np
 
 from tfx_dynamic_inputs import layout
 from tfx_dynamic_inputs.grain.batch_reads import BatchReader
-from tfx_dynamic_inputs.grain.epoch_stream import EpochStream, epoch_dataset
+from tfx_dynamic_inputs.grain.epoch_stream import EpochStream, PlannedBatches
 from tfx_dynamic_inputs.layout.filesystem import without_tensorflow
 from tfx_dynamic_inputs.plans.audio_front import audio_features
 from tfx_dynamic_inputs.plans.audio_options import AudioFeatureConfig
@@ -64,7 +63,7 @@ def _class_index(source: object, labels: object, record_set: str | None, decode:
     return source, row_splits, values
 
 
-class GrainClassBalanced:
+class GrainClassBalanced(PlannedBatches):
     """Class-balanced batches for Grain: the plan, the records and the datasets of its epochs.
 
     Args:
@@ -151,10 +150,13 @@ class GrainClassBalanced:
             sort_keys=True,
         )
 
-    def batch(self, epoch: int, batch_number: int) -> dict[str, Any]:
-        """Global batch `batch_number` of `epoch`: ``index``, ``label`` and the records."""
-        planned = self.plan.plan_batches(epoch, np.array([batch_number]))
-        index = self._values[planned["position"][0] % len(self._values)].astype(np.int64)
+    def plan_rows(self, epoch: int, batch_numbers: np.ndarray) -> dict[str, np.ndarray]:
+        """The plan's rows of global batches `batch_numbers` (`ClassBalancedPlan.plan_batches`)."""
+        return self.plan.plan_batches(epoch, batch_numbers)
+
+    def load(self, epoch: int, row: dict[str, np.ndarray]) -> dict[str, Any]:
+        """A planned batch: ``index``, ``label`` and the records (or their features)."""
+        index = self._values[row["position"] % len(self._values)].astype(np.int64)
         records = self._records.read(index)
         if self.features is not None:
             if not isinstance(records, dict) or not {"audio", "sample_rate"} <= records.keys():
@@ -162,28 +164,20 @@ class GrainClassBalanced:
                     "the audio front end needs records of audio and sample_rate (a run's "
                     f"audio records), got {type(records).__name__}"
                 )
-            positions = planned["slice_start"][0] + np.arange(len(index), dtype=np.int64)
+            positions = row["slice_start"] + np.arange(len(index), dtype=np.int64)
             computed = audio_features(
                 list(records["audio"]),
                 self.features,
-                planned["seed"][0],
+                row["seed"],
                 index=index,
                 sample_rate=records["sample_rate"],
                 positions=positions,
             )
-            return {"index": index, "label": planned["label"][0], **computed}
+            return {"index": index, "label": row["label"], **computed}
         if isinstance(records, dict):
-            return {"index": index, "label": planned["label"][0], **records}
+            return {"index": index, "label": row["label"], **records}
         name = "record" if records.dtype == object else "features"
-        return {"index": index, "label": planned["label"][0], name: records}
-
-    def epoch(self, epoch: int, initial_step: int = 0) -> grain.MapDataset:
-        """This worker's batches of `epoch` (`epoch_stream.epoch_dataset`)."""
-        return epoch_dataset(self, epoch, initial_step)
-
-    def stream(self, first_epoch: int = 0, num_epochs: int | None = None) -> EpochStream:
-        """Epoch after epoch, checkpointable and elastic (`epoch_stream.EpochStream`)."""
-        return EpochStream(self, first_epoch, num_epochs)
+        return {"index": index, "label": row["label"], name: records}
 
 
 def class_balanced(

@@ -17,16 +17,27 @@ another plan, or a point that is not a whole step of this split, is refused in o
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from abc import ABC, abstractmethod
+from typing import Any
 
 import grain
 import numpy as np
 
 from tfx_dynamic_inputs.plans.worker_slices import worker_batch_numbers
 
+# Global batches a worker plans in one call. A plan call has a fixed cost (its epoch's seed folds
+# and keyed walks: ~10 ms at 100k records, whatever the batches), paid once a block of this many
+# batches; a block holds `PLAN_BLOCK x batch_size` planned numbers, however large the data.
+PLAN_BLOCK = 32
 
-class PlannedBatches(Protocol):
-    """What a Grain sampler gives its epochs: its split, its plan's key and its batches."""
+
+class PlannedBatches(ABC):
+    """A Grain sampler: its split, its plan's key, its plan's rows and how a row is read.
+
+    Subclasses set `num_batches` (global batches an epoch), `num_workers`, `worker_index`,
+    `batch_size` (this worker's) and `plan_key`, and define `plan_rows` and `load`; the epochs
+    (`epoch`, `stream`) and single batches (`batch`) are stated here once for all of them.
+    """
 
     num_batches: int
     num_workers: int
@@ -34,18 +45,55 @@ class PlannedBatches(Protocol):
     batch_size: int
     plan_key: str
 
+    @abstractmethod
+    def plan_rows(self, epoch: int, batch_numbers: np.ndarray) -> dict[str, np.ndarray]:
+        """The plan of global batches `batch_numbers` of `epoch`: arrays of leading dim [n]."""
+
+    @abstractmethod
+    def load(self, epoch: int, row: dict[str, np.ndarray]) -> dict[str, Any]:
+        """One planned batch (a row of `plan_rows`), read."""
+
     def batch(self, epoch: int, batch_number: int) -> dict[str, Any]:
-        """Global batch `batch_number` of `epoch`, read."""
+        """Global batch `batch_number` of `epoch`, planned alone and read."""
+        planned = self.plan_rows(_epoch_int(epoch), np.array([batch_number], np.int64))
+        return self.load(epoch, {key: value[0] for key, value in planned.items()})
+
+    def epoch(self, epoch: int, initial_step: int = 0) -> grain.MapDataset:
+        """This worker's batches of `epoch` (`epoch_dataset`)."""
+        return epoch_dataset(self, epoch, initial_step)
+
+    def stream(self, first_epoch: int = 0, num_epochs: int | None = None) -> EpochStream:
+        """Epoch after epoch, checkpointable and elastic (`EpochStream`)."""
+        return EpochStream(self, first_epoch, num_epochs)
+
+
+class _PlanBlocks:
+    """One worker's planned rows of an epoch, planned `PLAN_BLOCK` steps at a time; the block in
+    use is kept (a picklable cache: a copy starts empty)."""
+
+    def __init__(self, batches: PlannedBatches, numbers: np.ndarray):
+        self._batches, self._numbers = batches, numbers
+        self._key: tuple[int, int] | None = None
+        self._rows: dict[str, np.ndarray] = {}
+
+    def row(self, epoch: int, step: int) -> dict[str, np.ndarray]:
+        block, offset = divmod(step, PLAN_BLOCK)
+        if self._key != (epoch, block):
+            numbers = self._numbers[block * PLAN_BLOCK : (block + 1) * PLAN_BLOCK]
+            self._rows = self._batches.plan_rows(epoch, numbers)
+            self._key = (epoch, block)
+        return {key: value[offset] for key, value in self._rows.items()}
 
 
 class _EpochBatch:
     """Step `i` of one worker's epoch -> its batch (a picklable callable for Grain's map)."""
 
-    def __init__(self, batches: PlannedBatches, epoch: int, numbers: np.ndarray):
-        self._batches, self._epoch, self._numbers = batches, epoch, numbers
+    def __init__(self, batches: PlannedBatches, epoch: int, numbers: np.ndarray, first: int):
+        self._batches, self._epoch, self._first = batches, epoch, first
+        self._blocks = _PlanBlocks(batches, numbers)
 
     def __call__(self, step: int) -> dict[str, Any]:
-        return self._batches.batch(self._epoch, int(self._numbers[step]))
+        return self._batches.load(self._epoch, self._blocks.row(self._epoch, self._first + step))
 
 
 def _epoch_int(epoch: object) -> int:
@@ -68,11 +116,15 @@ def epoch_dataset(batches: PlannedBatches, epoch: int, initial_step: int = 0) ->
     Raises:
       ValueError: a negative epoch or an `initial_step` outside the epoch.
     """
-    numbers = worker_batch_numbers(
+    left = worker_batch_numbers(
         batches.num_batches, batches.num_workers, batches.worker_index, initial_step
     )
-    mapped = _EpochBatch(batches, _epoch_int(epoch), numbers)
-    return grain.MapDataset.range(len(numbers)).map(mapped)
+    # Blocks are aligned on the epoch's steps, whatever `initial_step`: the same rows are planned
+    # together on a resume.
+    numbers = worker_batch_numbers(batches.num_batches, batches.num_workers, batches.worker_index)
+    first = len(numbers) - len(left)
+    mapped = _EpochBatch(batches, _epoch_int(epoch), numbers, first)
+    return grain.MapDataset.range(len(left)).map(mapped)
 
 
 class EpochStream(grain.IterDataset):
@@ -115,6 +167,7 @@ class _EpochStreamIterator(grain.DatasetIterator):
         self._numbers = worker_batch_numbers(
             batches.num_batches, batches.num_workers, batches.worker_index
         )
+        self._blocks = _PlanBlocks(batches, self._numbers)
         # Examples all workers consume in one step: the global batch.
         self._global_batch = batches.num_workers * batches.batch_size
 
@@ -123,7 +176,7 @@ class _EpochStreamIterator(grain.DatasetIterator):
             self._epoch, self._step = self._epoch + 1, 0
         if self._end is not None and self._epoch >= self._end:
             raise StopIteration
-        batch = self._batches.batch(self._epoch, int(self._numbers[self._step]))
+        batch = self._batches.load(self._epoch, self._blocks.row(self._epoch, self._step))
         self._step += 1
         return batch
 

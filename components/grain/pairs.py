@@ -19,18 +19,17 @@ import json
 import os
 from typing import Any
 
-import grain
 import numpy as np
 
 from tfx_dynamic_inputs.grain.batch_reads import BatchReader
-from tfx_dynamic_inputs.grain.epoch_stream import EpochStream, epoch_dataset
+from tfx_dynamic_inputs.grain.epoch_stream import EpochStream, PlannedBatches
 from tfx_dynamic_inputs.grain.run_pairs import open_pairs
 from tfx_dynamic_inputs.grain.valid_pairs import EdgeList
 from tfx_dynamic_inputs.plans.pair_plan import PairPlan
 from tfx_dynamic_inputs.plans.worker_slices import batches_per_worker
 
 
-class GrainPairs:
+class GrainPairs(PlannedBatches):
     """Dynamic-pairs batches for Grain: the plan, the sides and the datasets of its epochs.
 
     Args:
@@ -108,24 +107,19 @@ class GrainPairs:
             sort_keys=True,
         )
 
-    def batch(self, epoch: int, batch_number: int) -> dict[str, Any]:
-        """Global batch `batch_number` of `epoch`: ``x``, ``y``, ``x_index``, ``y_index``."""
-        planned = self.plan.plan_batches(epoch, np.array([batch_number]))
-        x_index, y_index = planned["x_index"][0], planned["y_index"][0]
+    def plan_rows(self, epoch: int, batch_numbers: np.ndarray) -> dict[str, np.ndarray]:
+        """``x_index``, ``y_index`` [n, batch_size] of global batches `batch_numbers`."""
+        return self.plan.plan_batches(epoch, batch_numbers)
+
+    def load(self, epoch: int, row: dict[str, np.ndarray]) -> dict[str, Any]:
+        """A planned batch: ``x``, ``y``, ``x_index``, ``y_index``."""
+        x_index, y_index = row["x_index"], row["y_index"]
         return {
             "x": self._x.read(x_index),
             "y": self._y.read(y_index),
             "x_index": x_index,
             "y_index": y_index,
         }
-
-    def epoch(self, epoch: int, initial_step: int = 0) -> grain.MapDataset:
-        """This worker's batches of `epoch` (`epoch_stream.epoch_dataset`)."""
-        return epoch_dataset(self, epoch, initial_step)
-
-    def stream(self, first_epoch: int = 0, num_epochs: int | None = None) -> EpochStream:
-        """Epoch after epoch, checkpointable and elastic (`epoch_stream.EpochStream`)."""
-        return EpochStream(self, first_epoch, num_epochs)
 
 
 def dynamic_pairs(

@@ -16,6 +16,8 @@ The salts, which separate the streams of one `(seed, epoch)`, are stated here on
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 # Salts separate the random streams drawn for different purposes within one (seed, epoch).
@@ -140,6 +142,17 @@ def epoch_seed(seed: int, epoch: int | np.ndarray, salt: int = 0) -> np.ndarray:
 
         epoch_seed(0, 3, SALT_ORDER)  # epoch 3's order of the records
     """
-    salted = fold_in(np.array([seed, 0], np.int64), salt)
     epoch = np.asarray(epoch, np.int64)
+    if epoch.ndim == 0:
+        return np.array(_scalar_epoch_seed(int(seed), int(epoch), int(salt)), np.int64)
+    salted = fold_in(np.array([seed, 0], np.int64), salt)
     return fold_in(np.broadcast_to(salted, (*epoch.shape, 2)), epoch)
+
+
+@functools.lru_cache(maxsize=4096)
+def _scalar_epoch_seed(seed: int, epoch: int, salt: int) -> tuple[int, int]:
+    """`epoch_seed` of one stream, kept: a plan call folds each of its streams again (two Philox
+    blocks in NumPy each, ~0.3 ms; half of planning one batch alone at 100k records)."""
+    salted = fold_in(np.array([seed, 0], np.int64), salt)
+    folded = fold_in(salted, epoch)
+    return int(folded[0]), int(folded[1])

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfx_dynamic_inputs.grain import GrainClassBalanced, GrainPairs
+from tfx_dynamic_inputs.grain.epoch_stream import PLAN_BLOCK
 
 
 def _pairs(num_x: int, seed: int, batch_size: int, num_workers: int, worker: int) -> GrainPairs:
@@ -123,3 +124,25 @@ def test_a_state_that_is_no_whole_step_of_the_split_is_refused() -> None:
         three.set_state({**state, "examples_done": 5})
     with pytest.raises(ValueError, match="plan, epoch and examples_done"):
         three.set_state({"epoch": 0})
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    num_x=st.integers(PLAN_BLOCK, 3 * PLAN_BLOCK + 5),
+    seed=st.integers(-(2**63), 2**63 - 1),
+    initial_step=st.integers(0, 3 * PLAN_BLOCK),
+    balanced=st.booleans(),
+)
+def test_batches_planned_in_blocks_equal_batches_planned_alone(num_x, seed, initial_step, balanced):
+    # Epochs and streams plan PLAN_BLOCK steps in one call; each batch must be the one its number
+    # plans alone, at any start within or across blocks.
+    sampler = (
+        _balanced(num_x, seed, 1, 1, 0, "samples") if balanced else _pairs(num_x, seed, 1, 1, 0)
+    )
+    numbers = np.arange(sampler.num_batches)
+    initial_step = min(initial_step, len(numbers) - 1)
+    alone = [sampler.batch(2, int(number)) for number in numbers[initial_step:]]
+    from_epoch = list(sampler.epoch(2, initial_step))
+    assert len(from_epoch) == len(alone) and all(map(_same, from_epoch, alone))
+    streamed = list(sampler.stream(first_epoch=2, num_epochs=1))
+    assert all(map(_same, streamed[initial_step:], alone))
