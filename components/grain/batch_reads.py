@@ -5,7 +5,8 @@ record per row) are indexed at once; a random-access source (`records.RunRecordS
 object with `__len__` and `__getitem__`, as Grain's data sources are) is read record by record
 and its records stacked: a dict's entries each into one array, bytes into an object array,
 arrays along a new first axis (an object array of them where their shapes differ: the decoded
-audio of a run, say).
+audio of a run, say). A source that reads a damaged record as None (a run opened with
+`on_damaged="skip"`) leaves it out: `read_checked` says which were read.
 """
 
 from __future__ import annotations
@@ -67,17 +68,48 @@ class BatchReader:
           An array `[B, ...]` or a dict of them (a source's bytes records, or records of several
           shapes: object [B]).
         """
+        records, kept = self.read_checked(numbers)
+        if not kept.all():
+            raise ValueError(
+                f"{self.name}: records {np.asarray(numbers)[~kept].tolist()[:5]} read as None "
+                "(damaged, skipped by the source): read them with read_checked"
+            )
+        return records
+
+    def read_checked(self, numbers: np.ndarray) -> tuple[Batch, np.ndarray]:
+        """The records `numbers` that read, stacked, and which did.
+
+        Args:
+          numbers: int64 [B] record numbers, each in `[0, num_records)`.
+
+        Returns:
+          `(records, kept)`: the records read (`read`'s batch, of `kept.sum()` rows) and bool
+          [B], false where the source read None (a damaged record it skips).
+        """
         numbers = np.asarray(numbers, np.int64)
+        kept = np.ones(len(numbers), bool)
         if isinstance(self._arrays, dict):
-            return {key: value[numbers] for key, value in self._arrays.items()}
+            return {key: value[numbers] for key, value in self._arrays.items()}, kept
         if self._arrays is not None:
-            return self._arrays[numbers]
-        return _stacked([self._source[int(number)] for number in numbers])
+            return self._arrays[numbers], kept
+        records = [self._source[int(number)] for number in numbers]
+        kept = np.array([record is not None for record in records], bool)
+        return _stacked([record for record in records if record is not None]), kept
+
+
+def rows_of(batch: Batch, rows: np.ndarray) -> Batch:
+    """The rows `rows` (an index or a mask) of a batch, or of each entry of a dict batch."""
+    if isinstance(batch, dict):
+        return {key: rows_of(value, rows) for key, value in batch.items()}
+    return batch[rows]
 
 
 def _stacked(records: list[object]) -> Batch:
     """Records of one structure as one batch (see the module docstring)."""
-    first = records[0] if records else None
+    if not records:
+        # Every record of the batch was skipped: no structure to stack into.
+        return np.empty(0, dtype=object)
+    first = records[0]
     if isinstance(first, Mapping):
         return {key: _stacked([record[key] for record in records]) for key in first}
     if isinstance(first, bytes):

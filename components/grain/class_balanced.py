@@ -27,6 +27,7 @@ import numpy as np
 from tfx_dynamic_inputs import layout
 from tfx_dynamic_inputs.grain.batch_reads import BatchReader
 from tfx_dynamic_inputs.grain.epoch_stream import EpochStream, PlannedBatches
+from tfx_dynamic_inputs.grain.skipped import SkippedSamples
 from tfx_dynamic_inputs.layout.filesystem import without_tensorflow
 from tfx_dynamic_inputs.plans.audio_front import audio_features
 from tfx_dynamic_inputs.plans.audio_options import AudioFeatureConfig
@@ -35,14 +36,16 @@ from tfx_dynamic_inputs.plans.worker_slices import batches_per_worker
 from tfx_dynamic_inputs.records.source import RunRecordSource
 
 
-def _class_index(source: object, labels: object, record_set: str | None, decode: object):
+def _class_index(
+    source: object, labels: object, record_set: str | None, decode: object, on_damaged: str
+):
     """`(records, row_splits, values)`: a run's record set and class index, or `source` and the
     class index of `labels`."""
     if isinstance(source, str | os.PathLike):
         if labels is not None or record_set is None:
             raise ValueError("a run holds its own labels: pass the run with record_set alone")
         run_dir = os.fspath(source)
-        records = RunRecordSource(run_dir, record_set, decode=decode)
+        records = RunRecordSource(run_dir, record_set, decode=decode, on_damaged=on_damaged)
         with without_tensorflow():
             row_splits, values = layout.load_csr(layout.class_records_dir(run_dir, record_set))
         if len(values) != len(records):
@@ -53,6 +56,11 @@ def _class_index(source: object, labels: object, record_set: str | None, decode:
         return records, row_splits, values
     if labels is None:
         raise TypeError("pass labels (int class ids, one per record) with arrays or a source")
+    if on_damaged != "fail":
+        raise ValueError(
+            f"on_damaged={on_damaged!r:.50} is for a run folder; a source given is read with "
+            "its own policy (RunRecordSource(..., on_damaged=...))"
+        )
     labels = np.asarray(labels)
     if labels.dtype.kind in "USO":
         labels = np.unique(labels, return_inverse=True)[1].reshape(-1)
@@ -75,6 +83,10 @@ class GrainClassBalanced(PlannedBatches):
       record_set: the run's labelled record set.
       decode: how a run's records are decoded (`records.RunRecordSource`: "bytes" gives tf.data's
         `features=None` records).
+      on_damaged: for a run folder, "fail" (a damaged record raises, naming it) or "skip": its
+        samples are left out of the batch (short of `n_c x n_p`, as tf.data's), counted in
+        `skipped.total` and warned once an epoch (`skipped.SkippedSamples`). A source given is
+        read with its own policy; one that reads a record as None skips it.
       features: the audio front end (`plans.audio_options.AudioFeatureConfig`, as given: a
         record at another rate is refused naming it, as tf.data's) over records of ``audio``
         (int16 [n]) and ``sample_rate`` (`records.AudioDecoder`'s); None (the default, unlike
@@ -106,13 +118,17 @@ class GrainClassBalanced(PlannedBatches):
         num_workers: int = 1,
         record_set: str | None = None,
         decode: object = "auto",
+        on_damaged: str = "fail",
         features: AudioFeatureConfig | None = None,
     ):
         if features is not None and not isinstance(features, AudioFeatureConfig):
             raise TypeError(
                 f"features must be an AudioFeatureConfig or None, got {type(features).__name__}"
             )
-        records, row_splits, self._values = _class_index(source, labels, record_set, decode)
+        records, row_splits, self._values = _class_index(
+            source, labels, record_set, decode, on_damaged
+        )
+        self.skipped = SkippedSamples("class_balanced", {"records": records})
         self.features = features
         self._records = BatchReader(records, "source")
         if len(self._values) != self._records.num_records:
@@ -157,14 +173,21 @@ class GrainClassBalanced(PlannedBatches):
     def load(self, epoch: int, row: dict[str, np.ndarray]) -> dict[str, Any]:
         """A planned batch: ``index``, ``label`` and the records (or their features)."""
         index = self._values[row["position"] % len(self._values)].astype(np.int64)
-        records = self._records.read(index)
+        label = row["label"]
+        # Each sample's place in its global batch keys its crop and masks.
+        positions = row["slice_start"] + np.arange(len(index), dtype=np.int64)
+        records, kept = self._records.read_checked(index)
+        if not kept.all():
+            self.skipped.record(epoch, kept)
+            index, label, positions = index[kept], label[kept], positions[kept]
         if self.features is not None:
+            if not len(index):  # every sample skipped: an empty batch of features
+                records = {"audio": [], "sample_rate": np.zeros(0, np.int64)}
             if not isinstance(records, dict) or not {"audio", "sample_rate"} <= records.keys():
                 raise ValueError(
                     "the audio front end needs records of audio and sample_rate (a run's "
                     f"audio records), got {type(records).__name__}"
                 )
-            positions = row["slice_start"] + np.arange(len(index), dtype=np.int64)
             computed = audio_features(
                 list(records["audio"]),
                 self.features,
@@ -173,11 +196,11 @@ class GrainClassBalanced(PlannedBatches):
                 sample_rate=records["sample_rate"],
                 positions=positions,
             )
-            return {"index": index, "label": row["label"], **computed}
+            return {"index": index, "label": label, **computed}
         if isinstance(records, dict):
-            return {"index": index, "label": row["label"], **records}
+            return {"index": index, "label": label, **records}
         name = "record" if records.dtype == object else "features"
-        return {"index": index, "label": row["label"], name: records}
+        return {"index": index, "label": label, name: records}
 
 
 def class_balanced(
@@ -194,6 +217,7 @@ def class_balanced(
     num_workers: int = 1,
     record_set: str | None = None,
     decode: object = "auto",
+    on_damaged: str = "fail",
     features: AudioFeatureConfig | None = None,
     first_epoch: int = 0,
     num_epochs: int | None = None,
@@ -203,7 +227,7 @@ def class_balanced(
     Args:
       source, labels, n_classes_per_batch, n_samples_per_class, seed, epoch_mode,
         small_classes, max_draws_per_record, worker_index, num_workers, record_set, decode,
-        features: as `GrainClassBalanced`.
+        on_damaged, features: as `GrainClassBalanced`.
       first_epoch, num_epochs: the epochs streamed (None: without end).
 
     Returns:
@@ -227,6 +251,7 @@ def class_balanced(
         num_workers=num_workers,
         record_set=record_set,
         decode=decode,
+        on_damaged=on_damaged,
         features=features,
     )
     return balanced.stream(first_epoch, num_epochs)

@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from tfx_dynamic_inputs.grain.batch_reads import BatchReader
+from tfx_dynamic_inputs.grain.batch_reads import BatchReader, rows_of
 from tfx_dynamic_inputs.grain.epoch_stream import EpochStream, PlannedBatches
 from tfx_dynamic_inputs.grain.run_pairs import open_pairs
+from tfx_dynamic_inputs.grain.skipped import SkippedSamples
 from tfx_dynamic_inputs.grain.valid_pairs import EdgeList
 from tfx_dynamic_inputs.plans.pair_plan import PairPlan
 from tfx_dynamic_inputs.plans.worker_slices import batches_per_worker
@@ -44,6 +45,10 @@ class GrainPairs(PlannedBatches):
       remainder: ``"wrap"`` or ``"drop"``, as tf.data's.
       decode: how a run's records are decoded (`records.RunRecordSource`); "bytes": the
         serialized records, as tf.data's without `image` or a parser.
+      on_damaged: for a run folder, "fail" (a damaged record raises, naming it) or "skip": a
+        pair whose x or y is damaged is left out of its batch (the batch is then short, as
+        tf.data's), counted in `skipped.total` and warned once an epoch (`skipped.SkippedSamples`).
+        A source given is read with its own policy; one that reads a record as None skips it.
 
     Raises:
       ValueError, TypeError: a bad argument, named in one line (`PairPlan`'s, `EdgeList`'s).
@@ -67,17 +72,24 @@ class GrainPairs(PlannedBatches):
         num_workers: int = 1,
         remainder: str = "wrap",
         decode: object = "bytes",
+        on_damaged: str = "fail",
     ):
         if isinstance(x, str | os.PathLike):
             if y is not None or valid_pairs is not None:
                 raise ValueError("a run holds its own y and valid pairs: pass the run alone")
-            x, y, edges = open_pairs(x, decode)
+            x, y, edges = open_pairs(x, decode, on_damaged)
             self._x, self._y = BatchReader(x, "x"), BatchReader(y, "y")
         elif y is None or valid_pairs is None:
             raise TypeError("pass x, y and valid_pairs, or a pairs run folder as x alone")
+        elif on_damaged != "fail":
+            raise ValueError(
+                f"on_damaged={on_damaged!r:.50} is for a run folder; a source given is read with "
+                "its own policy (RunRecordSource(..., on_damaged=...))"
+            )
         else:
             self._x, self._y = BatchReader(x, "x"), BatchReader(y, "y")
             edges = EdgeList.build(valid_pairs, self._x.num_records, self._y.num_records)
+        self.skipped = SkippedSamples("dynamic_pairs", {"x": x, "y": y})
         grouped = hasattr(edges, "group_row_splits")
         num_pairs = len(edges.group_values if grouped else edges.values)
         self.plan = PairPlan(
@@ -114,12 +126,14 @@ class GrainPairs(PlannedBatches):
     def load(self, epoch: int, row: dict[str, np.ndarray]) -> dict[str, Any]:
         """A planned batch: ``x``, ``y``, ``x_index``, ``y_index``."""
         x_index, y_index = row["x_index"], row["y_index"]
-        return {
-            "x": self._x.read(x_index),
-            "y": self._y.read(y_index),
-            "x_index": x_index,
-            "y_index": y_index,
-        }
+        x, x_kept = self._x.read_checked(x_index)
+        y, y_kept = self._y.read_checked(y_index)
+        kept = x_kept & y_kept
+        if not kept.all():
+            self.skipped.record(epoch, kept)
+            x, y = rows_of(x, kept[x_kept]), rows_of(y, kept[y_kept])
+            x_index, y_index = x_index[kept], y_index[kept]
+        return {"x": x, "y": y, "x_index": x_index, "y_index": y_index}
 
 
 def dynamic_pairs(
@@ -134,6 +148,7 @@ def dynamic_pairs(
     num_workers: int = 1,
     remainder: str = "wrap",
     decode: object = "bytes",
+    on_damaged: str = "fail",
     first_epoch: int = 0,
     num_epochs: int | None = None,
 ) -> EpochStream:
@@ -141,7 +156,7 @@ def dynamic_pairs(
 
     Args:
       x, y, valid_pairs, batch_size, strategy, seed, worker_index, num_workers, remainder,
-        decode: as `GrainPairs`.
+        decode, on_damaged: as `GrainPairs`.
       first_epoch, num_epochs: the epochs streamed (None: without end).
 
     Returns:
@@ -163,5 +178,6 @@ def dynamic_pairs(
         num_workers=num_workers,
         remainder=remainder,
         decode=decode,
+        on_damaged=on_damaged,
     )
     return pairs.stream(first_epoch, num_epochs)

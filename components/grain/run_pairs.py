@@ -17,7 +17,7 @@ from tfx_dynamic_inputs.records.source import RunRecordSource
 
 
 def open_pairs(
-    run_dir: str | os.PathLike, decode: object
+    run_dir: str | os.PathLike, decode: object, on_damaged: str = "fail"
 ) -> tuple[RunRecordSource, RunRecordSource, EdgeList | GroupList]:
     """`(x, y, valid_pairs)` of the committed pairs run at `run_dir`.
 
@@ -25,6 +25,7 @@ def open_pairs(
       run_dir: the run folder (local).
       decode: how its records are decoded (`records.RunRecordSource`: "bytes" gives the
         serialized records, as tf.data's `dynamic_pairs` without `image` or a parser).
+      on_damaged: "fail" or "skip", for both record sets (`records.RunRecordSource`).
 
     Returns:
       The two record sets and the valid pairs.
@@ -35,8 +36,8 @@ def open_pairs(
       ValueError: valid pairs that do not fit the record sets.
     """
     run_dir = os.fspath(run_dir)
-    x = RunRecordSource(run_dir, layout.X_RECORD_SET, decode=decode)
-    y = RunRecordSource(run_dir, layout.Y_RECORD_SET, decode=decode)
+    x = RunRecordSource(run_dir, layout.X_RECORD_SET, decode=decode, on_damaged=on_damaged)
+    y = RunRecordSource(run_dir, layout.Y_RECORD_SET, decode=decode, on_damaged=on_damaged)
     with without_tensorflow():
         if layout.has_group_index(run_dir):
             _, x_groups, y_groups = layout.load_group_index(run_dir)

@@ -116,7 +116,7 @@ def random_crop(
 
 def decode_padded(audio: Sequence[np.ndarray], lengths: np.ndarray) -> np.ndarray:
     """float32 [B, max(lengths)]: each record's first `lengths[b]` samples, zero past them."""
-    out = np.zeros((len(audio), int(np.max(lengths))), np.float32)
+    out = np.zeros((len(audio), int(np.max(lengths, initial=0))), np.float32)
     for row, (pcm, length) in enumerate(zip(audio, np.asarray(lengths).tolist(), strict=True)):
         out[row, :length] = pcm[:length]
     return out / np.float32(_FULL_SCALE)
