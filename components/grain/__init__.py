@@ -26,19 +26,33 @@ from __future__ import annotations
 from tfx_dynamic_inputs.grain.batch_reads import BatchReader
 from tfx_dynamic_inputs.grain.class_balanced import GrainClassBalanced, class_balanced
 from tfx_dynamic_inputs.grain.epoch_stream import EpochStream, epoch_dataset
+from tfx_dynamic_inputs.grain.mixed_class_balanced import (
+    GrainMixedClassBalanced,
+    mixed_class_balanced,
+)
+from tfx_dynamic_inputs.grain.mixed_pairs import GrainMixedPairs, mixed_pairs
+from tfx_dynamic_inputs.grain.mixed_runs import ConcatenatedRecords
 from tfx_dynamic_inputs.grain.pairs import GrainPairs, dynamic_pairs
 from tfx_dynamic_inputs.grain.run_pairs import open_pairs
 from tfx_dynamic_inputs.grain.valid_pairs import EdgeList, GroupList
+from tfx_dynamic_inputs.plans.run_mix import FolderMix, WeightedFolder
 
 __all__ = [
     "BatchReader",
+    "ConcatenatedRecords",
     "EdgeList",
     "EpochStream",
+    "FolderMix",
     "GrainClassBalanced",
+    "GrainMixedClassBalanced",
+    "GrainMixedPairs",
     "GrainPairs",
     "GroupList",
+    "WeightedFolder",
     "class_balanced",
     "dynamic_pairs",
     "epoch_dataset",
+    "mixed_class_balanced",
+    "mixed_pairs",
     "open_pairs",
 ]

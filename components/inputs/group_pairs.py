@@ -24,6 +24,7 @@ import logging
 import numpy as np
 
 from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.plans.pair_edges import edge_csr
 
 _log = logging.getLogger(__name__)
 
@@ -176,17 +177,7 @@ class GroupPairs:
         Raises:
           ValueError: more than `max_pairs` valid pairs.
         """
-        if self.num_pairs > max_pairs:
-            raise ValueError(
-                f"group pairs hold {self.num_pairs} valid pairs, more than {max_pairs} to list "
-                "one by one"
-            )
-        sizes = np.where(self.x_group >= 0, self.group_sizes[np.maximum(self.x_group, 0)], 0)
-        sizes[self.skipped_x] = 0
-        row_splits = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        starts = self.group_row_splits[np.maximum(self.x_group, 0)]
-        positions = np.repeat(starts - row_splits[:-1], sizes) + np.arange(row_splits[-1])
-        return row_splits, self.group_values[positions]
+        return edge_csr(self, max_pairs)
 
     def y_of(self, x: int) -> np.ndarray:
         """The y record numbers x may pair with (for checks and small inputs).

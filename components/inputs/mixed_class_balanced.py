@@ -42,6 +42,7 @@ from tfx_dynamic_inputs.inputs.run_mix import RunMix, read_by_run
 from tfx_dynamic_inputs.inputs.speaker_augment import SpeakerAugmentConfig, SpeakerAugmenter
 from tfx_dynamic_inputs.inputs.variables import index_variable
 from tfx_dynamic_inputs.inputs.worker_slices import replicas_per_worker, worker_slice
+from tfx_dynamic_inputs.plans.run_mix import check_mix_on_damaged, one_sample_rate
 
 DEFAULT_FEATURES = AudioFeatureConfig()
 
@@ -129,20 +130,13 @@ class MixedClassBalancedSampler(EpochSampler):
         if state is not None and not isinstance(state, MixState):
             raise TypeError(f"state must be a MixState, got {type(state).__name__}")
         store_options = store_options or StoreOptions()
-        if store_options.on_damaged != "fail":
-            raise ValueError("a run mix reads with on_damaged='fail'; repair or drop the run")
+        check_mix_on_damaged(store_options.on_damaged)
         self.mix = mix
         self.worker_index, self.num_workers = worker_slice(
             input_context, worker_index=worker_index, num_workers=num_workers
         )
         if features is not None:
-            rates = {run.name: run.run.sample_rate for run in mix.runs}
-            if len(set(rates.values())) > 1:
-                raise ValueError(
-                    f"the runs of a mix must store one sample rate, got {rates}; "
-                    "materialize them at one rate"
-                )
-            recorded = next(iter(rates.values()))
+            recorded = one_sample_rate({run.name: run.run.sample_rate for run in mix.runs})
             if features is DEFAULT_FEATURES and recorded is not None:
                 features = dataclasses.replace(features, sample_rate=recorded)
         self.features = features

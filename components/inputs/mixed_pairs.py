@@ -23,7 +23,6 @@ from tfx_dynamic_inputs.inputs.arguments import int_argument, seed_argument
 from tfx_dynamic_inputs.inputs.coverage import PairCoverage
 from tfx_dynamic_inputs.inputs.epoch_sampler import EpochSampler
 from tfx_dynamic_inputs.inputs.graph_functions import as_given
-from tfx_dynamic_inputs.inputs.group_pairs import GroupPairs
 from tfx_dynamic_inputs.inputs.pair_plan import PairingState, PairPlanner
 from tfx_dynamic_inputs.inputs.pairs import pair_plan_key
 from tfx_dynamic_inputs.inputs.parsing import ParseFn
@@ -32,10 +31,13 @@ from tfx_dynamic_inputs.inputs.run import StoreOptions
 from tfx_dynamic_inputs.inputs.run_mix import RunMix, WeightedRun, read_by_run
 from tfx_dynamic_inputs.inputs.valid_pairs import ValidPairs
 from tfx_dynamic_inputs.inputs.worker_slices import replicas_per_worker, worker_slice
+from tfx_dynamic_inputs.plans import pair_edges
+from tfx_dynamic_inputs.plans.run_mix import check_mix_on_damaged
 
 
 def combined_pairs(valid_pairs, num_y) -> tuple[ValidPairs, np.ndarray, np.ndarray]:
-    """One valid-pair index over several runs' concatenated x and y.
+    """One valid-pair index over several runs' concatenated x and y (`plans.pair_edges`, which
+    Grain's mixed pairs plan too), as a `ValidPairs`.
 
     Args:
       valid_pairs: each run's `ValidPairs` (or `GroupPairs`, expanded to its edges).
@@ -51,25 +53,14 @@ def combined_pairs(valid_pairs, num_y) -> tuple[ValidPairs, np.ndarray, np.ndarr
                                               ValidPairs.build([[0, 1]], num_y=3)], [2, 3])
         pairs.row_splits, pairs.values   # [0, 1, 2, 4], [0, 1, 2, 3]
     """
-    rows, values, num_x = [], [], []
-    y_offsets = np.concatenate([[0], np.cumsum(num_y)]).astype(np.int64)
-    for pairs, y_offset in zip(valid_pairs, y_offsets[:-1], strict=True):
-        if isinstance(pairs, GroupPairs):
-            pairs = ValidPairs.build(
-                pairs.edges(), num_x=pairs.num_x, num_y=pairs.num_y, on_invalid="skip"
-            )
-        rows.append(np.diff(pairs.row_splits))
-        values.append(np.asarray(pairs.values, np.int64) + y_offset)
-        num_x.append(pairs.num_x)
-    row_splits = np.concatenate([[0], np.cumsum(np.concatenate(rows))]).astype(np.int64)
-    combined = ValidPairs.build(
-        (row_splits, np.concatenate(values)),
-        num_x=int(sum(num_x)),
-        num_y=int(y_offsets[-1]),
+    combined = pair_edges.combined_pairs(valid_pairs, num_y)
+    pairs = ValidPairs.build(
+        (combined.row_splits, combined.values),
+        num_x=combined.num_x,
+        num_y=int(combined.y_offsets[-1]),
         on_invalid="skip",
     )
-    x_offsets = np.concatenate([[0], np.cumsum(num_x)]).astype(np.int64)
-    return combined, x_offsets, y_offsets
+    return pairs, combined.x_offsets, combined.y_offsets
 
 
 class MixedPairsSampler(EpochSampler):
@@ -119,8 +110,7 @@ class MixedPairsSampler(EpochSampler):
         batch_size = int_argument("batch_size", batch_size, 1)
         seed = seed_argument(seed)
         store_options = store_options or StoreOptions()
-        if store_options.on_damaged != "fail":
-            raise ValueError("a run mix reads with on_damaged='fail'; repair or drop the run")
+        check_mix_on_damaged(store_options.on_damaged)
         self.mix = RunMix(tuple(WeightedRun(run, 1.0, name) for name, run in dict(runs).items()))
         opened = [run.run.pairs(store_options) for run in self.mix.runs]
         self.x_stores: list[RecordStore] = [x for x, _, _ in opened]

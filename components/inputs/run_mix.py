@@ -5,6 +5,9 @@ A mix is what `mixed_class_balanced.MixedClassBalancedSampler` reads: the runs' 
 namespaced by run (the global class id is the run's offset plus its own class id, the class name
 ``"<run name>/<class>"``), so two speakers of two runs are never merged, even with equal names.
 What the weights mean is `MixWeighting`'s (see `mix_plan` for the plan and what an epoch is).
+The checks of a name, a weight, the weighting and a run named twice are `plans.run_mix`'s,
+stated without TensorFlow and shared with the Grain samplers' mix of run folders
+(`plans.run_mix.FolderMix`).
 
 Example:
 
@@ -18,7 +21,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 
 import numpy as np
@@ -28,6 +30,13 @@ from tfx_dynamic_inputs.inputs.run import Run, open_run
 
 # Stated without TensorFlow (the pipeline config checks a weighting before it loads).
 from tfx_dynamic_inputs.option_bounds import MixWeighting as MixWeighting
+from tfx_dynamic_inputs.plans.run_mix import (
+    mix_shares,
+    mix_weighting,
+    refuse_repeats,
+    run_name,
+    run_weight,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,17 +66,8 @@ class WeightedRun:
             object.__setattr__(self, "run", open_run(os.fspath(self.run)))
         if not isinstance(self.run, Run):
             raise TypeError(f"run must be a Run or a run folder, got {type(self.run).__name__}")
-        if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)):
-            raise TypeError(
-                f"the weight of run {self.name!r} must be a number, got {self.weight!r}"
-            )
-        if not (math.isfinite(self.weight) and self.weight > 0):
-            raise ValueError(f"the weight of run {self.name!r} must be > 0, got {self.weight!r}")
-        object.__setattr__(self, "weight", float(self.weight))
-        if not isinstance(self.name, str) or not self.name or "/" in self.name:
-            raise ValueError(
-                f"a run's name in a mix must be a non-empty string without '/', got {self.name!r}"
-            )
+        object.__setattr__(self, "weight", run_weight(self.name, self.weight))
+        run_name(self.name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,16 +104,10 @@ class RunMix:
         for run in runs:
             if not isinstance(run, WeightedRun):
                 raise TypeError(f"RunMix runs must be WeightedRun, got {type(run).__name__}")
-        try:
-            object.__setattr__(self, "weighting", MixWeighting(self.weighting))
-        except ValueError:
-            allowed = [m.value for m in MixWeighting]
-            raise ValueError(
-                f"weighting must be one of {allowed}, got {self.weighting!r}"
-            ) from None
-        _refuse_repeats("name", [run.name for run in runs])
-        _refuse_repeats("run folder", [os.path.normpath(run.run.uri) for run in runs])
-        _refuse_repeats("run id", [run.run.run_id for run in runs])
+        object.__setattr__(self, "weighting", mix_weighting(self.weighting))
+        refuse_repeats("name", [run.name for run in runs])
+        refuse_repeats("run folder", [os.path.normpath(run.run.uri) for run in runs])
+        refuse_repeats("run id", [run.run.run_id for run in runs])
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -128,8 +122,7 @@ class RunMix:
     @property
     def shares(self) -> tuple[float, ...]:
         """Each run's `weight / sum(weights)`."""
-        total = sum(self.weights)
-        return tuple(weight / total for weight in self.weights)
+        return mix_shares(self.weights)
 
     def with_weights(self, weights) -> RunMix:
         """The same runs with other weights (e.g. to resume with new weights, `mix_plan`).
@@ -151,17 +144,6 @@ class RunMix:
             for run, weight in zip(self.runs, weights, strict=True)
         )
         return RunMix(runs, self.weighting)
-
-
-def _refuse_repeats(what: str, values: list[str]) -> None:
-    seen: set[str] = set()
-    for value in values:
-        if value in seen:
-            raise ValueError(
-                f"a RunMix names {what} {value!r} twice; each run once (to draw a run more, "
-                "raise its weight)"
-            )
-        seen.add(value)
 
 
 def read_by_run(stores, offsets: np.ndarray, index: tf.Tensor, run: tf.Tensor, for_service: bool):
