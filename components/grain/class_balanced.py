@@ -25,13 +25,15 @@ from typing import Any
 import numpy as np
 
 from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.grain.audio_batches import AudioBatches, check_front_options
 from tfx_dynamic_inputs.grain.batch_reads import BatchReader
 from tfx_dynamic_inputs.grain.epoch_stream import EpochStream, PlannedBatches
 from tfx_dynamic_inputs.grain.skipped import SkippedSamples
 from tfx_dynamic_inputs.layout.filesystem import without_tensorflow
-from tfx_dynamic_inputs.plans.audio_front import audio_features
 from tfx_dynamic_inputs.plans.audio_options import AudioFeatureConfig
+from tfx_dynamic_inputs.plans.augment_options import SpeakerAugmentConfig
 from tfx_dynamic_inputs.plans.class_plan import ClassBalancedPlan
+from tfx_dynamic_inputs.plans.speed_classes import derived_row_splits
 from tfx_dynamic_inputs.plans.worker_slices import batches_per_worker
 from tfx_dynamic_inputs.records.source import RunRecordSource
 
@@ -91,6 +93,11 @@ class GrainClassBalanced(PlannedBatches):
         record at another rate is refused naming it, as tf.data's) over records of ``audio``
         (int16 [n]) and ``sample_rate`` (`records.AudioDecoder`'s); None (the default, unlike
         tf.data's, as arrays need none): the records as they are.
+      augment: the speaker augmentation (`plans.augment_options.SpeakerAugmentConfig`: noise,
+        RIRs, speed perturbation; needs `features`, in crop mode), drawn as tf.data's `augment`
+        draws it (`plans.speaker_front`); with `K` speed factors the plan's classes are `K x C`
+        (`plans.speed_classes`: class `c` at factor `k` is `k * C + c`) and ``label`` holds the
+        derived class. None: none.
 
     Raises:
       ValueError, TypeError: a bad argument in one line (`ClassBalancedPlan`'s, or labels that
@@ -120,16 +127,20 @@ class GrainClassBalanced(PlannedBatches):
         decode: object = "auto",
         on_damaged: str = "fail",
         features: AudioFeatureConfig | None = None,
+        augment: SpeakerAugmentConfig | None = None,
     ):
-        if features is not None and not isinstance(features, AudioFeatureConfig):
-            raise TypeError(
-                f"features must be an AudioFeatureConfig or None, got {type(features).__name__}"
-            )
+        check_front_options(features, augment)
         records, row_splits, self._values = _class_index(
             source, labels, record_set, decode, on_damaged
         )
+        # A run's records carry their class (tf.data checks them against the class index).
+        self._labels_in_records = isinstance(source, str | os.PathLike)
+        self._num_source_classes = len(row_splits) - 1
+        if augment is not None:
+            # Speed perturbation: each class is K derived classes, planned like any other.
+            row_splits = derived_row_splits(row_splits, augment.num_speeds)
         self.skipped = SkippedSamples("class_balanced", {"records": records})
-        self.features = features
+        self.features, self.augment = features, augment
         self._records = BatchReader(records, "source")
         if len(self._values) != self._records.num_records:
             raise ValueError(
@@ -147,6 +158,10 @@ class GrainClassBalanced(PlannedBatches):
             max_draws_per_record=max_draws_per_record,
         )
         self.num_batches, self.batch_size = self.plan.num_batches, self.plan.batch_size
+        # Opened once the plan is checked: an augmentation reads its noise and RIR clips.
+        self._audio = None
+        if features is not None:
+            self._audio = AudioBatches(features, augment, self._num_source_classes)
         self.num_workers, self.worker_index = num_workers, worker_index
         self.steps_per_epoch = batches_per_worker(self.num_batches, num_workers, worker_index)
         self.plan_key = json.dumps(
@@ -159,6 +174,7 @@ class GrainClassBalanced(PlannedBatches):
                 "class_sizes": [int(size) for size in np.diff(row_splits)],
                 "n_samples_per_class": n_samples_per_class,
                 "features": None if features is None else repr(features),
+                "augment": None if augment is None else repr(augment),
                 "global_batch": num_workers * self.batch_size,
                 # A plan of fixed units keeps its batches on one split only.
                 "split": None if self.plan.elastic else num_workers,
@@ -180,21 +196,14 @@ class GrainClassBalanced(PlannedBatches):
         if not kept.all():
             self.skipped.record(epoch, kept)
             index, label, positions = index[kept], label[kept], positions[kept]
-        if self.features is not None:
-            if not len(index):  # every sample skipped: an empty batch of features
-                records = {"audio": [], "sample_rate": np.zeros(0, np.int64)}
-            if not isinstance(records, dict) or not {"audio", "sample_rate"} <= records.keys():
-                raise ValueError(
-                    "the audio front end needs records of audio and sample_rate (a run's "
-                    f"audio records), got {type(records).__name__}"
-                )
-            computed = audio_features(
-                list(records["audio"]),
-                self.features,
-                row["seed"],
+        if self._audio is not None:
+            computed = self._audio.features_of(
+                records,
                 index=index,
-                sample_rate=records["sample_rate"],
+                label=label,
+                seed=row["seed"],
                 positions=positions,
+                record_labels=label % self._num_source_classes if self._labels_in_records else None,
             )
             return {"index": index, "label": label, **computed}
         if isinstance(records, dict):
@@ -219,6 +228,7 @@ def class_balanced(
     decode: object = "auto",
     on_damaged: str = "fail",
     features: AudioFeatureConfig | None = None,
+    augment: SpeakerAugmentConfig | None = None,
     first_epoch: int = 0,
     num_epochs: int | None = None,
 ) -> EpochStream:
@@ -227,7 +237,7 @@ def class_balanced(
     Args:
       source, labels, n_classes_per_batch, n_samples_per_class, seed, epoch_mode,
         small_classes, max_draws_per_record, worker_index, num_workers, record_set, decode,
-        on_damaged, features: as `GrainClassBalanced`.
+        on_damaged, features, augment: as `GrainClassBalanced`.
       first_epoch, num_epochs: the epochs streamed (None: without end).
 
     Returns:
@@ -253,5 +263,6 @@ def class_balanced(
         decode=decode,
         on_damaged=on_damaged,
         features=features,
+        augment=augment,
     )
     return balanced.stream(first_epoch, num_epochs)

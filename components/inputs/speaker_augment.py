@@ -69,10 +69,13 @@ from tfx_dynamic_inputs.option_bounds import MAX_SNR_DB as MAX_SNR_DB
 from tfx_dynamic_inputs.option_bounds import MIN_SNR_DB as MIN_SNR_DB
 from tfx_dynamic_inputs.option_bounds import check_snr_range as check_snr_range
 
-# The options, stated without TensorFlow (the NumPy augmentation, plans.speaker_front, takes them).
+# The options and the derived classes, stated without TensorFlow (the NumPy augmentation,
+# plans.speaker_front, and the Grain sampler take them).
 from tfx_dynamic_inputs.plans.augment_options import AdditiveNoise as AdditiveNoise
 from tfx_dynamic_inputs.plans.augment_options import Reverberation as Reverberation
 from tfx_dynamic_inputs.plans.augment_options import SpeakerAugmentConfig as SpeakerAugmentConfig
+from tfx_dynamic_inputs.plans.speed_classes import derived_class_names as derived_class_names
+from tfx_dynamic_inputs.plans.speed_classes import derived_row_splits as derived_row_splits
 
 # Draws of a batch's seed, after audio_features' (0-2) and the plans' salts.
 _SALT_NOISE_PICK = 30
@@ -82,42 +85,6 @@ _SALT_NOISE_CROP = 33
 _SALT_RIR_PICK = 34
 _SALT_RIR_APPLY = 35
 _SALT_SPEECH_CROP = 0  # audio_features' crop stream: factor 1.0 crops as the plain front end
-
-
-def derived_row_splits(row_splits: np.ndarray, num_speeds: int) -> np.ndarray:
-    """The class CSR of the derived classes: class `k * C + c` holds class `c`'s records, at
-    CSR positions shifted by `k * N` (the sampler reads position `p` as `p % N`).
-
-    Args:
-      row_splits: int64 [C + 1], the class index's row splits over N positions.
-      num_speeds: K, the derived classes per class.
-
-    Returns:
-      int64 [K * C + 1].
-
-    Example:
-
-        derived_row_splits(np.array([0, 2, 5]), 2)  # [0, 2, 5, 7, 10]
-    """
-    row_splits = np.asarray(row_splits, np.int64)
-    total = row_splits[-1]
-    parts = [row_splits] + [row_splits[1:] + k * total for k in range(1, num_speeds)]
-    return np.concatenate(parts)
-
-
-def derived_class_names(classes: list[str] | None, factors: tuple[float, ...]) -> list | None:
-    """Names of the derived classes: factor 1.0 keeps a class's name, others add ``@speed{f}``.
-
-    Args:
-      classes: the C class names, or None.
-      factors: the speed factors (empty: the names unchanged).
-
-    Returns:
-      `K * C` names in derived-class order, or None.
-    """
-    if classes is None or not factors:
-        return classes
-    return [name if f == 1.0 else f"{name}@speed{f:g}" for f in factors for name in classes]
 
 
 class SpeakerAugmenter:

@@ -23,5 +23,6 @@ numbers of both over generated sizes, seeds, epochs and batches.
 * `augment_options`, `clip_levels`, `clip_sets`, `speed_filter`, `speaker_front`: the speaker
   augmentation's options, the silence floor and direct-path peak, a run's noise or RIR clips,
   the speed filter, and the augmentation (speed, reverberation, noise) with the graph's draws
-  (tests/core/test_audio_front.py, tests/class_balanced/test_speaker_front.py).
+  (tests/core/test_audio_front.py, tests/class_balanced/test_speaker_front.py); `speed_classes`:
+  the `K x C` derived classes speed perturbation plans over.
 """

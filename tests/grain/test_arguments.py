@@ -11,10 +11,32 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfx_dynamic_inputs.grain import GrainClassBalanced, GrainPairs, class_balanced, dynamic_pairs
+from tfx_dynamic_inputs.grain.audio_batches import AudioBatches
 from tfx_dynamic_inputs.plans.audio_options import AudioFeatureConfig
+from tfx_dynamic_inputs.plans.augment_options import AdditiveNoise, SpeakerAugmentConfig
 
 X, Y = np.arange(4.0), np.arange(3) * 10
 ROWS = [[0], [1, 2], [2], [0, 1]]
+# An augmentation whose noise run is never opened: each case below is refused before.
+NOISE = SpeakerAugmentConfig(noise=AdditiveNoise("no/such/run"))
+PAD = AudioFeatureConfig(mode="pad", sample_rate=8000)
+AUDIO = {
+    "audio": [np.ones(400, np.int16), np.ones(500, np.int16)],
+    "sample_rate": np.array([8000, 8000]),
+    "label": np.array([0, 1]),
+}
+BATCH = {"index": np.array([5, 6]), "label": np.array([0, 0]), "seed": [1, 2], "positions": [0, 1]}
+
+
+def _balanced_audio(features=None, augment=None) -> GrainClassBalanced:
+    return GrainClassBalanced(
+        X,
+        [0, 1, 1, 0],
+        n_classes_per_batch=1,
+        n_samples_per_class=1,
+        features=features,
+        augment=augment,
+    )
 
 
 @pytest.mark.parametrize(
@@ -82,6 +104,20 @@ ROWS = [[0], [1, 2], [2], [0, 1]]
             ).epoch(0)[0],
             ValueError,
             "needs records of audio and sample_rate",
+        ),
+        (lambda: _balanced_audio(augment=NOISE), ValueError, "augment needs the audio front end"),
+        (lambda: _balanced_audio(PAD, augment="noise"), TypeError, "augment must be a Speaker"),
+        (lambda: _balanced_audio(PAD, augment=NOISE), ValueError, "needs AudioFeatureConfig"),
+        (lambda: AudioBatches(AudioFeatureConfig(), NOISE), TypeError, "num_classes must be"),
+        (
+            lambda: AudioBatches(PAD).features_of(AUDIO, **BATCH, record_labels=[0, 0]),
+            ValueError,
+            r"label differs from the class index: \[6\] carry \[1\]",
+        ),
+        (
+            lambda: AudioBatches(AudioFeatureConfig(mode="pad")).features_of(AUDIO, **BATCH),
+            ValueError,
+            r"expected audio at 16000 Hz; records at other rates: \[5 6\]",
         ),
     ],
 )

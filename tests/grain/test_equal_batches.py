@@ -3,22 +3,25 @@
 The cases are generated from a seeded NumPy generator: arrays (sizes, valid pairs, labels,
 strategies, seeds, batch sizes, worker splits, epoch modes); three class-balanced cases over a
 committed audio run (its serialized records byte for byte; the audio front end's features, crop
-and pad with SpecAugment, within 1e-3, their lengths and masks exactly); three pairs runs, paired
-by edges or by groups (their serialized records). They go in one go to the full install's
-interpreter (`tf_batches.py`: TensorFlow 2.16, which the Grain venv must not hold): one
-TensorFlow process for all of them, where a hypothesis example each would start one each.
+and pad with SpecAugment, within 1e-3, their lengths and masks exactly); three class-balanced
+cases with speaker augmentation (noise; RIRs with SpecAugment; speed factors with noise and RIRs:
+the derived classes' record numbers and labels exactly, the features within 1e-3); three pairs
+runs, paired by edges or by groups (their serialized records). They go in one go to the full
+install's interpreter (`tf_batches.py`: TensorFlow 2.16, which the Grain venv must not hold):
+one TensorFlow process for all of them, where a hypothesis example each would start one each.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 
 import numpy as np
 import pytest
 
-from tests.grain.tf_batches import SAMPLE_RATE, as_arrays, feature_config
+from tests.grain.tf_batches import SAMPLE_RATE, as_arrays, augment_config, feature_config
 from tfx_dynamic_inputs.grain import GrainClassBalanced, GrainPairs
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -95,6 +98,29 @@ def _run_case(rng: np.random.Generator, number: int, folder: str) -> tuple[dict,
     return case, {f"{name}/labels": labels}
 
 
+def _augment_case(rng: np.random.Generator, number: int, folder: str) -> tuple[dict, dict]:
+    """A class-balanced case over a committed audio run with speaker augmentation, by `number`:
+    noise only; RIRs only (with SpecAugment); speed factors with noise and RIRs. The noise and
+    RIR runs (shared by the cases) are written by the TensorFlow process."""
+    case, inputs = _run_case(rng, 3 * number + 1, folder)  # a crop-mode front end
+    name = f"augmented{number}"
+    case.update(name=name, run_dir=os.path.join(folder, name))
+    noise = {
+        "run": os.path.join(folder, "noise"),
+        "snr_db": [float(rng.uniform(-5, 5)), float(rng.uniform(5, 20))],
+        "probability": 0.8,
+    }
+    reverb = {"run": os.path.join(folder, "rirs"), "probability": 0.7, "max_rir_seconds": 0.05}
+    case["augment"] = [
+        {"noise": noise},
+        {"reverb": reverb},
+        {"noise": noise, "reverb": reverb, "speed_factors": [1.0, 0.9, 1.1]},
+    ][number]
+    if number == 1:
+        case["features"] = {**case["features"], "spec_augment": {"freq_mask_param": 4}}
+    return case, {f"{name}/labels": next(iter(inputs.values()))}
+
+
 def _pairs_run_case(rng: np.random.Generator, number: int, folder: str) -> tuple[dict, dict]:
     """A committed pairs run (written by the TensorFlow process) of an edge CSR or, for odd
     `number`, of groups (some x in none); its serialized records."""
@@ -126,6 +152,7 @@ def _grain(case: dict, inputs: dict):
             record_set="train",
             decode="bytes" if features is None else "audio",
             features=features,
+            augment=augment_config(case.get("augment")),
             **args,
         )
     if case["kind"] == "pairs":
@@ -149,6 +176,10 @@ def tf_cases(tf_python: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[
             case, arrays = make(rng, number, str(folder))
             cases.append(case)
             inputs.update(arrays)
+    for number in range(3):
+        case, arrays = _augment_case(rng, number, str(folder))
+        cases.append(case)
+        inputs.update(arrays)
     (folder / "cases.json").write_text(json.dumps(cases))
     np.savez(folder / "inputs.npz", **inputs)
     subprocess.run(
@@ -199,3 +230,23 @@ def test_the_stream_is_the_epochs_in_turn(tf_cases: tuple[list, dict, dict]) -> 
             key = "x_index" if "x_index" in batch else "index"
             want = expected[f"{case['name']}/{epoch}/{number}/{key}"]
             np.testing.assert_array_equal(batch[key], want, err_msg=f"{case} {step}")
+
+
+def test_a_state_of_another_augmentation_is_refused(tf_cases: tuple[list, dict, dict]) -> None:
+    """An augmented stream resumes from its own state (and pickles for Grain's workers), and
+    refuses a state saved with another augmentation or none: its batches would differ."""
+    cases, inputs, _ = tf_cases
+    case = next(case for case in cases if case.get("augment", {}).keys() == {"noise"})
+    sampler = _grain(case, inputs)
+    iterator = iter(sampler.stream())
+    next(iterator)
+    state = iterator.get_state()
+    resumed = iter(pickle.loads(pickle.dumps(sampler.stream())))
+    resumed.set_state(state)
+    np.testing.assert_array_equal(next(resumed)["features"], next(iterator)["features"])
+    noise = {**case["augment"]["noise"], "probability": 0.5}
+    for other in ({"noise": noise}, None):
+        changed = iter(_grain({**case, "augment": other}, inputs).stream())
+        with pytest.raises(ValueError, match="saved by another plan") as refused:
+            changed.set_state(state)
+        assert "probability=0.8" in str(refused.value) and "\n" not in str(refused.value)

@@ -5,12 +5,13 @@ the checkout, as `python -m tests.grain.tf_batches CASES.json INPUTS.npz OUT.npz
 (a sampler's arguments and how many epochs), `OUT["<case>/<epoch>/<batch>/<key>"]` is that
 batch's entry. The Grain venv holds no TensorFlow, so its tests ask this process for the batches
 they must equal (and for a committed audio run, written with the tests' helpers: `run_dir` of a
-`class_run` case).
+`class_run` case, with the noise and RIR runs its ``augment`` names).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import numpy as np
@@ -30,10 +31,16 @@ def _batches(case: dict, inputs: dict) -> list[list[dict]]:
     elif case["kind"] == "pairs_run":
         dataset = dynamic_pairs(_pairs_run(case["run_dir"], inputs, name), **args)
     elif case["kind"] == "class_run":
+        augment = case.get("augment") or {}
+        # Cases of one augmentation run share its noise and RIR runs, written once.
+        for what, part in (("noise", augment.get("noise")), ("RIR", augment.get("reverb"))):
+            if part is not None and not os.path.exists(part["run"]):
+                _clip_run(part["run"], what)
         dataset = class_balanced(
             _audio_run(case["run_dir"], inputs[f"{name}/labels"]),
             record_set="train",
             features=feature_config(case["features"]),
+            augment=augment_config(case.get("augment")),
             **args,
         )
     else:
@@ -56,6 +63,47 @@ def feature_config(spec: dict | None):
         return None
     masks = spec.get("spec_augment")
     return AudioFeatureConfig(**{**spec, "spec_augment": masks and SpecAugment(**masks)})
+
+
+def augment_config(spec: dict | None):
+    """The `SpeakerAugmentConfig` a case's JSON `spec` names (``noise`` and ``reverb`` dicts of
+    `AdditiveNoise`'s and `Reverberation`'s arguments, or None; ``speed_factors``), or None."""
+    from tfx_dynamic_inputs.plans.augment_options import (
+        AdditiveNoise,
+        Reverberation,
+        SpeakerAugmentConfig,
+    )
+
+    if spec is None:
+        return None
+    noise, reverb = spec.get("noise"), spec.get("reverb")
+    return SpeakerAugmentConfig(
+        noise=noise and AdditiveNoise(**{**noise, "snr_db": tuple(noise["snr_db"])}),
+        reverb=reverb and Reverberation(**reverb),
+        speed_factors=tuple(spec.get("speed_factors", ())),
+    )
+
+
+def _clip_run(run_dir: str, what: str) -> None:
+    """A committed run of noise clips (a tone over white noise, some shorter than a segment, one
+    silent) or of RIRs (a peak after a silent delay, then a decay; one silent), at 8 kHz."""
+    from tests.class_balanced.runs import write_clip_run
+
+    rng = np.random.default_rng(len(what))
+    clips = []
+    for _ in range(4):
+        if what == "noise":
+            t = np.arange(int(rng.integers(1500, 9000))) / SAMPLE_RATE
+            signal = 0.3 * np.sin(2 * np.pi * rng.uniform(50, 3000) * t)
+            signal += 0.05 * rng.standard_normal(len(t))
+        else:
+            n = int(rng.integers(100, 800))
+            tail = rng.standard_normal(n) * np.exp(-np.arange(n) / rng.uniform(20, 200))
+            tail[0] = 4.0
+            signal = np.concatenate([np.zeros(int(rng.integers(0, 50))), tail]) / 4.0
+        clips.append((signal * rng.uniform(0.05, 1.0) * 32767).astype(np.int16))
+    clips.insert(1, np.zeros(600, np.int16))
+    write_clip_run(run_dir, clips, sample_rate=SAMPLE_RATE)
 
 
 def _audio_run(run_dir: str, labels: np.ndarray):
