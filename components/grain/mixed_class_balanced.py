@@ -10,7 +10,9 @@ bit) and each sample is read from its own run (`mixed_runs.ConcatenatedRecords`)
 ``index`` (global record numbers), ``label`` (global class ids) and ``run``, int64 [n_c * n_p],
 and the records (``record``, the serialized Examples with `decode="bytes"`, as tf.data's
 `features=None`) or the audio front end's ``features``, ``lengths`` and ``mask``
-(`plans.audio_front`, within float32 rounding of the graph's).
+(`audio_batches.AudioBatches`: `plans.audio_front`, within float32 rounding of the graph's), with
+noise and reverberation drawn per sample as for one run where `augment` asks (speed perturbation
+is refused over a mix, as tf.data's refuses it).
 
 A Grain state holds no weights of its own: the plan key names the weights and the weighting, so
 a checkpoint of one mix is refused by a stream of other weights (tf.data's sampler resumes new
@@ -35,15 +37,21 @@ from typing import Any
 import numpy as np
 
 from tfx_dynamic_inputs import layout
+from tfx_dynamic_inputs.grain.audio_batches import AudioBatches, check_front_options
 from tfx_dynamic_inputs.grain.batch_reads import BatchReader
 from tfx_dynamic_inputs.grain.class_balanced import _class_index
 from tfx_dynamic_inputs.grain.epoch_stream import EpochStream, PlannedBatches
 from tfx_dynamic_inputs.grain.mixed_runs import ConcatenatedRecords, refuse_repeated_runs
 from tfx_dynamic_inputs.layout.filesystem import without_tensorflow
-from tfx_dynamic_inputs.plans.audio_front import audio_features
 from tfx_dynamic_inputs.plans.audio_options import AudioFeatureConfig
+from tfx_dynamic_inputs.plans.augment_options import SpeakerAugmentConfig
 from tfx_dynamic_inputs.plans.mix_plan import MixedClassPlan
-from tfx_dynamic_inputs.plans.run_mix import FolderMix, check_mix_on_damaged, one_sample_rate
+from tfx_dynamic_inputs.plans.run_mix import (
+    FolderMix,
+    check_mix_augment,
+    check_mix_on_damaged,
+    one_sample_rate,
+)
 from tfx_dynamic_inputs.plans.worker_slices import batches_per_worker
 from tfx_dynamic_inputs.records.features import AudioDecoder, ExampleDecoder, ImageDecoder
 
@@ -80,11 +88,15 @@ class GrainMixedClassBalanced(PlannedBatches):
       on_damaged: "fail", as tf.data's mix requires (a damaged record raises, naming it).
       features: the audio front end (`plans.audio_options.AudioFeatureConfig`, as given), over
         runs that stored one sample rate (others are refused, as tf.data's); None: the records.
+      augment: noise and reverberation (`plans.augment_options.SpeakerAugmentConfig`, needs
+        `features` in crop mode), drawn per sample as tf.data's mix draws them; speed factors
+        are refused. None: none.
 
     Raises:
       ValueError, TypeError: a bad argument in one line: `plans.run_mix`'s checks (and a run id
         twice), `MixedClassPlan`'s (a run whose weight asks for more classes than it has), runs
-        of several rates with `features`.
+        of several rates with `features`, `audio_batches.check_front_options`' and an `augment`
+        with speed factors.
 
     Attributes:
       names: the runs' names; classes: the global class names ``"<run name>/<class>"``;
@@ -113,15 +125,14 @@ class GrainMixedClassBalanced(PlannedBatches):
         decode: Decode = "auto",
         on_damaged: str = "fail",
         features: AudioFeatureConfig | None = None,
+        augment: SpeakerAugmentConfig | None = None,
     ):
         if not isinstance(mix, FolderMix):
             raise TypeError(f"mix must be a FolderMix, got {type(mix).__name__}")
         if not isinstance(record_set, str):
             raise TypeError(f"record_set must be a record set's name, got {record_set!r:.50}")
-        if features is not None and not isinstance(features, AudioFeatureConfig):
-            raise TypeError(
-                f"features must be an AudioFeatureConfig or None, got {type(features).__name__}"
-            )
+        check_front_options(features, augment)
+        check_mix_augment(augment)
         check_mix_on_damaged(on_damaged)
         opened = [_class_index(folder, None, record_set, decode, "fail") for folder in mix.folders]
         sources = [records for records, _, _ in opened]
@@ -133,7 +144,8 @@ class GrainMixedClassBalanced(PlannedBatches):
                     for name, source in zip(mix.names, sources, strict=True)
                 }
             )
-        self.mix, self.names, self.features = mix, mix.names, features
+        self.mix, self.names = mix, mix.names
+        self.features, self.augment = features, augment
         self.plan = MixedClassPlan(
             [row_splits for _, row_splits, _ in opened],
             shares=mix.shares,
@@ -155,7 +167,12 @@ class GrainMixedClassBalanced(PlannedBatches):
             ]
         )
         plan_layout = self.plan.layout
+        self._class_offsets = plan_layout.class_offsets
         self.num_classes = int(plan_layout.class_offsets[-1])
+        # Opened once the plan is checked: an augmentation reads its noise and RIR clips.
+        self._audio = None
+        if features is not None:
+            self._audio = AudioBatches(features, augment, self.num_classes)
         self.reports = dict(zip(mix.names, plan_layout.reports, strict=True))
         self.classes = [
             f"{name}/{class_name}"
@@ -186,6 +203,7 @@ class GrainMixedClassBalanced(PlannedBatches):
                 ],
                 "n_samples_per_class": n_samples_per_class,
                 "features": None if features is None else repr(features),
+                "augment": None if augment is None else repr(augment),
                 "global_batch": num_workers * self.batch_size,
             },
             sort_keys=True,
@@ -200,24 +218,19 @@ class GrainMixedClassBalanced(PlannedBatches):
         index = self._values[row["position"]]
         batch = {"index": index, "label": row["label"], "run": row["run"]}
         records = self._records.read(index)
-        if self.features is None:
+        if self._audio is None:
             if isinstance(records, dict):
                 return {**batch, **records}
             return {**batch, "record" if records.dtype == object else "features": records}
-        if not isinstance(records, dict) or not {"audio", "sample_rate"} <= records.keys():
-            raise ValueError(
-                "the audio front end needs records of audio and sample_rate (decode='audio'), "
-                f"got {type(records).__name__}"
-            )
-        # Each sample's place in its global batch keys its crop and masks.
-        positions = row["slice_start"] + np.arange(len(index), dtype=np.int64)
-        computed = audio_features(
-            list(records["audio"]),
-            self.features,
-            row["seed"],
+        computed = self._audio.features_of(
+            records,
             index=index,
-            sample_rate=records["sample_rate"],
-            positions=positions,
+            label=row["label"],
+            seed=row["seed"],
+            # Each sample's place in its global batch keys its crop, masks and augmentation.
+            positions=row["slice_start"] + np.arange(len(index), dtype=np.int64),
+            # A run's records carry their own class id (tf.data checks them too).
+            record_labels=row["label"] - self._class_offsets[row["run"]],
         )
         return {**batch, **computed}
 
@@ -235,6 +248,7 @@ def mixed_class_balanced(
     decode: Decode = "auto",
     on_damaged: str = "fail",
     features: AudioFeatureConfig | None = None,
+    augment: SpeakerAugmentConfig | None = None,
     first_epoch: int = 0,
     num_epochs: int | None = None,
 ) -> EpochStream:
@@ -243,7 +257,8 @@ def mixed_class_balanced(
 
     Args:
       mix, n_classes_per_batch, n_samples_per_class, record_set, seed, small_classes,
-        worker_index, num_workers, decode, on_damaged, features: as `GrainMixedClassBalanced`.
+        worker_index, num_workers, decode, on_damaged, features, augment: as
+        `GrainMixedClassBalanced`.
       first_epoch, num_epochs: the epochs streamed (None: without end).
 
     Returns:
@@ -267,5 +282,6 @@ def mixed_class_balanced(
         decode=decode,
         on_damaged=on_damaged,
         features=features,
+        augment=augment,
     )
     return mixed.stream(first_epoch, num_epochs)

@@ -42,7 +42,11 @@ from tfx_dynamic_inputs.inputs.run_mix import RunMix, read_by_run
 from tfx_dynamic_inputs.inputs.speaker_augment import SpeakerAugmentConfig, SpeakerAugmenter
 from tfx_dynamic_inputs.inputs.variables import index_variable
 from tfx_dynamic_inputs.inputs.worker_slices import replicas_per_worker, worker_slice
-from tfx_dynamic_inputs.plans.run_mix import check_mix_on_damaged, one_sample_rate
+from tfx_dynamic_inputs.plans.run_mix import (
+    check_mix_augment,
+    check_mix_on_damaged,
+    one_sample_rate,
+)
 
 DEFAULT_FEATURES = AudioFeatureConfig()
 
@@ -165,11 +169,7 @@ class MixedClassBalancedSampler(EpochSampler):
         if augment is not None:
             if features is None:
                 raise ValueError("augment needs the audio front end (features)")
-            if augment.speed_factors not in ((), (1.0,)):
-                raise ValueError(
-                    "speed perturbation does not run over a mix of runs yet (its derived classes "
-                    "are not planned there): drop speed_factors, or train on one run"
-                )
+            check_mix_augment(augment)
             self.augmenter = SpeakerAugmenter(
                 augment, self.features, self.num_classes, store_options.memory_budget_bytes
             )

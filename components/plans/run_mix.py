@@ -1,11 +1,11 @@
 """A mix's runs named and weighted, checked without TensorFlow.
 
 The checks of a mix (a run's name and weight, the weighting, a run named twice, the shares, the
-read policy, one sample rate) are stated here once: tf.data's `inputs.run_mix` (`WeightedRun`,
-`RunMix`, which hold opened `inputs.run.Run`s) takes them from here, and `FolderMix` /
-`WeightedFolder` are the same mix over run folders, for the Grain samplers
-(`grain.mixed_class_balanced`), which must not import TensorFlow. What the weights mean is
-`MixWeighting`'s; how a mix is planned is `mix_plan`'s.
+read policy, one sample rate, no speed perturbation) are stated here once: tf.data's
+`inputs.run_mix` (`WeightedRun`, `RunMix`, which hold opened `inputs.run.Run`s) and
+`inputs.mixed_class_balanced` take them from here, and `FolderMix` / `WeightedFolder` are the same
+mix over run folders, for the Grain samplers (`grain.mixed_class_balanced`), which must not import
+TensorFlow. What the weights mean is `MixWeighting`'s; how a mix is planned is `mix_plan`'s.
 
 Example:
 
@@ -22,6 +22,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from tfx_dynamic_inputs.option_bounds import MixWeighting
+from tfx_dynamic_inputs.plans.augment_options import SpeakerAugmentConfig
 
 
 def run_name(name: object) -> str:
@@ -151,6 +152,23 @@ def one_sample_rate(rates: Mapping[str, int | None]) -> int | None:
             "materialize them at one rate"
         )
     return next(iter(rates.values()))
+
+
+def check_mix_augment(augment: SpeakerAugmentConfig | None) -> None:
+    """Refuses speed perturbation over a mix: its derived classes (`speed_classes`) are not
+    planned there; noise and reverberation are drawn per sample as for one run.
+
+    Args:
+      augment: the augmentation, or None.
+
+    Raises:
+      ValueError: speed factors other than none or (1.0,).
+    """
+    if augment is not None and augment.speed_factors not in ((), (1.0,)):
+        raise ValueError(
+            "speed perturbation does not run over a mix of runs yet (its derived classes "
+            "are not planned there): drop speed_factors, or train on one run"
+        )
 
 
 @dataclasses.dataclass(frozen=True)

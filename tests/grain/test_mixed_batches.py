@@ -1,12 +1,13 @@
 """The Grain mixed samplers' batches equal the tf.data mixed samplers' of the same runs and
 arguments, epoch by epoch; their streams resume from a state; a bad mix is one line.
 
-Three audio runs and three pairs runs (edges, groups with x in none, edges) are written by the
-full install's interpreter (`tf_mixed_batches.py`, TensorFlow 2.16, one process for all cases),
-which also computes the tf.data batches of generated mixes: pairs over two or three runs
-(strategies, seeds, batch sizes, worker splits), class-balanced over two or three runs (weights,
-both weightings, worker splits), as serialized records byte for byte or as the audio front end's
-features (crop; pad with SpecAugment) within `LOG_MEL_ATOL`.
+Three audio runs, three pairs runs (edges, groups with x in none, edges), a noise run and a RIR
+run are written by the full install's interpreter (`tf_mixed_batches.py`, TensorFlow 2.16, one
+process for all cases), which also computes the tf.data batches of generated mixes: pairs over
+two or three runs (strategies, seeds, batch sizes, worker splits), class-balanced over two or
+three runs (weights, both weightings, worker splits), as serialized records byte for byte or as
+the audio front end's features (crop; pad with SpecAugment; crop with noise and RIRs) within
+`LOG_MEL_ATOL`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 import pytest
 
 from tests.grain.test_equal_batches import LOG_MEL_ATOL
-from tests.grain.tf_batches import SAMPLE_RATE, as_arrays, feature_config
+from tests.grain.tf_batches import SAMPLE_RATE, as_arrays, augment_config, feature_config
 from tfx_dynamic_inputs.grain import (
     FolderMix,
     GrainMixedClassBalanced,
@@ -31,6 +32,8 @@ from tfx_dynamic_inputs.grain import (
     mixed_class_balanced,
     mixed_pairs,
 )
+from tfx_dynamic_inputs.plans.audio_options import AudioFeatureConfig
+from tfx_dynamic_inputs.plans.augment_options import SpeakerAugmentConfig
 from tfx_dynamic_inputs.plans.run_mix import one_sample_rate
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -78,6 +81,7 @@ def _runs(rng: np.random.Generator, folder: str) -> tuple[list[dict], dict]:
             inputs[f"{name}/row_splits"] = np.concatenate([[0], np.cumsum([len(r) for r in rows])])
             inputs[f"{name}/values"] = np.concatenate(rows).astype(np.int64)
         runs.append({"name": name, "kind": "pairs"})
+    runs += [{"name": "noise", "kind": "noise"}, {"name": "rirs", "kind": "RIR"}]
     for run in runs:
         run["run_dir"] = os.path.join(folder, run["name"])
     return runs, inputs
@@ -130,6 +134,14 @@ def _class_case(rng: np.random.Generator, number: int) -> dict:
     }
 
 
+def _augmented_case(rng: np.random.Generator, folders: dict[str, str]) -> dict:
+    """A class mix with noise and RIRs over a crop-mode front end."""
+    case = _class_case(rng, 4)
+    noise = {"run": folders["noise"], "snr_db": [-2.0, 12.0], "probability": 0.8}
+    reverb = {"run": folders["rirs"], "probability": 0.7, "max_rir_seconds": 0.05}
+    return {**case, "name": "mixed_augmented", "augment": {"noise": noise, "reverb": reverb}}
+
+
 def _grain(case: dict, folders: dict[str, str]):
     names, runs = case["mix_names"], case["runs"]
     if case["kind"] == "mixed_pairs":
@@ -149,6 +161,7 @@ def _grain(case: dict, folders: dict[str, str]):
         record_set="train",
         decode="bytes" if features is None else "audio",
         features=features,
+        augment=augment_config(case.get("augment")),
         **case["args"],
     )
 
@@ -162,6 +175,8 @@ def tf_mixed(tf_python: str, tmp_path_factory: pytest.TempPathFactory):
     runs, inputs = _runs(rng, str(folder))
     cases = [_pair_case(rng, number) for number in range(2)]
     cases += [_class_case(rng, number) for number in range(3)]
+    folders = {run["name"]: run["run_dir"] for run in runs}
+    cases.append(_augmented_case(rng, folders))
     (folder / "cases.json").write_text(json.dumps({"runs": runs, "cases": cases}))
     np.savez(folder / "inputs.npz", **inputs)
     subprocess.run(
@@ -177,7 +192,6 @@ def tf_mixed(tf_python: str, tmp_path_factory: pytest.TempPathFactory):
         cwd=_REPO,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
     )
-    folders = {run["name"]: run["run_dir"] for run in runs}
     return cases, folders, dict(np.load(folder / "out.npz"))
 
 
@@ -285,6 +299,10 @@ def _bad_mixes(folders: dict[str, str], copy: str) -> list[tuple]:
     arguments = {"record_set": "train", "n_classes_per_batch": 1, "n_samples_per_class": 1}
     one = FolderMix((WeightedFolder(audio, 1.0, "a"),))
     # A weight of ~all of a unit's 5 class slots, over a run of 4 classes.
+    front, speeds = (
+        AudioFeatureConfig(sample_rate=SAMPLE_RATE),
+        SpeakerAugmentConfig(speed_factors=(1.0, 0.9)),
+    )
     greedy = FolderMix(
         (WeightedFolder(audio, 99.0, "a"), WeightedFolder(folders["audio1"], 1, "b"))
     )
@@ -333,6 +351,16 @@ def _bad_mixes(folders: dict[str, str], copy: str) -> list[tuple]:
             lambda: GrainMixedClassBalanced(greedy, **{**arguments, "n_classes_per_batch": 5}),
             ValueError,
             "run 'a' has 4 usable classes but its weight asks for up to 5",
+        ),
+        (
+            lambda: GrainMixedClassBalanced(one, **arguments, augment=speeds),
+            ValueError,
+            "augment needs the audio front end",
+        ),
+        (
+            lambda: GrainMixedClassBalanced(one, **arguments, features=front, augment=speeds),
+            ValueError,
+            "speed perturbation does not run over a mix",
         ),
         (
             lambda: one_sample_rate({"a": 8000, "b": 16000}),

@@ -2,7 +2,8 @@
 
 Run by the full install's interpreter (TensorFlow present), from the checkout, as
 `python -m tests.grain.tf_mixed_batches CASES.json INPUTS.npz OUT.npz`. It first writes the
-committed runs `CASES["runs"]` names (audio runs and pairs runs, with `tf_batches`' writers),
+committed runs `CASES["runs"]` names (audio runs, pairs runs, and a noise and a RIR run for the
+augmentation, with `tf_batches`' writers),
 then, for each case of `CASES["cases"]` (a mix of those runs and a sampler's arguments),
 `OUT["<case>/<epoch>/<batch>/<key>"]` is that batch's entry, as `tf_batches` writes them.
 """
@@ -14,16 +15,26 @@ import sys
 
 import numpy as np
 
-from tests.grain.tf_batches import _audio_run, _pairs_run, as_arrays, feature_config
+from tests.grain.tf_batches import (
+    _audio_run,
+    _clip_run,
+    _pairs_run,
+    as_arrays,
+    augment_config,
+    feature_config,
+)
 
 
 def _write_runs(runs: list[dict], inputs: dict) -> dict[str, str]:
-    """Writes each run (an audio run of its labels, or a pairs run): run name -> folder."""
+    """Writes each run (an audio run of its labels, a pairs run, a noise or a RIR run): run
+    name -> folder."""
     for run in runs:
         if run["kind"] == "audio":
             _audio_run(run["run_dir"], inputs[f"{run['name']}/labels"])
-        else:
+        elif run["kind"] == "pairs":
             _pairs_run(run["run_dir"], inputs, run["name"])
+        else:
+            _clip_run(run["run_dir"], run["kind"])
     return {run["name"]: run["run_dir"] for run in runs}
 
 
@@ -47,7 +58,11 @@ def _batches(case: dict, folders: dict[str, str]) -> list[list[dict]]:
             case["weighting"],
         )
         sampler = MixedClassBalancedSampler(
-            mix, record_set="train", features=feature_config(case["features"]), **case["args"]
+            mix,
+            record_set="train",
+            features=feature_config(case["features"]),
+            augment=augment_config(case.get("augment")),
+            **case["args"],
         )
     # Each call of `dataset()` plans the state's next epoch.
     return [
