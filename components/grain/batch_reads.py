@@ -2,11 +2,13 @@
 
 A Grain batch reads the records its plan names in one call. Arrays (or a dict of arrays, one
 record per row) are indexed at once; a random-access source (`records.RunRecordSource`, or any
-object with `__len__` and `__getitem__`, as Grain's data sources are) is read record by record
-and its records stacked: a dict's entries each into one array, bytes into an object array,
-arrays along a new first axis (an object array of them where their shapes differ: the decoded
-audio of a run, say). A source that reads a damaged record as None (a run opened with
-`on_damaged="skip"`) leaves it out: `read_checked` says which were read.
+object with `__len__` and `__getitem__`, as Grain's data sources are) is read with its batched
+read, `__getitems__`, where it has one (`RunRecordSource`: its files checked once a batch, its
+frames read in file order; ArrayRecord's source), else record by record. Its records are
+stacked: a dict's entries each into one array, bytes into an object array, arrays along a new
+first axis (an object array of them where their shapes differ: the decoded audio of a run, say).
+A source that reads a damaged record as None (a run opened with `on_damaged="skip"`) leaves it
+out: `read_checked` says which were read.
 """
 
 from __future__ import annotations
@@ -92,7 +94,16 @@ class BatchReader:
             return {key: value[numbers] for key, value in self._arrays.items()}, kept
         if self._arrays is not None:
             return self._arrays[numbers], kept
-        records = [self._source[int(number)] for number in numbers]
+        read_batch = getattr(self._source, "__getitems__", None)
+        if read_batch is None:
+            records = [self._source[int(number)] for number in numbers]
+        else:
+            records = list(read_batch(numbers.tolist()))
+            if len(records) != len(numbers):
+                raise ValueError(
+                    f"{self.name}: the source's __getitems__ returned {len(records)} records for "
+                    f"{len(numbers)} record numbers"
+                )
         kept = np.array([record is not None for record in records], bool)
         return _stacked([record for record in records if record is not None]), kept
 

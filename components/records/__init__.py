@@ -11,7 +11,8 @@ own.
 * `features`: `FixedFeature` / `ExampleDecoder` (Example -> NumPy), `AudioDecoder`,
   `ImageDecoder`; `example_pb2`: the `tf.train.Example` messages;
 * `frames`: TFRecord frames read back and checked; `index_checks`: an offset index and shards
-  checked at open, and `RunPin`; `damage`: `DamagedRecord`, `DamagedRecordError`.
+  checked at open, and `RunPin`; `index_rows`: its rows read by record number, one or a
+  batch's; `damage`: `DamagedRecord`, `DamagedRecordError`.
 
 Example:
 

@@ -8,37 +8,53 @@ the shards are the ones the run wrote (`check_shard_contents`, on their sampled 
 
 Record i is then two `os.pread`s on descriptors held from open: its 24-byte row of the offset
 index, then its frame, of the length the row gives (`records.frames.read_frame`, which reads
-nothing for a frame that does not fit in its shard), its length and masked CRC32Cs checked.
+nothing for a frame that does not fit in its shard), its length and masked CRC32Cs checked. A
+batch (`read_many`, `read_each`) makes the same reads and checks, once a batch where they are of
+a file: its index rows sorted, rows near each other in one pread (`records.index_rows`), then
+its frames in file order shard by shard (`records.frames.read_frames`), each file checked once
+before it is read.
 
 One run from open to close: the reader keeps the files it opened, and before each read checks
 that none of them changed in place since (size and modification time); a changed file, a
 damaged frame or row, or a copy opened in another process (it is picklable: a Grain worker
 opens its own descriptors) first checks that `summary.json` still commits the run and the
 shards kept their sizes (`RunPin`), and fails naming both run ids when it does not.
+
+A batch reads as reading its records one by one in the order given would: the same payloads and
+Nones, the same damaged records listed, and the error that reading one by one would raise
+first (a damaged record under "fail", a record number out of range, a changed row), raised once
+the records before it are served; reads it makes past that point change nothing.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import numbers
 import os
 import stat
-import struct
 import threading
 import weakref
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
 from tfx_dynamic_inputs import layout
 from tfx_dynamic_inputs.layout.filesystem import without_tensorflow
 from tfx_dynamic_inputs.records.damage import DamagedRecord, DamagedRecordError, damage_message
-from tfx_dynamic_inputs.records.frames import read_frame
+from tfx_dynamic_inputs.records.frames import read_frame, read_frames
 from tfx_dynamic_inputs.records.index_checks import RunPin, check_offsets, check_shard_contents
+from tfx_dynamic_inputs.records.index_rows import (
+    Row,
+    batch_numbers,
+    read_row,
+    read_rows,
+    row_is_sound,
+)
 
 _log = logging.getLogger(__name__)
 
 ON_DAMAGED = ("fail", "skip")
-_ROW = struct.Struct("<qqq")  # one row of offsets.npy: shard, frame offset, payload length
 
 
 class RunRecords:
@@ -61,6 +77,7 @@ class RunRecords:
 
         records = RunRecords("runs/speakers", "train")
         payload = records.read(0)  # bytes of a tf.train.Example
+        payloads = records.read_many([7, 3, 7])  # as [records.read(i) for i in [7, 3, 7]]
     """
 
     def __init__(
@@ -184,6 +201,81 @@ class RunRecords:
         self.damaged(index, problem)
         return None
 
+    def read_many(self, indices: Sequence[int] | np.ndarray) -> list[bytes | None]:
+        """The payloads of records `indices`: `[self.read(i) for i in indices]`, read at once.
+
+        Args:
+          indices: record numbers (a sequence of ints or NumPy integers, or a 1-D integer
+            array), in any order, repeats allowed.
+
+        Returns:
+          The payloads in the order given; None for each damaged record under
+          `on_damaged="skip"`.
+
+        Raises:
+          TypeError: `indices` is not a sequence or 1-D array, or holds a non-integer.
+          IndexError, DamagedRecordError, layout.RunCommitError: as `read` raises them, the
+            first that reading one by one in the order given would raise (see the module).
+
+        Example:
+          records.read_many(np.array([9, 2, 9]))  # [payload 9, payload 2, payload 9]
+        """
+        return list(self.read_each(indices))
+
+    def read_each(self, indices: Sequence[int] | np.ndarray) -> Iterator[bytes | None]:
+        """`read_many`'s payloads one at a time, for a reader that checks each as it comes (a
+        decoder's damaged record then raises in its place in the order, as one by one).
+
+        The batch is read when this is called; each error is raised when iteration reaches
+        its record (`TypeError` for `indices` itself, and an error of a file changed, at once).
+
+        Args:
+          indices: as `read_many`.
+
+        Returns:
+          An iterator of the payloads, in the order given.
+
+        Raises:
+          As `read_many`.
+
+        Example:
+          decoded = [decode(p) for p in records.read_each([4, 1])]
+        """
+        numbers, error = batch_numbers(indices, self._num_records, self._checked_index)
+        refusal = None if error is None else functools.partial(_raise, error)
+        if not numbers:
+            return self._served(numbers, {}, {}, refusal)
+        opened = self._process_files()
+        self._check_unchanged(opened.index_fd, -1)
+        rows = read_rows(opened.index_fd, opened.rows_start, sorted(set(numbers)))
+        for position, index in enumerate(numbers):
+            if not row_is_sound(rows[index], len(opened.fds)):
+                # Served up to the first record whose row fails, then refused as `read` would.
+                numbers = numbers[:position]
+                refusal = functools.partial(self._row_changed, opened, index)
+                break
+        in_shards: dict[int, list[int]] = {}
+        for index in sorted(set(numbers)):
+            in_shards.setdefault(rows[index][0], []).append(index)
+        payloads: dict[int, bytes] = {}
+        reasons: dict[int, str] = {}
+        for shard in sorted(in_shards):
+            self._check_unchanged(opened.fds[shard], shard)
+            indices_there = in_shards[shard]
+            frames = read_frames(
+                opened.fds[shard],
+                [rows[index][1] for index in indices_there],
+                [rows[index][2] for index in indices_there],
+                self._pin.shard_bytes[shard],
+                self._verify_crc,
+            )
+            for index, (payload, reason) in zip(indices_there, frames, strict=True):
+                if reason is None:
+                    payloads[index] = payload
+                else:
+                    reasons[index] = reason
+        return self._served(numbers, payloads, reasons, refusal)
+
     def locate(self, index: int) -> tuple[str, int]:
         """`(shard path, frame offset)` of record `index`.
 
@@ -263,6 +355,24 @@ class RunRecords:
             )
         return index
 
+    def _served(
+        self,
+        numbers: list[int],
+        payloads: dict[int, bytes],
+        reasons: dict[int, str],
+        refusal: Callable[[], None] | None,
+    ) -> Iterator[bytes | None]:
+        """A batch's payloads in order, each damaged record reported where `read` reports it."""
+        for index in numbers:
+            reason = reasons.get(index)
+            if reason is None:
+                yield payloads[index]
+            else:
+                self.damaged(index, reason)
+                yield None
+        if refusal is not None:
+            refusal()
+
     def _process_files(self) -> _OpenedRun:
         """The files this process reads; opened and checked again in a new process (a copy
         unpickled in a Grain worker), where they must be the run's files opened first."""
@@ -282,18 +392,20 @@ class RunRecords:
                 self._opened = reopened
             return self._opened
 
-    def _row(self, opened: _OpenedRun, index: int) -> tuple[int, int, int]:
-        position = opened.rows_start + index * _ROW.size
-        data = os.pread(opened.index_fd, _ROW.size, position)
-        row = _ROW.unpack(data) if len(data) == _ROW.size else None
-        if row is None or not 0 <= row[0] < len(opened.fds) or min(row) < 0:
-            # The index was checked at open: a row that no longer passes was written since.
-            self.check_run()
-            raise layout.RunCommitError(
-                f"{opened.index_path}: row {index} changed since the run {self.run_id} was "
-                "opened; open the run again"
-            )
+    def _row(self, opened: _OpenedRun, index: int) -> Row:
+        row = read_row(opened.index_fd, opened.rows_start, index)
+        if not row_is_sound(row, len(opened.fds)):
+            self._row_changed(opened, index)
         return row
+
+    def _row_changed(self, opened: _OpenedRun, index: int) -> None:
+        """Raises for row `index`, which no longer passes the checks of open: it was written
+        since (or the run changed, which `check_run` names first)."""
+        self.check_run()
+        raise layout.RunCommitError(
+            f"{opened.index_path}: row {index} changed since the run {self.run_id} was "
+            "opened; open the run again"
+        )
 
     def _check_unchanged(self, fd: int, position: int) -> None:
         """Checks the file `fd` (the `position`-th of `_identities`) was not written since open;
@@ -306,6 +418,10 @@ class RunRecords:
             f"RunRecords(run_dir={self._run_dir!r}, record_set={self._record_set!r}, "
             f"run_id={self.run_id!r}, num_records={self._num_records})"
         )
+
+
+def _raise(error: Exception) -> None:
+    raise error
 
 
 # (size, modification time in ns) of an open file: what changes when it is written in place.

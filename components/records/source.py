@@ -5,7 +5,10 @@ so nothing here imports `grain`: `grain.MapDataset.source(RunRecordSource(...))`
 `grain.DataLoader(data_source=RunRecordSource(...), ...)` take it as it is.
 
 Each record is read by `RunRecords` (one pread of its index row and one of its frame, the frame
-checked) and decoded by the decoder `DECODERS` names, from the run's `summary.json`
+checked); a batch (`__getitems__`: the name PyTorch's `DataLoader` and ArrayRecord's source use,
+and `_getitems`, the one Grain's `SourceMapDataset` calls) by `RunRecords.read_each`, its files
+checked once and its rows and frames read in file order, as reading one by one would read them.
+Records are decoded by the decoder `DECODERS` names, from the run's `summary.json`
 (`decode="auto"`) or as asked: "audio" (`AudioDecoder` at the run's rate), "image"
 (`ImageDecoder`), "bytes" (the payload as it is), or a decoder given (any `ExampleDecoder`).
 
@@ -19,6 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
+
+import numpy as np
 
 from tfx_dynamic_inputs import layout
 from tfx_dynamic_inputs.records.features import (
@@ -122,7 +128,42 @@ class RunRecordSource:
             `RunRecords.read`; a payload that is not an Example of the decoder's features is
             a damaged record.
         """
-        payload = self._records.read(index)
+        return self._decoded(index, self._records.read(index))
+
+    def __getitems__(
+        self, indices: Sequence[int] | np.ndarray
+    ) -> list[dict[str, Value] | bytes | None]:
+        """Records `indices`, decoded: `[self[i] for i in indices]`, read as one batch
+        (`RunRecords.read_each`), each decoded as it comes.
+
+        Args:
+          indices: record numbers (a sequence of ints or NumPy integers, or a 1-D integer
+            array), in any order, repeats allowed.
+
+        Returns:
+          The records in the order given; None for each damaged record under
+          `on_damaged="skip"`.
+
+        Raises:
+          TypeError, IndexError, DamagedRecordError, layout.RunCommitError: the first that
+            `[self[i] for i in indices]` would raise (a payload that is no Example of the
+            decoder's features raises in its place in the order).
+
+        Example:
+          source.__getitems__([4, 1, 4])  # [source[4], source[1], source[4]], read at once
+        """
+        payloads = self._records.read_each(indices)
+        return [
+            self._decoded(index, payload) for index, payload in zip(indices, payloads, strict=True)
+        ]
+
+    # Grain's name for a batched read: its `SourceMapDataset._getitems` calls a source's
+    # `_getitems` where there is one. (Grain 0.2.18's `MapDataset.batch` still reads its
+    # parent one by one: its pushdown to `_getitems` is an experiment, off.)
+    _getitems = __getitems__
+
+    def _decoded(self, index: int, payload: bytes | None) -> dict[str, Value] | bytes | None:
+        """`payload` decoded; None for a damaged record (reported) under "skip"."""
         if payload is None:
             return None
         try:
