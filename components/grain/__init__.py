@@ -8,10 +8,13 @@ importing it never imports TensorFlow.
 * `pairs`: `dynamic_pairs`, `GrainPairs`; `valid_pairs`: `EdgeList`, `GroupList`;
   `run_pairs`: `open_pairs`, a pairs run's record sets and pair index;
 * `class_balanced`: `class_balanced`, `GrainClassBalanced` (the records, decoded, or the audio
-  front end's features: `plans.audio_front`); the mixed samplers and speaker augmentation are
-  not here yet;
-* `epoch_stream`: an epoch as a `grain.MapDataset`, the epochs as a checkpointable, elastic
-  `grain.IterDataset`; `batch_reads`: records by number, stacked.
+  front end's features, with speaker augmentation: `audio_batches.AudioBatches`);
+* `mixed_pairs`, `mixed_class_balanced`: the mixed samplers over several run folders
+  (`plans.run_mix.FolderMix`), read through `mixed_runs.ConcatenatedRecords`;
+* `epoch_stream`: `PlannedBatches`, the samplers' base (plans `PLAN_BLOCK` batches a call), an
+  epoch as a `grain.MapDataset`, the epochs as a checkpointable, elastic `grain.IterDataset`;
+  `batch_reads`: records by number, stacked (a source's batched `__getitems__` where it has one);
+  `skipped`: samples left out for damaged records (`on_damaged="skip"`).
 
 Example:
 

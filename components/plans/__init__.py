@@ -13,6 +13,9 @@ numbers of both over generated sizes, seeds, epochs and batches.
 * `keyed_permutation`: any position of a keyed permutation of `[0, size)` in O(1);
 * `worker_slices`: how an epoch's batches are counted and split over workers;
 * `pair_plan`: the dynamic-pairs plan (`uniform`, `least_sampled`, over CSR or groups);
+  `pair_edges`: groups as edges and several runs' pair indexes as one (the mixed pairs);
+* `run_mix`: a mix's checks (names, weights, weighting, runs named twice, one sample rate) and
+  `FolderMix`, a mix of run folders;
 * `class_report`, `class_geometry`, `class_plan`, `class_fillers`: which classes a plan uses,
   the class-balanced plan's units and rounds, its batches, and the classes that complete its
   short batches; `mix_plan`: the class-balanced plan over several runs mixed by weight;
