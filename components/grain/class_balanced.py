@@ -38,11 +38,24 @@ from tfx_dynamic_inputs.plans.worker_slices import batches_per_worker
 from tfx_dynamic_inputs.records.source import RunRecordSource
 
 
-def _class_index(
+def class_index(
     source: object, labels: object, record_set: str | None, decode: object, on_damaged: str
-):
-    """`(records, row_splits, values)`: a run's record set and class index, or `source` and the
-    class index of `labels`."""
+) -> tuple[object, np.ndarray, np.ndarray]:
+    """The records of a labelled source and their class index (CSR), for the Grain samplers.
+
+    Args:
+      source: a run folder, or records (arrays, a dict of arrays, a random-access source).
+      labels: None for a run (it holds its own); else int class ids (>= 0) or names [N].
+      record_set, decode, on_damaged: the run's labelled record set and how it is read
+        (`records.RunRecordSource`); `on_damaged` other than "fail" only for a run.
+
+    Returns:
+      `(records, row_splits, values)`: the records, and the record numbers of each class.
+
+    Raises:
+      ValueError, TypeError: labels given with a run or missing without one, labels that are
+        not class ids, or a class index that does not cover the record set (one line).
+    """
     if isinstance(source, str | os.PathLike):
         if labels is not None or record_set is None:
             raise ValueError("a run holds its own labels: pass the run with record_set alone")
@@ -130,7 +143,7 @@ class GrainClassBalanced(PlannedBatches):
         augment: SpeakerAugmentConfig | None = None,
     ):
         check_front_options(features, augment)
-        records, row_splits, self._values = _class_index(
+        records, row_splits, self._values = class_index(
             source, labels, record_set, decode, on_damaged
         )
         # A run's records carry their class (tf.data checks them against the class index).

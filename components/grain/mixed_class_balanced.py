@@ -39,7 +39,7 @@ import numpy as np
 from tfx_dynamic_inputs import layout
 from tfx_dynamic_inputs.grain.audio_batches import AudioBatches, check_front_options
 from tfx_dynamic_inputs.grain.batch_reads import BatchReader
-from tfx_dynamic_inputs.grain.class_balanced import _class_index
+from tfx_dynamic_inputs.grain.class_balanced import class_index
 from tfx_dynamic_inputs.grain.epoch_stream import EpochStream, PlannedBatches
 from tfx_dynamic_inputs.grain.mixed_runs import ConcatenatedRecords, refuse_repeated_runs
 from tfx_dynamic_inputs.layout.filesystem import without_tensorflow
@@ -134,7 +134,7 @@ class GrainMixedClassBalanced(PlannedBatches):
         check_front_options(features, augment)
         check_mix_augment(augment)
         check_mix_on_damaged(on_damaged)
-        opened = [_class_index(folder, None, record_set, decode, "fail") for folder in mix.folders]
+        opened = [class_index(folder, None, record_set, decode, "fail") for folder in mix.folders]
         sources = [records for records, _, _ in opened]
         refuse_repeated_runs(sources)
         if features is not None:
