@@ -34,7 +34,6 @@ from tfx_dynamic_inputs.plans.audio_options import AudioFeatureConfig
 from tfx_dynamic_inputs.plans.augment_options import SpeakerAugmentConfig
 from tfx_dynamic_inputs.plans.class_plan import ClassBalancedPlan
 from tfx_dynamic_inputs.plans.speed_classes import derived_row_splits
-from tfx_dynamic_inputs.plans.worker_slices import batches_per_worker
 from tfx_dynamic_inputs.records.source import RunRecordSource
 
 
@@ -170,13 +169,11 @@ class GrainClassBalanced(PlannedBatches):
             num_workers=num_workers,
             max_draws_per_record=max_draws_per_record,
         )
-        self.num_batches, self.batch_size = self.plan.num_batches, self.plan.batch_size
+        self._take_split(self.plan, num_workers, worker_index)
         # Opened once the plan is checked: an augmentation reads its noise and RIR clips.
         self._audio = None
         if features is not None:
             self._audio = AudioBatches(features, augment, self._num_source_classes)
-        self.num_workers, self.worker_index = num_workers, worker_index
-        self.steps_per_epoch = batches_per_worker(self.num_batches, num_workers, worker_index)
         self.plan_key = json.dumps(
             {
                 "kind": "class_balanced",

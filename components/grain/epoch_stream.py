@@ -23,7 +23,7 @@ from typing import Any
 import grain
 import numpy as np
 
-from tfx_dynamic_inputs.plans.worker_slices import worker_batch_numbers
+from tfx_dynamic_inputs.plans.worker_slices import batches_per_worker, worker_batch_numbers
 
 # Global batches a worker plans in one call. A plan call has a fixed cost (its epoch's seed folds
 # and keyed walks: ~10 ms at 100k records, whatever the batches), paid once a block of this many
@@ -34,9 +34,10 @@ PLAN_BLOCK = 32
 class PlannedBatches(ABC):
     """A Grain sampler: its split, its plan's key, its plan's rows and how a row is read.
 
-    Subclasses set `num_batches` (global batches an epoch), `num_workers`, `worker_index`,
-    `batch_size` (this worker's) and `plan_key`, and define `plan_rows` and `load`; the epochs
-    (`epoch`, `stream`) and single batches (`batch`) are stated here once for all of them.
+    Subclasses take their split with `_take_split` (`num_batches`: global batches an epoch,
+    `batch_size`: this worker's, `num_workers`, `worker_index`, `steps_per_epoch`), set
+    `plan_key`, and define `plan_rows` and `load`; the epochs (`epoch`, `stream`) and single
+    batches (`batch`) are stated here once for all of them.
     """
 
     num_batches: int
@@ -44,6 +45,13 @@ class PlannedBatches(ABC):
     worker_index: int
     batch_size: int
     plan_key: str
+
+    def _take_split(self, plan: object, num_workers: int, worker_index: int) -> None:
+        """Takes the plan's batches and this worker's share of them, checked
+        (`plans.worker_slices.batches_per_worker`: a worker outside the split is one line)."""
+        self.num_batches, self.batch_size = plan.num_batches, plan.batch_size
+        self.num_workers, self.worker_index = num_workers, worker_index
+        self.steps_per_epoch = batches_per_worker(plan.num_batches, num_workers, worker_index)
 
     @abstractmethod
     def plan_rows(self, epoch: int, batch_numbers: np.ndarray) -> dict[str, np.ndarray]:

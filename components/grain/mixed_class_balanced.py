@@ -52,7 +52,6 @@ from tfx_dynamic_inputs.plans.run_mix import (
     check_mix_on_damaged,
     one_sample_rate,
 )
-from tfx_dynamic_inputs.plans.worker_slices import batches_per_worker
 from tfx_dynamic_inputs.records.features import AudioDecoder, ExampleDecoder, ImageDecoder
 
 Decode = str | AudioDecoder | ImageDecoder | ExampleDecoder
@@ -181,9 +180,7 @@ class GrainMixedClassBalanced(PlannedBatches):
             )
             for class_name in _class_names(folder, record_set, report.num_classes)
         ]
-        self.num_batches, self.batch_size = self.plan.num_batches, self.plan.batch_size
-        self.num_workers, self.worker_index = num_workers, worker_index
-        self.steps_per_epoch = batches_per_worker(self.num_batches, num_workers, worker_index)
+        self._take_split(self.plan, num_workers, worker_index)
         self.plan_key = json.dumps(
             {
                 "kind": "mixed_class_balanced",

@@ -32,7 +32,6 @@ from tfx_dynamic_inputs.grain.run_pairs import open_pairs
 from tfx_dynamic_inputs.plans.pair_edges import combined_pairs
 from tfx_dynamic_inputs.plans.pair_plan import PairPlan
 from tfx_dynamic_inputs.plans.run_mix import FolderMix, WeightedFolder, check_mix_on_damaged
-from tfx_dynamic_inputs.plans.worker_slices import batches_per_worker
 from tfx_dynamic_inputs.records.features import AudioDecoder, ExampleDecoder, ImageDecoder
 
 Decode = str | AudioDecoder | ImageDecoder | ExampleDecoder
@@ -102,9 +101,7 @@ class GrainMixedPairs(PlannedBatches):
             num_workers=num_workers,
             remainder=remainder,
         )
-        self.num_batches, self.batch_size = self.plan.num_batches, self.plan.batch_size
-        self.num_workers, self.worker_index = num_workers, worker_index
-        self.steps_per_epoch = batches_per_worker(self.num_batches, num_workers, worker_index)
+        self._take_split(self.plan, num_workers, worker_index)
         self.plan_key = json.dumps(
             {
                 "kind": "mixed_pairs",

@@ -27,7 +27,6 @@ from tfx_dynamic_inputs.grain.run_pairs import open_pairs
 from tfx_dynamic_inputs.grain.skipped import SkippedSamples
 from tfx_dynamic_inputs.grain.valid_pairs import EdgeList
 from tfx_dynamic_inputs.plans.pair_plan import PairPlan
-from tfx_dynamic_inputs.plans.worker_slices import batches_per_worker
 
 
 class GrainPairs(PlannedBatches):
@@ -100,9 +99,7 @@ class GrainPairs(PlannedBatches):
             num_workers=num_workers,
             remainder=remainder,
         )
-        self.num_batches, self.batch_size = self.plan.num_batches, self.plan.batch_size
-        self.num_workers, self.worker_index = num_workers, worker_index
-        self.steps_per_epoch = batches_per_worker(self.num_batches, num_workers, worker_index)
+        self._take_split(self.plan, num_workers, worker_index)
         self.plan_key = json.dumps(
             {
                 "kind": "pairs",
